@@ -1,0 +1,118 @@
+//! Flags and environment variables of every subcommand.
+
+use std::net::SocketAddr;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "conveyor",
+    version,
+    about = "Conveyor: a hosted MCP endpoint whose long-running tools run as durable tasks on a worker cluster backed by Redis",
+    after_help = "Redis comes from REDIS_URL (default redis://127.0.0.1:6379). Logs go to stderr; set CONVEYOR_LOG (e.g. debug, conveyor_worker=debug) to change their level."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a gateway and N workers in one process: Conveyor on a laptop. Starts a private
+    /// redis-server from PATH when nothing answers at REDIS_URL.
+    Up(UpArgs),
+    /// Run a stateless MCP gateway. Start any number behind a load balancer.
+    Gateway(GatewayArgs),
+    /// Run a worker that consumes task nodes from Redis. Start as many as the queue needs.
+    Worker(WorkerArgs),
+    /// Look at tasks from a terminal.
+    Tasks {
+        #[command(subcommand)]
+        command: TasksCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TasksCommand {
+    /// Print a task and its nodes (status, attempts, duration).
+    Show {
+        /// The task id (32 hex digits).
+        id: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        redis: RedisArgs,
+    },
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RedisArgs {
+    /// Redis to use.
+    #[arg(long = "redis-url", env = "REDIS_URL", default_value = conveyor_shared::config::DEFAULT_REDIS_URL)]
+    pub url: String,
+    /// How long any one Redis operation may take before it fails, in milliseconds.
+    #[arg(long = "redis-timeout-ms", env = "CONVEYOR_REDIS_TIMEOUT_MS", default_value_t = 3000)]
+    pub timeout_ms: u64,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct GatewayArgs {
+    /// Address to listen on; MCP is served at /mcp, liveness at /healthz, readiness at /readyz.
+    #[arg(long, env = "CONVEYOR_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// Hosts (comma-separated, no port) whose Host and Origin headers are accepted, against DNS
+    /// rebinding. `*` accepts any. localhost, 127.0.0.1 and ::1 are always accepted.
+    #[arg(long, env = "CONVEYOR_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub allowed_hosts: Vec<String>,
+    /// TTL of a task whose client asks for none, in milliseconds.
+    #[arg(long, env = "CONVEYOR_TASK_TTL_MS", default_value_t = 3_600_000)]
+    pub task_ttl_ms: u64,
+    /// Largest TTL a client may ask for, in milliseconds; larger requests are capped and the
+    /// applied value is reported.
+    #[arg(long, env = "CONVEYOR_TASK_TTL_MAX_MS", default_value_t = 86_400_000)]
+    pub task_ttl_max_ms: u64,
+    /// Poll interval suggested to clients, in milliseconds.
+    #[arg(long, env = "CONVEYOR_POLL_INTERVAL_MS", default_value_t = 1000)]
+    pub poll_interval_ms: u64,
+    /// Largest request body accepted, in bytes; larger ones get HTTP 413.
+    #[arg(long, env = "CONVEYOR_MAX_BODY_BYTES", default_value_t = 4 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+    /// How long a synchronous tools/call waits for its worker, in milliseconds.
+    #[arg(long, env = "CONVEYOR_SYNC_TIMEOUT_MS", default_value_t = 300_000)]
+    pub sync_timeout_ms: u64,
+    #[command(flatten)]
+    pub redis: RedisArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct WorkerArgs {
+    /// Nodes this worker runs at once.
+    #[arg(long, env = "CONVEYOR_WORKER_CONCURRENCY", default_value_t = 16)]
+    pub concurrency: usize,
+    /// Also offer the fixture tools (greet, slow_compute, failing_job, ... and the MCP
+    /// conformance suite's test_* tools). Off by default.
+    #[arg(long, env = "CONVEYOR_FIXTURES")]
+    pub fixtures: bool,
+    /// On SIGINT/SIGTERM, how long running nodes may take to finish before they are stopped and
+    /// left for another worker, in milliseconds.
+    #[arg(long, env = "CONVEYOR_SHUTDOWN_GRACE_MS", default_value_t = 30_000)]
+    pub shutdown_grace_ms: u64,
+    #[command(flatten)]
+    pub redis: RedisArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct UpArgs {
+    #[command(flatten)]
+    pub gateway: GatewayArgs,
+    /// Workers to run in this process.
+    #[arg(long, env = "CONVEYOR_WORKERS", default_value_t = 1)]
+    pub workers: usize,
+    /// Nodes each worker runs at once.
+    #[arg(long, env = "CONVEYOR_WORKER_CONCURRENCY", default_value_t = 16)]
+    pub concurrency: usize,
+    /// Also offer the fixture tools (see `conveyor worker --help`).
+    #[arg(long, env = "CONVEYOR_FIXTURES")]
+    pub fixtures: bool,
+}

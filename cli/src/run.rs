@@ -1,0 +1,189 @@
+//! What each subcommand does.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use conveyor_gateway::{AppState, HttpPolicy};
+use conveyor_shared::{Config, Store};
+use conveyor_worker::{ToolRegistry, WorkerOptions};
+use tokio_util::sync::CancellationToken;
+
+use crate::args::{Cli, Command, GatewayArgs, RedisArgs, TasksCommand, UpArgs, WorkerArgs};
+use crate::private_redis::PrivateRedis;
+
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Up(args) => up(args).await,
+        Command::Gateway(args) => {
+            let shutdown = shutdown_on_signal();
+            gateway(args, shutdown).await
+        }
+        Command::Worker(args) => {
+            let shutdown = shutdown_on_signal();
+            let store = store(&args.redis)?;
+            worker(store, args, shutdown).await
+        }
+        Command::Tasks { command: TasksCommand::Show { id, json, redis } } => show(&redis, &id, json).await,
+    }
+}
+
+/// A token that fires on the first SIGINT or SIGTERM.
+fn shutdown_on_signal() -> CancellationToken {
+    let token = CancellationToken::new();
+    let fire = token.clone();
+    tokio::spawn(async move {
+        let ctrl_c = tokio::signal::ctrl_c();
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            match signal(SignalKind::terminate()) {
+                Ok(mut term) => {
+                    tokio::select! {
+                        _ = ctrl_c => {}
+                        _ = term.recv() => {}
+                    }
+                }
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                }
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = ctrl_c.await;
+        tracing::info!("shutting down");
+        fire.cancel();
+    });
+    token
+}
+
+fn store(redis: &RedisArgs) -> anyhow::Result<Store> {
+    Store::new(&redis.url, Duration::from_millis(redis.timeout_ms)).context("cannot use REDIS_URL")
+}
+
+fn config(args: &GatewayArgs) -> Config {
+    Config {
+        redis_url: args.redis.url.clone(),
+        task_ttl_default_ms: args.task_ttl_ms,
+        task_ttl_max_ms: args.task_ttl_max_ms,
+        poll_interval_ms: args.poll_interval_ms,
+        max_body_bytes: args.max_body_bytes,
+        redis_timeout: Duration::from_millis(args.redis.timeout_ms),
+        sync_call_timeout: Duration::from_millis(args.sync_timeout_ms),
+    }
+}
+
+async fn gateway(args: GatewayArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let store = store(&args.redis)?;
+    let mut policy = HttpPolicy::default();
+    policy
+        .allowed_hosts
+        .extend(args.allowed_hosts.iter().map(|h| h.trim().to_owned()).filter(|h| !h.is_empty()));
+    let state = Arc::new(AppState::new(store, config(&args), policy));
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let address = listener.local_addr()?;
+    tracing::info!(%address, "gateway listening: MCP at http://{address}/mcp");
+    conveyor_gateway::serve(listener, state, async move { shutdown.cancelled().await })
+        .await
+        .context("the gateway stopped with an error")
+}
+
+fn registry(fixtures: bool) -> Arc<ToolRegistry> {
+    let mut registry = ToolRegistry::new();
+    if fixtures {
+        conveyor_worker::fixtures::register(&mut registry);
+    }
+    Arc::new(registry)
+}
+
+async fn worker(store: Store, args: WorkerArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let registry = registry(args.fixtures);
+    if registry.is_empty() {
+        tracing::warn!(
+            "this worker offers no tools: start it with --fixtures, or build one with your own tools"
+        );
+    }
+    let mut options = WorkerOptions::new(args.concurrency);
+    options.shutdown_grace = Duration::from_millis(args.shutdown_grace_ms);
+    conveyor_worker::run(store, registry, options, shutdown).await.context("the worker stopped with an error")
+}
+
+async fn up(mut args: UpArgs) -> anyhow::Result<()> {
+    let shutdown = shutdown_on_signal();
+    let probe = store(&args.gateway.redis)?;
+    // Held until `up` returns: dropping it stops the private server.
+    let mut private = None;
+    if probe.ping().await.is_err() {
+        let redis = PrivateRedis::start().await?;
+        eprintln!(
+            "conveyor: no Redis answered at {}; started a private redis-server at {} (nothing is kept; it stops when conveyor does)",
+            args.gateway.redis.url, redis.url
+        );
+        args.gateway.redis.url = redis.url.clone();
+        private = Some(redis);
+    }
+    let store = store(&args.gateway.redis)?;
+    let mut workers = Vec::new();
+    for _ in 0..args.workers {
+        let worker_args = WorkerArgs {
+            concurrency: args.concurrency,
+            fixtures: args.fixtures,
+            shutdown_grace_ms: 30_000,
+            redis: args.gateway.redis.clone(),
+        };
+        workers.push(tokio::spawn(worker(store.clone(), worker_args, shutdown.clone())));
+    }
+    let served = gateway(args.gateway, shutdown.clone()).await;
+    shutdown.cancel();
+    for w in workers {
+        w.await.context("a worker panicked")??;
+    }
+    drop(private);
+    served
+}
+
+async fn show(redis: &RedisArgs, id: &str, json: bool) -> anyhow::Result<()> {
+    let store = store(redis)?;
+    let task = store
+        .get_task(id)
+        .await?
+        .with_context(|| format!("no task `{id}` (unknown, or expired after its TTL)"))?;
+    let nodes = store.get_nodes(id).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&conveyor_shared::store::task_summary(&task, &nodes))?);
+        return Ok(());
+    }
+    println!("task      {}", task.task_id);
+    println!("tool      {}", task.tool);
+    println!(
+        "status    {}{}",
+        task.status,
+        task.status_message.map(|m| format!(" ({m})")).unwrap_or_default()
+    );
+    println!("owner     {}", task.owner);
+    println!("created   {}", conveyor_shared::model::iso8601(task.created_at_ms));
+    println!("updated   {}", conveyor_shared::model::iso8601(task.updated_at_ms));
+    if let (Some(p), Some(t)) = (task.progress, task.total) {
+        println!("progress  {p} of {t}");
+    }
+    println!();
+    println!("{:<20} {:<10} {:>8} {:>10}  worker", "node", "status", "attempts", "duration");
+    for node in nodes {
+        let duration = match (node.started_at_ms, node.finished_at_ms) {
+            (Some(s), Some(f)) => format!("{} ms", f.saturating_sub(s)),
+            (Some(_), None) => "running".to_owned(),
+            _ => "-".to_owned(),
+        };
+        println!(
+            "{:<20} {:<10} {:>8} {:>10}  {}",
+            node.node_id,
+            node.status,
+            node.attempt,
+            duration,
+            node.worker.unwrap_or_default()
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,193 @@
+//! The tools gateways offer: read from what workers publish in Redis, cached briefly, each with
+//! its input schema compiled once so that bad arguments are refused before a task exists.
+
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use conveyor_shared::model::PublishedTool;
+use conveyor_shared::{Store, StoreError};
+use serde_json::{Value, json};
+
+use crate::rpc::RpcFailure;
+
+/// How long a fetched catalog is used before it is read again.
+const FRESH_FOR: Duration = Duration::from_secs(2);
+/// A lookup of an unknown tool re-reads at most this often, so that a newly started worker's tools
+/// are found at once without letting unknown names hammer Redis.
+const MISS_REFRESH: Duration = Duration::from_millis(200);
+
+/// `execution.taskSupport` of a tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskSupport {
+    Forbidden,
+    Optional,
+    Required,
+}
+
+impl TaskSupport {
+    fn of(definition: &Value) -> Self {
+        match definition.pointer("/execution/taskSupport").and_then(Value::as_str) {
+            Some("required") => Self::Required,
+            Some("optional") => Self::Optional,
+            _ => Self::Forbidden,
+        }
+    }
+}
+
+/// One tool as the gateway knows it.
+#[derive(Clone)]
+pub struct CatalogTool {
+    pub name: String,
+    pub definition: Value,
+    pub task_support: TaskSupport,
+    /// Client capabilities the tool needs (a ClientCapabilities object).
+    pub required_client_capabilities: Option<Value>,
+    validator: Option<Arc<jsonschema::Validator>>,
+}
+
+impl CatalogTool {
+    fn new(published: PublishedTool) -> Option<Self> {
+        let definition = published.definition;
+        let name = definition.get("name")?.as_str()?.to_owned();
+        let validator = match definition.get("inputSchema") {
+            Some(schema) => match jsonschema::validator_for(schema) {
+                Ok(v) => Some(Arc::new(v)),
+                Err(e) => {
+                    tracing::warn!(tool = %name, error = %e, "tool has an invalid inputSchema; its arguments are not checked");
+                    None
+                }
+            },
+            None => None,
+        };
+        Some(Self {
+            task_support: TaskSupport::of(&definition),
+            required_client_capabilities: published.required_client_capabilities,
+            name,
+            definition,
+            validator,
+        })
+    }
+
+    /// Checks arguments against the tool's input schema; the error names every failing field.
+    pub fn validate(&self, arguments: &Value) -> Result<(), RpcFailure> {
+        let Some(validator) = &self.validator else { return Ok(()) };
+        let errors: Vec<(String, String)> = validator
+            .iter_errors(arguments)
+            .map(|e| {
+                let path = e.instance_path().to_string();
+                (if path.is_empty() { "/".to_owned() } else { path }, e.to_string())
+            })
+            .collect();
+        if errors.is_empty() {
+            return Ok(());
+        }
+        let summary =
+            errors.iter().map(|(path, message)| format!("{path}: {message}")).collect::<Vec<_>>().join("; ");
+        Err(RpcFailure::invalid_params(format!("Invalid arguments for tool `{}`: {summary}", self.name)).with_data(
+            json!({"tool": self.name, "errors": errors.iter().map(|(p, m)| json!({"path": p, "message": m})).collect::<Vec<_>>()}),
+        ))
+    }
+}
+
+#[derive(Default)]
+struct Snapshot {
+    fetched: Option<Instant>,
+    /// In `tools/list` order; catalogs are small, so lookups scan.
+    tools: Vec<CatalogTool>,
+}
+
+impl Snapshot {
+    fn get(&self, name: &str) -> Option<&CatalogTool> {
+        self.tools.iter().find(|t| t.name == name)
+    }
+}
+
+/// The cached catalog. Cheap to share.
+pub struct ToolCatalog {
+    store: Store,
+    snapshot: RwLock<Snapshot>,
+}
+
+impl ToolCatalog {
+    pub fn new(store: Store) -> Self {
+        Self { store, snapshot: RwLock::default() }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Snapshot> {
+        // Writers replace the snapshot in one assignment, so a poisoned lock still holds a whole one.
+        self.snapshot.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    async fn refresh(&self) -> Result<(), StoreError> {
+        let definitions = self.store.tools().await?;
+        let tools = definitions.into_iter().filter_map(CatalogTool::new).collect();
+        *self.snapshot.write().unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Snapshot { fetched: Some(Instant::now()), tools };
+        Ok(())
+    }
+
+    fn age(&self) -> Option<Duration> {
+        self.read().fetched.map(|t| t.elapsed())
+    }
+
+    /// All tools, ordered by name.
+    pub async fn list(&self) -> Result<Vec<CatalogTool>, StoreError> {
+        if self.age().is_none_or(|age| age > FRESH_FOR) {
+            self.refresh().await?;
+        }
+        Ok(self.read().tools.clone())
+    }
+
+    /// One tool by name, re-reading the catalog when the name is unknown and the cache is not new.
+    pub async fn get(&self, name: &str) -> Result<Option<CatalogTool>, StoreError> {
+        let stale = self.age().is_none_or(|age| age > FRESH_FOR);
+        if !stale && let Some(tool) = self.read().get(name) {
+            return Ok(Some(tool.clone()));
+        }
+        if stale || self.age().is_none_or(|age| age > MISS_REFRESH) {
+            self.refresh().await?;
+        }
+        Ok(self.read().get(name).cloned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validation_names_the_field_and_the_reason() {
+        let tool = CatalogTool::new(PublishedTool {
+            position: 0,
+            definition: json!({
+                "name": "slow_compute",
+                "inputSchema": {
+                    "type": "object",
+                    "properties": {"seconds": {"type": "number"}},
+                    "required": ["seconds"]
+                }
+            }),
+            required_client_capabilities: None,
+        })
+        .expect("valid definition");
+        assert!(tool.validate(&json!({"seconds": 1})).is_ok());
+        let err = tool.validate(&json!({"seconds": "soon"})).expect_err("a string is not a number");
+        assert_eq!(err.error.code, rmcp::model::ErrorCode::INVALID_PARAMS);
+        assert!(err.error.message.contains("/seconds"), "{}", err.error.message);
+        let err = tool.validate(&json!({})).expect_err("seconds is required");
+        assert!(err.error.message.contains("seconds"), "{}", err.error.message);
+    }
+
+    #[test]
+    fn task_support_defaults_to_forbidden() {
+        assert_eq!(TaskSupport::of(&json!({})), TaskSupport::Forbidden);
+        assert_eq!(
+            TaskSupport::of(&json!({"execution": {"taskSupport": "required"}})),
+            TaskSupport::Required
+        );
+        assert_eq!(
+            TaskSupport::of(&json!({"execution": {"taskSupport": "optional"}})),
+            TaskSupport::Optional
+        );
+    }
+}

@@ -1,0 +1,478 @@
+//! JSON-RPC methods: one handler each, the same task model behind both wires. Handlers read and
+//! change tasks only through the store; they run no tool.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use conveyor_shared::model::{RpcError, TaskEvent, TaskMode, TaskRecord, TaskStatus, new_task_id, now_ms};
+use conveyor_shared::store::{CancelOutcome, NewTask, task_error};
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use rmcp::model::{ErrorCode, TASKS_EXTENSION_ID};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::catalog::TaskSupport;
+use crate::rpc::{self, RpcFailure};
+use crate::state::AppState;
+use crate::wire::{self, META_CLIENT_CAPABILITIES, META_RELATED_TASK, Wire};
+
+/// Page size of `tasks/list`.
+const LIST_PAGE: usize = 50;
+/// How often a waiting request re-reads its task, in case an event was lost.
+const RECHECK: Duration = Duration::from_secs(2);
+/// Owner index entries are kept as long as the longest-lived task could be listed.
+const OWNER_INDEX_SLACK_MS: u64 = 7 * 24 * 60 * 60 * 1000;
+
+/// One request, as the HTTP layer hands it over.
+pub struct RequestCtx {
+    pub id: Value,
+    pub method: String,
+    pub params: Value,
+    pub wire: Wire,
+    pub accepts_sse: bool,
+    pub owner: String,
+    pub traceparent: Option<String>,
+}
+
+/// A message on a reply stream: notifications first, then the response.
+pub enum StreamItem {
+    Notification(Value),
+    Done(Result<Value, RpcFailure>),
+}
+
+pub type ReplyStream = BoxStream<'static, StreamItem>;
+
+pub enum Reply {
+    Result(Value),
+    /// Sent as SSE: the client gets notifications while the response is pending.
+    Stream(ReplyStream),
+}
+
+pub async fn handle(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, RpcFailure> {
+    let result = match (ctx.wire, ctx.method.as_str()) {
+        (_, "ping") => json!({}),
+        (Wire::V2025, "initialize") => initialize(&ctx.params),
+        (_, "server/discover") => discover(),
+        (_, "tools/list") => tools_list(&state, ctx.wire).await?,
+        (_, "tools/call") => return tools_call(state, ctx).await,
+        (_, "tasks/get") => tasks_get(&state, &ctx).await?,
+        (_, "tasks/cancel") => tasks_cancel(&state, &ctx).await?,
+        (Wire::V2025, "tasks/result") => return tasks_result(state, ctx).await,
+        (Wire::V2025, "tasks/list") => tasks_list(&state, &ctx).await?,
+        (Wire::V2026, "tasks/update") => tasks_update(&state, &ctx).await?,
+        (_, method) => return Err(RpcFailure::method_not_found(method)),
+    };
+    Ok(Reply::Result(result))
+}
+
+const INSTRUCTIONS: &str = "Conveyor runs long tools as durable tasks on a worker cluster: call a task-capable tool, \
+then poll the task, read its result, or cancel it.";
+
+fn server_info() -> Value {
+    json!({"name": "conveyor", "title": "Conveyor", "version": env!("CARGO_PKG_VERSION")})
+}
+
+fn initialize(params: &Value) -> Value {
+    let requested = params.get("protocolVersion").and_then(Value::as_str).unwrap_or_default();
+    let version =
+        if wire::INITIALIZE_VERSIONS.contains(&requested) { requested } else { wire::INITIALIZE_VERSIONS[0] };
+    json!({
+        "protocolVersion": version,
+        "capabilities": {
+            "tools": {"listChanged": false},
+            "tasks": {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
+        },
+        "serverInfo": server_info(),
+        "instructions": INSTRUCTIONS,
+    })
+}
+
+fn discover() -> Value {
+    json!({
+        "resultType": "complete",
+        "supportedVersions": wire::supported_versions(),
+        "capabilities": {
+            "tools": {"listChanged": false},
+            "extensions": {TASKS_EXTENSION_ID: {}}
+        },
+        "instructions": INSTRUCTIONS,
+        "ttlMs": 60_000,
+        "cacheScope": "public",
+        "_meta": {"io.modelcontextprotocol/serverInfo": server_info()},
+    })
+}
+
+async fn tools_list(state: &AppState, wire: Wire) -> Result<Value, RpcFailure> {
+    let tools: Vec<Value> = state
+        .catalog
+        .list()
+        .await?
+        .into_iter()
+        .map(|t| match wire {
+            Wire::V2025 => t.definition,
+            // 2026-07-28 tools carry no `execution`: the server decides per call.
+            Wire::V2026 => {
+                let mut d = t.definition;
+                if let Some(o) = d.as_object_mut() {
+                    o.remove("execution");
+                }
+                d
+            }
+        })
+        .collect();
+    Ok(json!({"tools": tools}))
+}
+
+fn string_param<'a>(params: &'a Value, name: &str) -> Result<&'a str, RpcFailure> {
+    params
+        .get(name)
+        .and_then(Value::as_str)
+        .ok_or_else(|| RpcFailure::invalid_params(format!("Invalid params: `{name}` must be a string")))
+}
+
+fn client_has_tasks_extension(params: &Value) -> bool {
+    params
+        .get("_meta")
+        .and_then(|m| m.get(META_CLIENT_CAPABILITIES))
+        .and_then(|c| c.get("extensions"))
+        .and_then(|e| e.get(TASKS_EXTENSION_ID))
+        .is_some()
+}
+
+async fn tools_call(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, RpcFailure> {
+    let params = &ctx.params;
+    let name = string_param(params, "name")?;
+    let arguments = match params.get("arguments") {
+        None | Some(Value::Null) => json!({}),
+        Some(a @ Value::Object(_)) => a.clone(),
+        Some(_) => return Err(RpcFailure::invalid_params("Invalid params: `arguments` must be an object")),
+    };
+    let tool = state.catalog.get(name).await?.ok_or_else(|| {
+        RpcFailure::invalid_params(format!(
+            "Unknown tool: `{name}`. tools/list names the tools this server offers."
+        ))
+    })?;
+    let task_param = params.get("task").filter(|t| !t.is_null());
+    let as_task = match ctx.wire {
+        Wire::V2025 => match (task_param, tool.task_support) {
+            (Some(_), TaskSupport::Forbidden) => {
+                return Err(RpcFailure::method_not_found("tools/call").with_data(json!({
+                    "reason": format!("tool `{name}` does not run as a task (execution.taskSupport is \"forbidden\"); call it without `task`")
+                })));
+            }
+            (None, TaskSupport::Required) => {
+                return Err(RpcFailure::new(
+                    ErrorCode::METHOD_NOT_FOUND,
+                    format!("Tool `{name}` must be called as a task: add `task` to the tools/call params"),
+                    None,
+                ));
+            }
+            (task, _) => task.is_some(),
+        },
+        Wire::V2026 => {
+            let client_tasks = client_has_tasks_extension(params);
+            match tool.task_support {
+                TaskSupport::Required if !client_tasks => {
+                    return Err(RpcFailure::new(
+                        ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY,
+                        format!(
+                            "Tool `{name}` runs only as a task: the client must declare the {TASKS_EXTENSION_ID} extension"
+                        ),
+                        Some(json!({"requiredCapabilities": {"extensions": {TASKS_EXTENSION_ID: {}}}})),
+                    ));
+                }
+                TaskSupport::Required | TaskSupport::Optional => client_tasks,
+                TaskSupport::Forbidden => false,
+            }
+        }
+    };
+    tool.validate(&arguments)?;
+    let requested_ttl = match task_param.and_then(|t| t.get("ttl")) {
+        None | Some(Value::Null) => None,
+        Some(ttl) => Some(ttl.as_u64().ok_or_else(|| {
+            RpcFailure::invalid_params(
+                "Invalid params: `task.ttl` must be a non-negative integer (milliseconds)",
+            )
+        })?),
+    };
+    let progress_token =
+        params.pointer("/_meta/progressToken").filter(|t| t.is_string() || t.is_number()).cloned();
+    let mode = if as_task { TaskMode::Task } else { TaskMode::Sync };
+    let new = NewTask {
+        task_id: new_task_id(),
+        owner: ctx.owner.clone(),
+        tool: name.to_owned(),
+        arguments,
+        ttl_ms: state.config.applied_ttl_ms(requested_ttl),
+        poll_interval_ms: state.config.poll_interval_ms,
+        wire: ctx.wire.as_str().to_owned(),
+        progress_token: progress_token.clone(),
+        traceparent: ctx.traceparent.clone(),
+        mode,
+        status_message: format!("Queued: {name}"),
+        created_at_ms: now_ms(),
+    };
+    let retention = state.config.task_ttl_max_ms + OWNER_INDEX_SLACK_MS;
+    if !state.store.create_task(&new, retention).await? {
+        // 128 random bits collided: astronomically unlikely, and nothing was written.
+        return Err(RpcFailure::internal("task id collision; retry the call"));
+    }
+    tracing::info!(task = %new.task_id, tool = %name, wire = ctx.wire.as_str(), mode = mode.as_str(), "task created");
+    if as_task {
+        return Ok(Reply::Result(wire::create_result(ctx.wire, &new.record())));
+    }
+    let finish = |task: TaskRecord| sync_outcome(&task);
+    let deadline = state.config.sync_call_timeout;
+    let stream =
+        follow_task(state, new.task_id.clone(), ctx.owner.clone(), progress_token.clone(), deadline, finish);
+    reply_from(stream, ctx.accepts_sse && progress_token.is_some()).await
+}
+
+/// What a synchronous `tools/call` returns once its task settles.
+fn sync_outcome(task: &TaskRecord) -> Result<Value, RpcFailure> {
+    match (task.status, &task.result, &task.error) {
+        (TaskStatus::Completed | TaskStatus::Failed, Some(result), _) => Ok(result.clone()),
+        (TaskStatus::Failed, None, _) => Err(failure_of(&task_error(task))),
+        _ => Err(RpcFailure::internal(format!("the call ended as {}", task.status))),
+    }
+}
+
+fn failure_of(error: &RpcError) -> RpcFailure {
+    RpcFailure::new(ErrorCode(error.code), error.message.clone(), error.data.clone())
+}
+
+/// Sends a followed task's stream as SSE, or waits for its end and answers with JSON.
+async fn reply_from(mut stream: ReplyStream, as_sse: bool) -> Result<Reply, RpcFailure> {
+    if as_sse {
+        return Ok(Reply::Stream(stream));
+    }
+    while let Some(item) = stream.next().await {
+        if let StreamItem::Done(done) = item {
+            return done.map(Reply::Result);
+        }
+    }
+    Err(RpcFailure::internal("the task stream ended without a result"))
+}
+
+async fn owned_task(state: &AppState, ctx: &RequestCtx) -> Result<TaskRecord, RpcFailure> {
+    let task_id = string_param(&ctx.params, "taskId")?;
+    match state.store.get_task(task_id).await? {
+        Some(task) if task.owner == ctx.owner && !task.wire.is_empty() => Ok(task),
+        _ => Err(task_not_found(task_id)),
+    }
+}
+
+fn task_not_found(task_id: &str) -> RpcFailure {
+    RpcFailure::invalid_params(format!(
+        "Failed to retrieve task: Task not found: `{task_id}` (unknown, expired, or not yours)"
+    ))
+}
+
+async fn tasks_get(state: &AppState, ctx: &RequestCtx) -> Result<Value, RpcFailure> {
+    let task = owned_task(state, ctx).await?;
+    Ok(match ctx.wire {
+        Wire::V2025 => wire::task_2025(&task),
+        Wire::V2026 => json!(wire::detailed_2026(&task)),
+    })
+}
+
+async fn tasks_cancel(state: &AppState, ctx: &RequestCtx) -> Result<Value, RpcFailure> {
+    let task_id = string_param(&ctx.params, "taskId")?;
+    let outcome = state.store.cancel_task(task_id, &ctx.owner, "Cancelled by the client").await?;
+    match (ctx.wire, outcome) {
+        (_, CancelOutcome::Missing) => Err(task_not_found(task_id)),
+        (Wire::V2026, _) => Ok(json!({"resultType": "complete"})),
+        (Wire::V2025, CancelOutcome::AlreadyTerminal(status)) => Err(RpcFailure::invalid_params(format!(
+            "Cannot cancel task `{task_id}`: it is already {status}, and a terminal task never changes"
+        ))),
+        (Wire::V2025, CancelOutcome::Cancelled) => {
+            let task = state.store.get_task(task_id).await?.ok_or_else(|| task_not_found(task_id))?;
+            Ok(wire::task_2025(&task))
+        }
+    }
+}
+
+async fn tasks_update(state: &AppState, ctx: &RequestCtx) -> Result<Value, RpcFailure> {
+    let task = owned_task(state, ctx).await?;
+    Err(RpcFailure::invalid_params(format!(
+        "Task `{}` is {} and has no pending input requests to answer",
+        task.task_id, task.status
+    )))
+}
+
+async fn tasks_list(state: &AppState, ctx: &RequestCtx) -> Result<Value, RpcFailure> {
+    let cursor = match ctx.params.get("cursor") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(c)) => Some(c.as_str()),
+        Some(_) => return Err(RpcFailure::invalid_params("Invalid params: `cursor` must be a string")),
+    };
+    let page =
+        state.store.list_tasks(&ctx.owner, cursor, LIST_PAGE).await?.map_err(RpcFailure::invalid_params)?;
+    let mut result = json!({"tasks": page.tasks.iter().map(wire::task_2025).collect::<Vec<_>>()});
+    if let Some(next) = page.next_cursor {
+        result["nextCursor"] = json!(next);
+    }
+    Ok(result)
+}
+
+/// 2025-11-25 `tasks/result`: blocks until the task is terminal, then answers exactly what the
+/// `tools/call` would have, tagged with the related-task `_meta`.
+async fn tasks_result(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, RpcFailure> {
+    let task = owned_task(&state, &ctx).await?;
+    if task.status.is_terminal() {
+        return task_result_payload(&task).map(Reply::Result);
+    }
+    // An SSE reply can wait as long as the task runs (keep-alives hold it open); a JSON one is
+    // bounded so that no proxy cuts it silently.
+    let deadline =
+        if ctx.accepts_sse { Duration::from_secs(7 * 24 * 60 * 60) } else { state.config.sync_call_timeout };
+    let token = task.progress_token.clone();
+    let stream = follow_task(state, task.task_id.clone(), ctx.owner.clone(), token, deadline, |t| {
+        task_result_payload(&t)
+    });
+    reply_from(stream, ctx.accepts_sse).await
+}
+
+fn task_result_payload(task: &TaskRecord) -> Result<Value, RpcFailure> {
+    let related = json!({"taskId": task.task_id});
+    match (task.status, &task.result) {
+        (TaskStatus::Completed | TaskStatus::Failed, Some(result)) => {
+            let mut result = result.clone();
+            if let Some(object) = result.as_object_mut() {
+                let meta = object.entry("_meta").or_insert_with(|| json!({}));
+                if let Some(meta) = meta.as_object_mut() {
+                    meta.insert(META_RELATED_TASK.to_owned(), related);
+                }
+            }
+            Ok(result)
+        }
+        (TaskStatus::Failed, None) => {
+            let error = task_error(task);
+            let mut data = error.data.clone().unwrap_or_else(|| json!({}));
+            if let Some(object) = data.as_object_mut() {
+                object.insert("_meta".to_owned(), json!({META_RELATED_TASK: related}));
+            }
+            Err(failure_of(&RpcError { data: Some(data), ..error }))
+        }
+        (TaskStatus::Cancelled, _) => Err(RpcFailure::new(
+            ErrorCode::INVALID_REQUEST,
+            format!("Task `{}` was cancelled and has no result", task.task_id),
+            Some(json!({"_meta": {META_RELATED_TASK: related}})),
+        )),
+        (status, _) => Err(RpcFailure::internal(format!("task is {status} without a result"))),
+    }
+}
+
+/// Follows a task until it is terminal: relays its progress as `notifications/progress` (when the
+/// client gave a token), then yields `finish(task)`. Subscribes before it reads, so no event falls
+/// between the read and the wait, and re-reads every few seconds because pub/sub may drop one.
+fn follow_task<F>(
+    state: Arc<AppState>,
+    task_id: String,
+    owner: String,
+    progress_token: Option<Value>,
+    deadline: Duration,
+    finish: F,
+) -> ReplyStream
+where
+    F: FnOnce(TaskRecord) -> Result<Value, RpcFailure> + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel(64);
+    tokio::spawn(async move {
+        let outcome = wait_terminal(&state, &task_id, &owner, progress_token.as_ref(), deadline, &tx).await;
+        let _ = tx.send(StreamItem::Done(outcome.and_then(finish))).await;
+    });
+    ReceiverStream::new(rx).boxed()
+}
+
+async fn wait_terminal(
+    state: &AppState,
+    task_id: &str,
+    owner: &str,
+    progress_token: Option<&Value>,
+    deadline: Duration,
+    tx: &mpsc::Sender<StreamItem>,
+) -> Result<TaskRecord, RpcFailure> {
+    let give_up = Instant::now() + deadline;
+    loop {
+        let mut events = state.store.subscribe_task(task_id).await?;
+        let read = |task: Option<TaskRecord>| match task {
+            Some(t) if t.owner == owner => Ok(t),
+            _ => Err(task_not_found(task_id)),
+        };
+        let task = read(state.store.get_task(task_id).await?)?;
+        if task.status.is_terminal() {
+            return Ok(task);
+        }
+        loop {
+            tokio::select! {
+                event = events.recv() => match event {
+                    Some(TaskEvent::Progress { progress, total, message }) => {
+                        if let Some(token) = progress_token {
+                            let mut params = json!({"progressToken": token, "progress": progress});
+                            if let Some(total) = total { params["total"] = json!(total); }
+                            if let Some(message) = message { params["message"] = json!(message); }
+                            let _ = tx.send(StreamItem::Notification(rpc::notification("notifications/progress", params))).await;
+                        }
+                    }
+                    Some(TaskEvent::Status { status, .. }) if status.is_terminal() => {
+                        return read(state.store.get_task(task_id).await?);
+                    }
+                    Some(TaskEvent::Status { .. }) => {}
+                    // The subscription dropped (Redis restarted?): subscribe again and re-read.
+                    None => break,
+                },
+                () = tokio::time::sleep(RECHECK) => {
+                    let task = read(state.store.get_task(task_id).await?)?;
+                    if task.status.is_terminal() {
+                        return Ok(task);
+                    }
+                }
+                () = tokio::time::sleep_until(give_up) => {
+                    return Err(RpcFailure::internal(format!(
+                        "Task `{task_id}` is still running after {deadline:?}; it goes on, ask again later"
+                    )));
+                }
+                () = tx.closed() => {
+                    return Err(RpcFailure::internal("the client went away"));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmcp::model::ProtocolVersion;
+
+    #[test]
+    fn initialize_negotiates_a_known_version() {
+        let r = initialize(&json!({"protocolVersion": "2025-06-18"}));
+        assert_eq!(r["protocolVersion"], "2025-06-18");
+        let r = initialize(&json!({"protocolVersion": "1999-01-01"}));
+        assert_eq!(r["protocolVersion"], "2025-11-25");
+        assert!(r["capabilities"]["tasks"]["requests"]["tools"]["call"].is_object());
+        // The shape is rmcp's InitializeResult plus the 2025-11-25 tasks capability.
+        serde_json::from_value::<rmcp::model::InitializeResult>(r).expect("an InitializeResult");
+    }
+
+    #[test]
+    fn discover_is_an_rmcp_discover_result() {
+        let d: rmcp::model::DiscoverResult = serde_json::from_value(discover()).expect("a DiscoverResult");
+        assert!(d.supported_versions.contains(&ProtocolVersion::V_2026_07_28));
+        assert!(d.capabilities.extensions.expect("extensions").contains_key(TASKS_EXTENSION_ID));
+    }
+
+    #[test]
+    fn a_tool_error_in_task_result_keeps_the_result_and_tags_the_task() {
+        let mut task = crate::wire::tests_support::record(TaskStatus::Failed);
+        task.result = Some(json!({"content": [{"type": "text", "text": "boom"}], "isError": true}));
+        let r = task_result_payload(&task).expect("a result");
+        assert_eq!(r["isError"], true);
+        assert_eq!(r["_meta"][META_RELATED_TASK]["taskId"], task.task_id);
+    }
+}

@@ -1,0 +1,375 @@
+//! Streamable HTTP at `/mcp`, plus `/healthz` and `/readyz`. This module owns everything that is
+//! about HTTP: Host and Origin checks, content negotiation, body limits, the MCP request headers,
+//! and turning a handler's reply into a JSON body or an SSE stream.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use base64::Engine;
+use futures::StreamExt;
+use rmcp::model::ErrorCode;
+use serde_json::Value;
+
+use crate::dispatch::{self, Reply, RequestCtx, StreamItem};
+use crate::rpc::{self, RpcFailure};
+use crate::state::AppState;
+use crate::wire::Wire;
+
+/// The router of a gateway. Built by a plain function so tests can drive it without a socket.
+pub fn router(state: Arc<AppState>) -> Router {
+    let limit = state.config.max_body_bytes;
+    Router::new()
+        .route("/mcp", get(get_mcp).post(post_mcp).delete(delete_mcp))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(state)
+}
+
+async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+    match state.store.ping().await {
+        Ok(()) => (StatusCode::OK, "ready").into_response(),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {e}")).into_response(),
+    }
+}
+
+/// A stateless server offers no standalone SSE stream: every message belongs to a request.
+async fn get_mcp(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if let Err(r) = check_origin(&state, &headers) {
+        return r;
+    }
+    (
+        StatusCode::METHOD_NOT_ALLOWED,
+        [(header::ALLOW, "POST")],
+        "Conveyor's gateway is stateless: POST JSON-RPC requests to /mcp; server messages arrive on each request's own stream.",
+    )
+        .into_response()
+}
+
+async fn delete_mcp(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if let Err(r) = check_origin(&state, &headers) {
+        return r;
+    }
+    (
+        StatusCode::METHOD_NOT_ALLOWED,
+        [(header::ALLOW, "POST")],
+        "Conveyor's gateway keeps no sessions to delete.",
+    )
+        .into_response()
+}
+
+async fn post_mcp(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Response {
+    if let Err(r) = check_origin(&state, &headers) {
+        return r;
+    }
+    let body = match body {
+        Ok(b) => b,
+        Err(rejection) => {
+            let status = rejection.status();
+            let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
+                format!("request body exceeds the limit of {} bytes", state.config.max_body_bytes)
+            } else {
+                rejection.body_text()
+            };
+            return failure_response(&Value::Null, RpcFailure::invalid_request(message).with_status(status));
+        }
+    };
+    if !content_type_is_json(&headers) {
+        return failure_response(
+            &Value::Null,
+            RpcFailure::invalid_request("Content-Type must be application/json")
+                .with_status(StatusCode::UNSUPPORTED_MEDIA_TYPE),
+        );
+    }
+    let accepts = Accepts::from(&headers);
+    if !accepts.json && !accepts.sse {
+        return failure_response(
+            &Value::Null,
+            RpcFailure::invalid_request("Accept must include application/json and text/event-stream")
+                .with_status(StatusCode::NOT_ACCEPTABLE),
+        );
+    }
+    let message: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => {
+            return failure_response(&Value::Null, RpcFailure::parse_error(format!("Parse error: {e}")));
+        }
+    };
+    let Some(object) = message.as_object() else {
+        let what = if message.is_array() {
+            "batches are not supported; send one message per request"
+        } else {
+            "a JSON-RPC message must be an object"
+        };
+        return failure_response(
+            &Value::Null,
+            RpcFailure::invalid_request(format!("Invalid Request: {what}")),
+        );
+    };
+    let id = object.get("id").cloned();
+    if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return failure_response(
+            &id.unwrap_or(Value::Null),
+            RpcFailure::invalid_request("Invalid Request: `jsonrpc` must be \"2.0\""),
+        );
+    }
+    let Some(method) = object.get("method").and_then(Value::as_str) else {
+        // A response or error from the client: nothing in Conveyor asks the client anything yet.
+        if id.is_some() && (object.contains_key("result") || object.contains_key("error")) {
+            return StatusCode::ACCEPTED.into_response();
+        }
+        return failure_response(
+            &id.unwrap_or(Value::Null),
+            RpcFailure::invalid_request("Invalid Request: `method` must be a string"),
+        );
+    };
+    let params = object.get("params").cloned().unwrap_or(Value::Null);
+    if !(params.is_null() || params.is_object()) {
+        return failure_response(
+            &id.unwrap_or(Value::Null),
+            RpcFailure::invalid_request("Invalid Request: `params` must be an object"),
+        );
+    }
+    let Some(id) = id else {
+        // Notifications need no answer; a stateless server has nothing to update for them.
+        return StatusCode::ACCEPTED.into_response();
+    };
+    if !(id.is_string() || id.is_i64() || id.is_u64()) {
+        return failure_response(
+            &Value::Null,
+            RpcFailure::invalid_request("Invalid Request: `id` must be a string or an integer"),
+        );
+    }
+    let wire = match Wire::detect(method, &params, &headers) {
+        Ok(w) => w,
+        Err(f) => return failure_response(&id, f),
+    };
+    if wire == Wire::V2026 {
+        if let Err(reason) = check_standard_headers(&headers, method, &params) {
+            return failure_response(
+                &id,
+                RpcFailure::new(ErrorCode::HEADER_MISMATCH, format!("Header mismatch: {reason}"), None)
+                    .with_status(StatusCode::BAD_REQUEST),
+            );
+        }
+    }
+    let ctx = RequestCtx {
+        id: id.clone(),
+        method: method.to_owned(),
+        params,
+        wire,
+        accepts_sse: accepts.sse,
+        owner: principal(&headers),
+        traceparent: traceparent(&headers, object),
+    };
+    match dispatch::handle(state, ctx).await {
+        Ok(Reply::Result(result)) => json_response(StatusCode::OK, rpc::response(&id, result)),
+        Ok(Reply::Stream(stream)) => sse_response(id, stream),
+        Err(failure) => failure_response(&id, failure),
+    }
+}
+
+fn json_response(status: StatusCode, body: Value) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+}
+
+fn failure_response(id: &Value, failure: RpcFailure) -> Response {
+    json_response(failure.http_status, rpc::error_response(id, &failure.error))
+}
+
+fn sse_response(id: Value, stream: dispatch::ReplyStream) -> Response {
+    let events = stream.map(move |item| {
+        let message = match item {
+            StreamItem::Notification(n) => n,
+            StreamItem::Done(Ok(result)) => rpc::response(&id, result),
+            StreamItem::Done(Err(failure)) => rpc::error_response(&id, &failure.error),
+        };
+        Ok::<_, Infallible>(Event::default().event("message").data(message.to_string()))
+    });
+    Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response()
+}
+
+struct Accepts {
+    json: bool,
+    sse: bool,
+}
+
+impl From<&HeaderMap> for Accepts {
+    fn from(headers: &HeaderMap) -> Self {
+        let mut accepts = Accepts { json: false, sse: false };
+        let values = headers.get_all(header::ACCEPT);
+        if values.iter().next().is_none() {
+            // No Accept header means anything goes.
+            return Accepts { json: true, sse: true };
+        }
+        for value in values.iter().filter_map(|v| v.to_str().ok()) {
+            for item in value.split(',') {
+                let mime = item.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+                match mime.as_str() {
+                    "application/json" | "application/*" => accepts.json = true,
+                    "text/event-stream" | "text/*" => accepts.sse = true,
+                    "*/*" => {
+                        accepts.json = true;
+                        accepts.sse = true;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        accepts
+    }
+}
+
+fn content_type_is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.split(';').next().unwrap_or("").trim().eq_ignore_ascii_case("application/json"))
+        .unwrap_or(false)
+}
+
+/// DNS-rebinding protection: the Host must be one this gateway serves, and a browser's Origin
+/// must point at such a host too.
+#[allow(clippy::result_large_err)] // the error is a ready response; this runs once per request
+fn check_origin(state: &AppState, headers: &HeaderMap) -> Result<(), Response> {
+    let allowed = &state.http.allowed_hosts;
+    if allowed.iter().any(|h| h == "*") {
+        return Ok(());
+    }
+    let host_allowed = |authority: &str| {
+        let host = strip_port(authority);
+        allowed.iter().any(|a| a.eq_ignore_ascii_case(host))
+    };
+    if let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) {
+        if !host_allowed(host) {
+            return Err(forbidden(&format!(
+                "Host `{host}` is not served here; set CONVEYOR_ALLOWED_HOSTS to allow it"
+            )));
+        }
+    }
+    if let Some(origin) = headers.get(header::ORIGIN).and_then(|h| h.to_str().ok()) {
+        let authority = origin.split_once("://").map(|(_, rest)| rest).unwrap_or(origin);
+        let authority = authority.split('/').next().unwrap_or("");
+        if origin == "null" || !host_allowed(authority) {
+            return Err(forbidden(&format!(
+                "Origin `{origin}` is not allowed; set CONVEYOR_ALLOWED_HOSTS to allow it"
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn forbidden(message: &str) -> Response {
+    failure_response(&Value::Null, RpcFailure::invalid_request(message).with_status(StatusCode::FORBIDDEN))
+}
+
+/// `host:port`, `[v6]:port` or a bare host, without the port.
+fn strip_port(authority: &str) -> &str {
+    if let Some(rest) = authority.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or(rest);
+    }
+    match authority.rsplit_once(':') {
+        Some((host, port)) if port.chars().all(|c| c.is_ascii_digit()) => host,
+        _ => authority,
+    }
+}
+
+/// SEP-2243: `Mcp-Method` on every request, `Mcp-Name` on `tools/call` (tool name) and `tasks/*`
+/// (task id), each equal to what the body says.
+fn check_standard_headers(headers: &HeaderMap, method: &str, params: &Value) -> Result<(), String> {
+    let single = |name: &str| -> Result<Option<String>, String> {
+        let mut values = headers.get_all(name).iter();
+        let Some(first) = values.next() else { return Ok(None) };
+        if values.next().is_some() {
+            return Err(format!("duplicate {name} header"));
+        }
+        first
+            .to_str()
+            .map(|s| Some(s.to_owned()))
+            .map_err(|_| format!("{name} header contains invalid characters"))
+    };
+    match single("mcp-method")? {
+        None => return Err("missing required Mcp-Method header".to_owned()),
+        Some(value) if value != method => {
+            return Err(format!("Mcp-Method header `{value}` does not match body method `{method}`"));
+        }
+        Some(_) => {}
+    }
+    let expected = match method {
+        "tools/call" | "prompts/get" => params.get("name").and_then(Value::as_str),
+        "resources/read" => params.get("uri").and_then(Value::as_str),
+        m if m.starts_with("tasks/") => params.get("taskId").and_then(Value::as_str),
+        _ => None,
+    };
+    if let Some(expected) = expected {
+        match single("mcp-name")? {
+            None => return Err(format!("missing required Mcp-Name header for `{method}`")),
+            Some(raw) => {
+                let decoded = decode_header_value(&raw).ok_or("Mcp-Name header is not valid Base64")?;
+                if decoded != expected {
+                    return Err(format!(
+                        "Mcp-Name header `{decoded}` does not match body value `{expected}`"
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Header values that are not plain ASCII travel as `=?base64?<data>?=`.
+fn decode_header_value(raw: &str) -> Option<String> {
+    match raw.strip_prefix("=?base64?").and_then(|r| r.strip_suffix("?=")) {
+        Some(encoded) => {
+            let bytes = base64::engine::general_purpose::STANDARD.decode(encoded).ok()?;
+            String::from_utf8(bytes).ok()
+        }
+        None => Some(raw.to_owned()),
+    }
+}
+
+/// Who is asking. Tasks are bound to it: other principals get "not found".
+fn principal(_headers: &HeaderMap) -> String {
+    "anonymous".to_owned()
+}
+
+/// W3C trace context: `_meta.traceparent` (SEP-414) first, then the HTTP header.
+fn traceparent(headers: &HeaderMap, message: &serde_json::Map<String, Value>) -> Option<String> {
+    message
+        .get("params")
+        .and_then(|p| p.pointer("/_meta/traceparent"))
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .or_else(|| headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_are_stripped_from_hosts() {
+        assert_eq!(strip_port("localhost:8080"), "localhost");
+        assert_eq!(strip_port("[::1]:8080"), "::1");
+        assert_eq!(strip_port("127.0.0.1"), "127.0.0.1");
+    }
+
+    #[test]
+    fn base64_header_values_decode() {
+        assert_eq!(decode_header_value("=?base64?aMOpbGxv?=").as_deref(), Some("héllo"));
+        assert_eq!(decode_header_value("plain").as_deref(), Some("plain"));
+        assert_eq!(decode_header_value("=?base64?***?="), None);
+    }
+}

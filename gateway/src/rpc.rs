@@ -1,0 +1,72 @@
+//! JSON-RPC envelopes and the one error type every handler returns.
+
+use axum::http::StatusCode;
+use rmcp::model::{ErrorCode, ErrorData};
+use serde_json::{Value, json};
+
+/// A failed request: the JSON-RPC error to send, and the HTTP status to send it with.
+#[derive(Debug, Clone)]
+pub struct RpcFailure {
+    pub error: ErrorData,
+    pub http_status: StatusCode,
+}
+
+impl RpcFailure {
+    pub fn new(code: ErrorCode, message: impl Into<String>, data: Option<Value>) -> Self {
+        Self { error: ErrorData::new(code, message.into(), data), http_status: StatusCode::OK }
+    }
+
+    pub fn invalid_params(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::INVALID_PARAMS, message, None)
+    }
+
+    pub fn method_not_found(method: &str) -> Self {
+        Self::new(ErrorCode::METHOD_NOT_FOUND, format!("Method not found: {method}"), None)
+    }
+
+    pub fn invalid_request(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::INVALID_REQUEST, message, None).with_status(StatusCode::BAD_REQUEST)
+    }
+
+    pub fn parse_error(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::PARSE_ERROR, message, None).with_status(StatusCode::BAD_REQUEST)
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::INTERNAL_ERROR, message, None)
+    }
+
+    pub fn with_status(mut self, status: StatusCode) -> Self {
+        self.http_status = status;
+        self
+    }
+
+    pub fn with_data(mut self, data: Value) -> Self {
+        self.error.data = Some(data);
+        self
+    }
+}
+
+impl From<conveyor_shared::StoreError> for RpcFailure {
+    fn from(e: conveyor_shared::StoreError) -> Self {
+        tracing::warn!(error = %e, "store operation failed");
+        // Redis trouble is the server's, not the client's; say so plainly and let clients retry.
+        Self::internal(format!("Conveyor cannot reach its task store right now: {e}"))
+            .with_status(StatusCode::SERVICE_UNAVAILABLE)
+    }
+}
+
+/// A JSON-RPC response carrying `result`.
+pub fn response(id: &Value, result: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "result": result})
+}
+
+/// A JSON-RPC error response.
+pub fn error_response(id: &Value, error: &ErrorData) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "error": error})
+}
+
+/// A JSON-RPC notification.
+pub fn notification(method: &str, params: Value) -> Value {
+    json!({"jsonrpc": "2.0", "method": method, "params": params})
+}

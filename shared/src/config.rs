@@ -1,0 +1,60 @@
+//! Settings shared by gateways and workers. The `conveyor` binary fills them from flags and the
+//! environment; tests build them directly.
+
+use std::time::Duration;
+
+/// Default Redis address when `REDIS_URL` is not set.
+pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `REDIS_URL`.
+    pub redis_url: String,
+    /// TTL applied to a task whose client asks for none (`CONVEYOR_TASK_TTL_MS`).
+    pub task_ttl_default_ms: u64,
+    /// Largest TTL a client may ask for; larger requests are capped (`CONVEYOR_TASK_TTL_MAX_MS`).
+    pub task_ttl_max_ms: u64,
+    /// Poll interval suggested to clients (`CONVEYOR_POLL_INTERVAL_MS`).
+    pub poll_interval_ms: u64,
+    /// Largest accepted request body (`CONVEYOR_MAX_BODY_BYTES`).
+    pub max_body_bytes: usize,
+    /// How long any one Redis operation may take before it fails (`CONVEYOR_REDIS_TIMEOUT_MS`).
+    pub redis_timeout: Duration,
+    /// How long a synchronous `tools/call` waits for its worker (`CONVEYOR_SYNC_TIMEOUT_MS`).
+    pub sync_call_timeout: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            redis_url: DEFAULT_REDIS_URL.to_owned(),
+            task_ttl_default_ms: 60 * 60 * 1000,
+            task_ttl_max_ms: 24 * 60 * 60 * 1000,
+            poll_interval_ms: 1000,
+            max_body_bytes: 4 * 1024 * 1024,
+            redis_timeout: Duration::from_secs(3),
+            sync_call_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+impl Config {
+    /// The TTL to apply for a requested one: the default when none, capped at the maximum.
+    pub fn applied_ttl_ms(&self, requested: Option<u64>) -> u64 {
+        requested.unwrap_or(self.task_ttl_default_ms).clamp(1, self.task_ttl_max_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttl_defaults_and_caps() {
+        let config = Config { task_ttl_default_ms: 100, task_ttl_max_ms: 1000, ..Config::default() };
+        assert_eq!(config.applied_ttl_ms(None), 100);
+        assert_eq!(config.applied_ttl_ms(Some(500)), 500);
+        assert_eq!(config.applied_ttl_ms(Some(5000)), 1000);
+        assert_eq!(config.applied_ttl_ms(Some(0)), 1);
+    }
+}

@@ -1,0 +1,61 @@
+//! Every Redis key and channel name Conveyor uses, and nothing else.
+//!
+//! Keys that belong to one task carry the hash tag `{<taskId>}` so that a later move to Redis Cluster
+//! keeps each task's keys in one slot and every per-task script stays single-slot.
+
+/// Prefix of every key, so that Conveyor can share a Redis database with other software.
+pub const PREFIX: &str = "cv";
+
+/// The stream that holds runnable nodes. Workers read it through [`WORK_GROUP`].
+pub const WORK_STREAM: &str = "cv:work";
+
+/// The consumer group of all workers on [`WORK_STREAM`].
+pub const WORK_GROUP: &str = "workers";
+
+/// Channel on which `tasks/cancel` announces a cancelled task id to every worker.
+pub const CANCEL_CHANNEL: &str = "cv:cancel";
+
+/// Hash of tool name to tool definition (JSON), written by workers, read by gateways.
+pub const TOOLS: &str = "cv:tools";
+
+/// Hash of a task: status, timestamps, TTL, owner, tool, arguments, result or error.
+pub fn task(task_id: &str) -> String {
+    format!("{PREFIX}:{{{task_id}}}:task")
+}
+
+/// Hash of a task's nodes, with fields `<nodeId>:<field>` (status, attempt, tool, args, ...).
+pub fn nodes(task_id: &str) -> String {
+    format!("{PREFIX}:{{{task_id}}}:nodes")
+}
+
+/// Channel for a task's progress and status events.
+pub fn events(task_id: &str) -> String {
+    format!("{PREFIX}:{{{task_id}}}:events")
+}
+
+/// Sorted set of an owner's task ids, scored by creation time in milliseconds.
+pub fn owner_tasks(owner: &str) -> String {
+    format!("{PREFIX}:owner:{owner}:tasks")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_keys_share_one_hash_tag() {
+        let id = "0123abcd";
+        for key in [task(id), nodes(id), events(id)] {
+            assert!(key.contains("{0123abcd}"), "{key} lacks the task's hash tag");
+        }
+    }
+
+    #[test]
+    fn key_names_are_stable() {
+        // Gateways and workers of different builds meet in Redis: renaming a key is a migration.
+        assert_eq!(task("x"), "cv:{x}:task");
+        assert_eq!(nodes("x"), "cv:{x}:nodes");
+        assert_eq!(events("x"), "cv:{x}:events");
+        assert_eq!(owner_tasks("alice"), "cv:owner:alice:tasks");
+    }
+}

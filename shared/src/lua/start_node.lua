@@ -1,0 +1,28 @@
+-- start_node: a worker claims a queued node of a live task and starts its next attempt.
+--
+-- KEYS[1] task hash   KEYS[2] nodes hash
+-- ARGV[1] node id     ARGV[2] now (ms)     ARGV[3] worker name
+-- Returns {"run", attempt, tool, arguments, progressToken} when the worker must run the node,
+-- or {"skip", reason} when it must acknowledge the entry without running it
+-- (task gone or no longer working, node not queued).
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status then
+  return {'skip', 'task no longer exists'}
+end
+if status ~= 'working' then
+  return {'skip', 'task is ' .. status}
+end
+local node = ARGV[1]
+local node_status = redis.call('HGET', KEYS[2], node .. ':status')
+if node_status ~= 'queued' then
+  return {'skip', 'node is ' .. tostring(node_status)}
+end
+local attempt = redis.call('HINCRBY', KEYS[2], node .. ':attempt', 1)
+redis.call('HSET', KEYS[2],
+  node .. ':status', 'running',
+  node .. ':startedAt', ARGV[2],
+  node .. ':worker', ARGV[3])
+redis.call('HSET', KEYS[1], 'updatedAt', ARGV[2])
+local fields = redis.call('HMGET', KEYS[2], node .. ':tool', node .. ':args')
+local token = redis.call('HGET', KEYS[1], 'progressToken') or ''
+return {'run', attempt, fields[1], fields[2], token}

@@ -1,0 +1,387 @@
+//! The task model as it lives in Redis, in shapes both gateway and worker agree on.
+//!
+//! The gateway turns these into the MCP wire shapes of the client's protocol revision; the worker
+//! never sees MCP types. Field names here are the field names of the Redis hashes.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The node id of a task that runs as a single tool call.
+pub const ROOT_NODE: &str = "root";
+
+/// A task's status; the same five values on both MCP revisions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskStatus {
+    Working,
+    InputRequired,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl TaskStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Working => "working",
+            Self::InputRequired => "input_required",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
+    /// Terminal statuses never change again.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
+    }
+}
+
+impl fmt::Display for TaskStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for TaskStatus {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "working" => Self::Working,
+            "input_required" => Self::InputRequired,
+            "completed" => Self::Completed,
+            "failed" => Self::Failed,
+            "cancelled" => Self::Cancelled,
+            other => return Err(format!("unknown task status {other:?}")),
+        })
+    }
+}
+
+/// Whether a task was asked for by the client (visible in `tasks/*`) or is the gateway's own
+/// vehicle for a synchronous `tools/call` (never listed, never shown to the client).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskMode {
+    Task,
+    Sync,
+}
+
+impl TaskMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Task => "task",
+            Self::Sync => "sync",
+        }
+    }
+}
+
+/// A JSON-RPC error produced by a tool (a protocol-level failure, not `isError: true`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RpcError {
+    pub code: i32,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+}
+
+/// One task as stored in its hash.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskRecord {
+    pub task_id: String,
+    pub status: TaskStatus,
+    pub status_message: Option<String>,
+    pub created_at_ms: u64,
+    pub updated_at_ms: u64,
+    pub ttl_ms: u64,
+    pub poll_interval_ms: u64,
+    pub owner: String,
+    pub tool: String,
+    pub arguments: Value,
+    /// The protocol revision the task was created on (`2025-11-25` or `2026-07-28`).
+    pub wire: String,
+    pub progress_token: Option<Value>,
+    pub traceparent: Option<String>,
+    pub progress: Option<f64>,
+    pub total: Option<f64>,
+    /// The `CallToolResult` (JSON object) of a completed task.
+    pub result: Option<Value>,
+    /// The JSON-RPC error of a failed task.
+    pub error: Option<RpcError>,
+    /// Pending input requests (JSON object) while the task is `input_required`.
+    pub input_requests: Option<Value>,
+}
+
+impl TaskRecord {
+    /// Parses the fields of a task hash; `None` when the hash is empty (no such task).
+    pub fn from_hash(task_id: &str, mut hash: HashMap<String, String>) -> Result<Option<Self>, String> {
+        if hash.is_empty() {
+            return Ok(None);
+        }
+        let mut take = |field: &str| hash.remove(field).filter(|v| !v.is_empty());
+        let status = take("status").ok_or("task hash has no status")?.parse::<TaskStatus>()?;
+        let number = |v: Option<String>, field: &str| -> Result<u64, String> {
+            v.ok_or_else(|| format!("task hash has no {field}"))?
+                .parse::<u64>()
+                .map_err(|e| format!("task field {field}: {e}"))
+        };
+        let json = |v: Option<String>, field: &str| -> Result<Option<Value>, String> {
+            v.map(|s| serde_json::from_str(&s).map_err(|e| format!("task field {field}: {e}"))).transpose()
+        };
+        let float = |v: Option<String>| v.and_then(|s| s.parse::<f64>().ok());
+        let status_message = take("statusMessage");
+        let created_at_ms = number(take("createdAt"), "createdAt")?;
+        let updated_at_ms = number(take("updatedAt"), "updatedAt")?;
+        let ttl_ms = number(take("ttlMs"), "ttlMs")?;
+        let poll_interval_ms = number(take("pollMs"), "pollMs")?;
+        let owner = take("owner").unwrap_or_default();
+        let tool = take("tool").unwrap_or_default();
+        let arguments = json(take("arguments"), "arguments")?.unwrap_or(Value::Null);
+        let wire = take("wire").unwrap_or_default();
+        let progress_token = json(take("progressToken"), "progressToken")?;
+        let traceparent = take("traceparent");
+        let progress = float(take("progress"));
+        let total = float(take("total"));
+        let result = json(take("result"), "result")?;
+        let error = json(take("error"), "error")?
+            .map(serde_json::from_value::<RpcError>)
+            .transpose()
+            .map_err(|e| format!("task field error: {e}"))?;
+        let input_requests = json(take("inputRequests"), "inputRequests")?;
+        Ok(Some(Self {
+            task_id: task_id.to_owned(),
+            status,
+            status_message,
+            created_at_ms,
+            updated_at_ms,
+            ttl_ms,
+            poll_interval_ms,
+            owner,
+            tool,
+            arguments,
+            wire,
+            progress_token,
+            traceparent,
+            progress,
+            total,
+            result,
+            error,
+            input_requests,
+        }))
+    }
+}
+
+/// One node of a task as stored in the task's nodes hash.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeRecord {
+    pub node_id: String,
+    pub status: String,
+    pub attempt: u32,
+    pub tool: String,
+    pub worker: Option<String>,
+    pub started_at_ms: Option<u64>,
+    pub finished_at_ms: Option<u64>,
+    pub error: Option<Value>,
+}
+
+impl NodeRecord {
+    /// Groups the `<nodeId>:<field>` entries of a nodes hash into nodes, ordered by id.
+    pub fn from_hash(hash: HashMap<String, String>) -> Vec<Self> {
+        let mut by_node: std::collections::BTreeMap<String, HashMap<String, String>> = Default::default();
+        for (key, value) in hash {
+            if let Some((node, field)) = key.rsplit_once(':') {
+                by_node.entry(node.to_owned()).or_default().insert(field.to_owned(), value);
+            }
+        }
+        by_node
+            .into_iter()
+            .map(|(node_id, mut f)| NodeRecord {
+                node_id,
+                status: f.remove("status").unwrap_or_default(),
+                attempt: f.get("attempt").and_then(|a| a.parse().ok()).unwrap_or(0),
+                tool: f.remove("tool").unwrap_or_default(),
+                worker: f.remove("worker"),
+                started_at_ms: f.get("startedAt").and_then(|v| v.parse().ok()),
+                finished_at_ms: f.get("finishedAt").and_then(|v| v.parse().ok()),
+                error: f.get("error").and_then(|v| serde_json::from_str(v).ok()),
+            })
+            .collect()
+    }
+}
+
+/// An event on a task's channel.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum TaskEvent {
+    Progress {
+        progress: f64,
+        #[serde(default)]
+        total: Option<f64>,
+        #[serde(default)]
+        message: Option<String>,
+    },
+    Status {
+        status: TaskStatus,
+        #[serde(default)]
+        message: Option<String>,
+    },
+}
+
+/// A runnable node, as carried by one entry of the work stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkItem {
+    pub entry_id: String,
+    pub task_id: String,
+    pub node_id: String,
+    /// W3C trace context of the request that created the task.
+    pub traceparent: Option<String>,
+}
+
+/// The definition of a tool as workers publish it and gateways list it: the MCP `Tool` object.
+pub type ToolDefinition = Value;
+
+/// A tool as a worker publishes it in Redis for gateways.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PublishedTool {
+    /// Where the tool stands in `tools/list`: the worker's registration order.
+    pub position: u32,
+    /// The MCP `Tool` object.
+    pub definition: ToolDefinition,
+    /// Client capabilities the tool needs (for example `{"sampling": {}}`); a 2026-07-28 client
+    /// that does not declare them gets `-32021` instead of a run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub required_client_capabilities: Option<Value>,
+}
+
+/// How a tool call ended, as the worker reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolOutcome {
+    /// A `CallToolResult` JSON object. With `isError: true` it still counts as a result.
+    Result(Value),
+    /// A protocol-level error: the task fails with this JSON-RPC error.
+    Error(RpcError),
+}
+
+/// Builders for `CallToolResult` JSON, so that tools need no MCP library.
+pub mod result {
+    use serde_json::{Value, json};
+
+    /// A result of one text item.
+    pub fn text(text: impl Into<String>) -> Value {
+        json!({"content": [{"type": "text", "text": text.into()}], "isError": false})
+    }
+
+    /// A tool-level failure the caller should read (`isError: true`).
+    pub fn error_text(text: impl Into<String>) -> Value {
+        json!({"content": [{"type": "text", "text": text.into()}], "isError": true})
+    }
+
+    /// A result with both text content and `structuredContent`.
+    pub fn structured(text: impl Into<String>, structured: Value) -> Value {
+        json!({
+            "content": [{"type": "text", "text": text.into()}],
+            "structuredContent": structured,
+            "isError": false
+        })
+    }
+
+    /// Whether a `CallToolResult` reports a tool-level error.
+    pub fn is_error(result: &Value) -> bool {
+        result.get("isError").and_then(Value::as_bool).unwrap_or(false)
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// RFC 3339 / ISO 8601 timestamp of a millisecond epoch time, as MCP's `createdAt` wants.
+pub fn iso8601(ms: u64) -> String {
+    let nanos = i128::from(ms) * 1_000_000;
+    time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
+        .ok()
+        .and_then(|t| {
+            t.format(time::macros::format_description!(
+                "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
+            ))
+            .ok()
+        })
+        .unwrap_or_else(|| "1970-01-01T00:00:00.000Z".to_owned())
+}
+
+/// A new task id: 128 random bits from the operating system's CSPRNG, as 32 hex digits.
+pub fn new_task_id() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_ids_are_128_bit_hex_and_distinct() {
+        let a = new_task_id();
+        let b = new_task_id();
+        assert_eq!(a.len(), 32);
+        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn iso8601_formats_epoch_millis() {
+        assert_eq!(iso8601(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(iso8601(1_767_225_600_123), "2026-01-01T00:00:00.123Z");
+    }
+
+    #[test]
+    fn status_round_trips_through_its_string() {
+        for s in [
+            TaskStatus::Working,
+            TaskStatus::InputRequired,
+            TaskStatus::Completed,
+            TaskStatus::Failed,
+            TaskStatus::Cancelled,
+        ] {
+            assert_eq!(s.as_str().parse::<TaskStatus>(), Ok(s));
+        }
+        assert!("done".parse::<TaskStatus>().is_err());
+    }
+
+    #[test]
+    fn events_have_a_stable_wire_shape() {
+        // Lua scripts publish these with cjson; the Rust side must read exactly that shape.
+        let progress: TaskEvent =
+            serde_json::from_str(r#"{"type":"progress","progress":2,"total":4,"message":"half"}"#)
+                .expect("valid progress event");
+        assert_eq!(
+            progress,
+            TaskEvent::Progress { progress: 2.0, total: Some(4.0), message: Some("half".into()) }
+        );
+        let status: TaskEvent =
+            serde_json::from_str(r#"{"type":"status","status":"cancelled","message":"x"}"#)
+                .expect("valid status event");
+        assert_eq!(status, TaskEvent::Status { status: TaskStatus::Cancelled, message: Some("x".into()) });
+    }
+
+    #[test]
+    fn node_records_group_fields_by_node() {
+        let hash = HashMap::from([
+            ("root:status".to_owned(), "running".to_owned()),
+            ("root:attempt".to_owned(), "2".to_owned()),
+            ("root:tool".to_owned(), "greet".to_owned()),
+        ]);
+        let nodes = NodeRecord::from_hash(hash);
+        assert_eq!(nodes.len(), 1);
+        assert_eq!(nodes[0].node_id, "root");
+        assert_eq!(nodes[0].attempt, 2);
+        assert_eq!(nodes[0].status, "running");
+    }
+}

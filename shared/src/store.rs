@@ -1,0 +1,687 @@
+//! [`Store`]: every Redis operation of Conveyor, typed, bounded by a timeout, and atomic where it
+//! changes state (each state change is one Lua script from [`crate::scripts`]).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::time::Duration;
+
+use deadpool_redis::{Manager, Pool, Runtime};
+use futures::StreamExt;
+use redis::AsyncCommands;
+use redis::streams::{StreamReadOptions, StreamReadReply};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::error::StoreError;
+use crate::keys;
+use crate::model::{
+    NodeRecord, PublishedTool, RpcError, TaskEvent, TaskMode, TaskRecord, ToolOutcome, WorkItem, now_ms,
+};
+use crate::scripts;
+
+/// Everything a new task is created with.
+#[derive(Debug, Clone)]
+pub struct NewTask {
+    pub task_id: String,
+    pub owner: String,
+    pub tool: String,
+    pub arguments: Value,
+    pub ttl_ms: u64,
+    pub poll_interval_ms: u64,
+    pub wire: String,
+    pub progress_token: Option<Value>,
+    pub traceparent: Option<String>,
+    pub mode: TaskMode,
+    pub status_message: String,
+    pub created_at_ms: u64,
+}
+
+impl NewTask {
+    /// The task as it stands right after creation, without reading it back.
+    pub fn record(&self) -> TaskRecord {
+        TaskRecord {
+            task_id: self.task_id.clone(),
+            status: crate::model::TaskStatus::Working,
+            status_message: Some(self.status_message.clone()),
+            created_at_ms: self.created_at_ms,
+            updated_at_ms: self.created_at_ms,
+            ttl_ms: self.ttl_ms,
+            poll_interval_ms: self.poll_interval_ms,
+            owner: self.owner.clone(),
+            tool: self.tool.clone(),
+            arguments: self.arguments.clone(),
+            wire: self.wire.clone(),
+            progress_token: self.progress_token.clone(),
+            traceparent: self.traceparent.clone(),
+            progress: None,
+            total: None,
+            result: None,
+            error: None,
+            input_requests: None,
+        }
+    }
+}
+
+/// How `tasks/update` found the task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AnswerOutcome {
+    /// Answers were recorded; this many requests are still pending.
+    Answered { remaining: u32 },
+    /// The task waits for no input (it has this status); nothing changed.
+    NotWaiting(String),
+    /// No such task for this owner.
+    Missing,
+}
+
+/// How `tasks/cancel` found the task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// This call moved the task to `cancelled`.
+    Cancelled,
+    /// The task was already terminal with this status; nothing changed.
+    AlreadyTerminal(String),
+    /// No such task for this owner.
+    Missing,
+}
+
+/// What a worker must do with a work item it read.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StartOutcome {
+    Run {
+        attempt: u32,
+        tool: String,
+        arguments: Value,
+        progress_token: Option<Value>,
+    },
+    /// Acknowledge the entry without running it, for the given reason.
+    Skip(String),
+}
+
+/// How a completion was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompleteOutcome {
+    /// The task settled with this node's outcome.
+    Settled,
+    /// The node was recorded, but the task had already ended (cancelled); the output is dropped.
+    TaskAlreadyTerminal,
+    /// The attempt was stale (the node was retried or settled meanwhile); nothing was written.
+    Stale,
+}
+
+/// A page of tasks and the cursor of the next one.
+#[derive(Debug, Clone)]
+pub struct TaskPage {
+    pub tasks: Vec<TaskRecord>,
+    pub next_cursor: Option<String>,
+}
+
+/// Conveyor's view of Redis. Cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    pool: Pool,
+    client: redis::Client,
+    timeout: Duration,
+}
+
+impl Store {
+    /// Builds a store for `url`. Connections are made on first use, so this succeeds while Redis
+    /// is down; every operation then fails within `timeout` until it is back.
+    pub fn new(url: &str, timeout: Duration) -> Result<Self, StoreError> {
+        let connection = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout));
+        let manager = Manager::new_with_config(url, connection)
+            .map_err(|e| StoreError::Unavailable(format!("invalid REDIS_URL {url:?}: {e}")))?;
+        let pool = Pool::builder(manager)
+            .max_size(64)
+            .wait_timeout(Some(timeout))
+            .create_timeout(Some(timeout))
+            .recycle_timeout(Some(timeout))
+            .runtime(Runtime::Tokio1)
+            .build()
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        let client = redis::Client::open(url)
+            .map_err(|e| StoreError::Unavailable(format!("invalid REDIS_URL {url:?}: {e}")))?;
+        Ok(Self { pool, client, timeout })
+    }
+
+    /// Runs one operation on a pooled connection, failing after the store's timeout.
+    async fn with_conn<T, F, Fut>(&self, op: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(deadpool_redis::Connection) -> Fut,
+        Fut: Future<Output = Result<T, redis::RedisError>>,
+    {
+        let work = async {
+            let conn = self.pool.get().await?;
+            op(conn).await.map_err(StoreError::from)
+        };
+        tokio::time::timeout(self.timeout, work).await.map_err(|_| StoreError::Timeout(self.timeout))?
+    }
+
+    /// Whether Redis answers.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        self.with_conn(|mut c| async move { redis::cmd("PING").query_async::<()>(&mut c).await }).await
+    }
+
+    /// Writes a task and its node and enqueues the node, in one script. Returns `false` when the
+    /// id is already taken (nothing written).
+    pub async fn create_task(
+        &self,
+        new: &NewTask,
+        owner_index_retention_ms: u64,
+    ) -> Result<bool, StoreError> {
+        let id = &new.task_id;
+        let mut invocation = scripts::CREATE_TASK.prepare_invoke();
+        invocation
+            .key(keys::task(id))
+            .key(keys::nodes(id))
+            .key(keys::owner_tasks(&new.owner))
+            .key(keys::WORK_STREAM)
+            .arg(id)
+            .arg(crate::model::ROOT_NODE)
+            .arg(new.created_at_ms)
+            .arg(&new.owner)
+            .arg(&new.tool)
+            .arg(new.arguments.to_string())
+            .arg(new.ttl_ms)
+            .arg(new.poll_interval_ms)
+            .arg(&new.wire)
+            .arg(new.progress_token.as_ref().map(Value::to_string).unwrap_or_default())
+            .arg(new.traceparent.clone().unwrap_or_default())
+            .arg(new.mode.as_str())
+            .arg(if new.mode == TaskMode::Task { "1" } else { "0" })
+            .arg(&new.status_message)
+            .arg(owner_index_retention_ms);
+        let created: i64 =
+            self.with_conn(|mut c| async move { invocation.invoke_async(&mut c).await }).await?;
+        Ok(created == 1)
+    }
+
+    /// Reads a task; `None` when it does not exist (never created, or expired).
+    pub async fn get_task(&self, task_id: &str) -> Result<Option<TaskRecord>, StoreError> {
+        let key = keys::task(task_id);
+        let hash: HashMap<String, String> =
+            self.with_conn(|mut c| async move { c.hgetall(key).await }).await?;
+        TaskRecord::from_hash(task_id, hash).map_err(StoreError::Corrupt)
+    }
+
+    /// Reads a task's nodes, ordered by node id.
+    pub async fn get_nodes(&self, task_id: &str) -> Result<Vec<NodeRecord>, StoreError> {
+        let key = keys::nodes(task_id);
+        let hash: HashMap<String, String> =
+            self.with_conn(|mut c| async move { c.hgetall(key).await }).await?;
+        Ok(NodeRecord::from_hash(hash))
+    }
+
+    /// One page of an owner's tasks, oldest first. The cursor is opaque to clients; an invalid one
+    /// is an error, not an empty page.
+    pub async fn list_tasks(
+        &self,
+        owner: &str,
+        cursor: Option<&str>,
+        page_size: usize,
+    ) -> Result<Result<TaskPage, String>, StoreError> {
+        let (after_score, after_id) = match cursor {
+            None => (0u64, String::new()),
+            Some(c) => match decode_cursor(c) {
+                Some(pos) => pos,
+                None => {
+                    return Ok(Err(format!("invalid cursor {c:?}: pass back a nextCursor from tasks/list")));
+                }
+            },
+        };
+        let index = keys::owner_tasks(owner);
+        // Equal scores are ordered by member, so skipping (score, id) <= the cursor is exact; the
+        // margin covers ids that share the cursor's millisecond.
+        let fetch = page_size + 64;
+        let index_key = index.clone();
+        let entries: Vec<(String, u64)> = self
+            .with_conn(|mut c| async move {
+                redis::cmd("ZRANGE")
+                    .arg(&index_key)
+                    .arg(after_score)
+                    .arg("+inf")
+                    .arg("BYSCORE")
+                    .arg("LIMIT")
+                    .arg(0)
+                    .arg(fetch)
+                    .arg("WITHSCORES")
+                    .query_async(&mut c)
+                    .await
+            })
+            .await?;
+        let mut tasks = Vec::with_capacity(page_size);
+        let mut expired = Vec::new();
+        let mut next_cursor = None;
+        let candidates: Vec<_> = entries
+            .into_iter()
+            .filter(|(id, score)| (*score, id.as_str()) > (after_score, after_id.as_str()))
+            .collect();
+        let more_in_index = candidates.len() > page_size;
+        for (id, score) in candidates {
+            if tasks.len() == page_size {
+                break;
+            }
+            match self.get_task(&id).await? {
+                Some(task) if task.owner == owner => tasks.push(task),
+                _ => expired.push(id.clone()),
+            }
+            if tasks.len() == page_size && more_in_index {
+                next_cursor = Some(encode_cursor(score, &id));
+            }
+        }
+        if !expired.is_empty() {
+            self.with_conn(|mut c| async move { c.zrem::<_, _, ()>(index, expired).await }).await?;
+        }
+        Ok(Ok(TaskPage { tasks, next_cursor }))
+    }
+
+    /// Cancels a live task (one script) and tells every worker. `owner` empty skips the owner check.
+    pub async fn cancel_task(
+        &self,
+        task_id: &str,
+        owner: &str,
+        message: &str,
+    ) -> Result<CancelOutcome, StoreError> {
+        let mut invocation = scripts::CANCEL_TASK.prepare_invoke();
+        invocation
+            .key(keys::task(task_id))
+            .key(keys::nodes(task_id))
+            .arg(task_id)
+            .arg(now_ms())
+            .arg(owner)
+            .arg(message)
+            .arg(keys::events(task_id))
+            .arg(keys::CANCEL_CHANNEL);
+        let reply: Vec<String> =
+            self.with_conn(|mut c| async move { invocation.invoke_async(&mut c).await }).await?;
+        Ok(match reply.first().map(String::as_str) {
+            Some("cancelled") => CancelOutcome::Cancelled,
+            Some("terminal") => CancelOutcome::AlreadyTerminal(reply.get(1).cloned().unwrap_or_default()),
+            _ => CancelOutcome::Missing,
+        })
+    }
+
+    /// Starts the next attempt of a queued node, if its task is still live.
+    pub async fn start_node(
+        &self,
+        task_id: &str,
+        node_id: &str,
+        worker: &str,
+    ) -> Result<StartOutcome, StoreError> {
+        let mut invocation = scripts::START_NODE.prepare_invoke();
+        invocation.key(keys::task(task_id)).key(keys::nodes(task_id)).arg(node_id).arg(now_ms()).arg(worker);
+        let reply: Vec<redis::Value> =
+            self.with_conn(|mut c| async move { invocation.invoke_async(&mut c).await }).await?;
+        let text = |i: usize| -> String {
+            reply.get(i).and_then(|v| redis::from_redis_value_ref::<String>(v).ok()).unwrap_or_default()
+        };
+        if text(0) != "run" {
+            return Ok(StartOutcome::Skip(text(1)));
+        }
+        let attempt = text(1).parse::<u32>().map_err(|e| StoreError::Corrupt(format!("attempt: {e}")))?;
+        let arguments = serde_json::from_str(&text(3))
+            .map_err(|e| StoreError::Corrupt(format!("node arguments: {e}")))?;
+        let token = text(4);
+        let progress_token = if token.is_empty() {
+            None
+        } else {
+            Some(
+                serde_json::from_str(&token)
+                    .map_err(|e| StoreError::Corrupt(format!("progress token: {e}")))?,
+            )
+        };
+        Ok(StartOutcome::Run { attempt, tool: text(2), arguments, progress_token })
+    }
+
+    /// Records progress of a running attempt. Returns `false` when refused (stale or not live).
+    pub async fn report_progress(
+        &self,
+        task_id: &str,
+        node_id: &str,
+        attempt: u32,
+        progress: f64,
+        total: Option<f64>,
+        message: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let mut invocation = scripts::REPORT_PROGRESS.prepare_invoke();
+        invocation
+            .key(keys::task(task_id))
+            .key(keys::nodes(task_id))
+            .arg(node_id)
+            .arg(attempt)
+            .arg(now_ms())
+            .arg(progress)
+            .arg(total.map(|t| t.to_string()).unwrap_or_default())
+            .arg(message.unwrap_or_default())
+            .arg(keys::events(task_id));
+        let taken: i64 = self.with_conn(|mut c| async move { invocation.invoke_async(&mut c).await }).await?;
+        Ok(taken == 1)
+    }
+
+    /// Settles an attempt with the tool's outcome, or as cancelled when `outcome` is `None`.
+    pub async fn complete_node(
+        &self,
+        task_id: &str,
+        node_id: &str,
+        attempt: u32,
+        outcome: Option<&ToolOutcome>,
+    ) -> Result<CompleteOutcome, StoreError> {
+        let is_error = matches!(outcome, Some(ToolOutcome::Result(r)) if crate::model::result::is_error(r));
+        let (node_status, task_status, field, payload, message) = match outcome {
+            Some(ToolOutcome::Result(result)) => {
+                let is_error = crate::model::result::is_error(result);
+                ("completed", "completed", "result", result.to_string(), completion_message(is_error))
+            }
+            Some(ToolOutcome::Error(error)) => (
+                "failed",
+                "failed",
+                "error",
+                serde_json::to_string(error).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+                format!("Failed: {}", error.message),
+            ),
+            None => ("cancelled", "cancelled", "error", "null".to_owned(), "Cancelled".to_owned()),
+        };
+        let mut invocation = scripts::COMPLETE_NODE.prepare_invoke();
+        invocation
+            .key(keys::task(task_id))
+            .key(keys::nodes(task_id))
+            .arg(node_id)
+            .arg(attempt)
+            .arg(now_ms())
+            .arg(node_status)
+            .arg(task_status)
+            .arg(field)
+            .arg(payload)
+            .arg(message)
+            .arg(keys::events(task_id))
+            .arg(if is_error { "1" } else { "0" });
+        let code: i64 = self.with_conn(|mut c| async move { invocation.invoke_async(&mut c).await }).await?;
+        Ok(match code {
+            1 => CompleteOutcome::Settled,
+            2 => CompleteOutcome::TaskAlreadyTerminal,
+            _ => CompleteOutcome::Stale,
+        })
+    }
+
+    /// Moves a running node's task to `input_required` with these requests. Returns `false` when
+    /// refused (task not working, or a stale attempt).
+    pub async fn request_input(
+        &self,
+        task_id: &str,
+        node_id: &str,
+        attempt: u32,
+        requests: &Value,
+        message: &str,
+    ) -> Result<bool, StoreError> {
+        let mut invocation = scripts::REQUEST_INPUT.prepare_invoke();
+        invocation
+            .key(keys::task(task_id))
+            .key(keys::nodes(task_id))
+            .arg(node_id)
+            .arg(attempt)
+            .arg(now_ms())
+            .arg(requests.to_string())
+            .arg(message)
+            .arg(keys::events(task_id));
+        let taken: i64 = self.with_conn(|mut c| async move { invocation.invoke_async(&mut c).await }).await?;
+        Ok(taken == 1)
+    }
+
+    /// Records a client's answers to a task's pending input requests (one script).
+    pub async fn answer_input(
+        &self,
+        task_id: &str,
+        owner: &str,
+        responses: &Value,
+    ) -> Result<AnswerOutcome, StoreError> {
+        let mut invocation = scripts::ANSWER_INPUT.prepare_invoke();
+        invocation
+            .key(keys::task(task_id))
+            .arg(responses.to_string())
+            .arg(now_ms())
+            .arg(owner)
+            .arg(keys::events(task_id));
+        let reply: Vec<String> =
+            self.with_conn(|mut c| async move { invocation.invoke_async(&mut c).await }).await?;
+        Ok(match reply.first().map(String::as_str) {
+            Some("answered") => {
+                AnswerOutcome::Answered { remaining: reply.get(1).and_then(|r| r.parse().ok()).unwrap_or(0) }
+            }
+            Some("not_waiting") => AnswerOutcome::NotWaiting(reply.get(1).cloned().unwrap_or_default()),
+            _ => AnswerOutcome::Missing,
+        })
+    }
+
+    /// The answers a task has received to its input requests (JSON object).
+    pub async fn input_responses(&self, task_id: &str) -> Result<Value, StoreError> {
+        let key = keys::task(task_id);
+        let raw: Option<String> =
+            self.with_conn(|mut c| async move { c.hget(key, "inputResponses").await }).await?;
+        Ok(raw.and_then(|r| serde_json::from_str(&r).ok()).unwrap_or_else(|| serde_json::json!({})))
+    }
+
+    /// Creates the workers' consumer group (and the stream) if they do not exist yet.
+    pub async fn ensure_work_group(&self) -> Result<(), StoreError> {
+        let result = self
+            .with_conn(|mut c| async move {
+                c.xgroup_create_mkstream::<_, _, _, ()>(keys::WORK_STREAM, keys::WORK_GROUP, "0").await
+            })
+            .await;
+        match result {
+            Err(StoreError::Unavailable(e)) if e.contains("BUSYGROUP") => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Opens a connection for blocking stream reads: it must not share the pool's response timeout.
+    pub async fn blocking_connection(&self) -> Result<redis::aio::MultiplexedConnection, StoreError> {
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.timeout))
+            .set_response_timeout(None);
+        let connect = self.client.get_multiplexed_async_connection_with_config(&config);
+        tokio::time::timeout(self.timeout, connect)
+            .await
+            .map_err(|_| StoreError::Timeout(self.timeout))?
+            .map_err(Into::into)
+    }
+
+    /// Reads up to `count` new work items for `consumer`, blocking up to `block` for the first.
+    pub async fn read_work(
+        conn: &mut redis::aio::MultiplexedConnection,
+        consumer: &str,
+        count: usize,
+        block: Duration,
+    ) -> Result<Vec<WorkItem>, StoreError> {
+        let options = StreamReadOptions::default()
+            .group(keys::WORK_GROUP, consumer)
+            .count(count)
+            .block(block.as_millis() as usize);
+        // The read blocks server-side for `block`; give the reply a margin beyond that.
+        let read =
+            conn.xread_options::<_, _, Option<StreamReadReply>>(&[keys::WORK_STREAM], &[">"], &options);
+        let reply = tokio::time::timeout(block + Duration::from_secs(5), read)
+            .await
+            .map_err(|_| StoreError::Timeout(block))??;
+        let mut items = Vec::new();
+        for stream in reply.map(|r| r.keys).unwrap_or_default() {
+            for entry in stream.ids {
+                let field = |name: &str| entry.get::<String>(name).filter(|v| !v.is_empty());
+                let (Some(task_id), Some(node_id)) = (field("task"), field("node")) else {
+                    tracing::warn!(entry = %entry.id, "work entry without task or node; acknowledging it");
+                    items.push(WorkItem {
+                        entry_id: entry.id.clone(),
+                        task_id: String::new(),
+                        node_id: String::new(),
+                        traceparent: None,
+                    });
+                    continue;
+                };
+                items.push(WorkItem {
+                    entry_id: entry.id.clone(),
+                    task_id,
+                    node_id,
+                    traceparent: field("traceparent"),
+                });
+            }
+        }
+        Ok(items)
+    }
+
+    /// Acknowledges a work entry so that it is never delivered again.
+    pub async fn ack(&self, entry_id: &str) -> Result<(), StoreError> {
+        let id = entry_id.to_owned();
+        self.with_conn(|mut c| async move {
+            c.xack::<_, _, _, ()>(keys::WORK_STREAM, keys::WORK_GROUP, &[id]).await
+        })
+        .await
+    }
+
+    /// Publishes this worker's tools for gateways to list.
+    pub async fn publish_tools(&self, tools: &[PublishedTool]) -> Result<(), StoreError> {
+        let entries: Vec<(String, String)> = tools
+            .iter()
+            .filter_map(|t| {
+                let name = t.definition.get("name")?.as_str()?.to_owned();
+                Some((name, serde_json::to_string(t).ok()?))
+            })
+            .collect();
+        if entries.is_empty() {
+            return Ok(());
+        }
+        self.with_conn(|mut c| async move { c.hset_multiple::<_, _, _, ()>(keys::TOOLS, &entries).await })
+            .await
+    }
+
+    /// All tools workers have published, in registration order (then by name).
+    pub async fn tools(&self) -> Result<Vec<PublishedTool>, StoreError> {
+        let hash: HashMap<String, String> =
+            self.with_conn(|mut c| async move { c.hgetall(keys::TOOLS).await }).await?;
+        let mut tools: Vec<(String, PublishedTool)> = hash
+            .into_iter()
+            .filter_map(|(name, json)| match serde_json::from_str(&json) {
+                Ok(tool) => Some((name, tool)),
+                Err(e) => {
+                    tracing::warn!(tool = %name, error = %e, "ignoring a published tool in an unknown shape");
+                    None
+                }
+            })
+            .collect();
+        tools.sort_by(|a, b| (a.1.position, &a.0).cmp(&(b.1.position, &b.0)));
+        Ok(tools.into_iter().map(|(_, t)| t).collect())
+    }
+
+    /// Subscribes to a task's events. The subscription is live when this returns, so a caller
+    /// that re-reads the task afterwards cannot miss an event that falls in between.
+    pub async fn subscribe_task(&self, task_id: &str) -> Result<mpsc::Receiver<TaskEvent>, StoreError> {
+        let mut messages = self.subscribe(&keys::events(task_id)).await?;
+        let (tx, rx) = mpsc::channel(64);
+        tokio::spawn(async move {
+            while let Some(payload) = messages.recv().await {
+                match serde_json::from_str::<TaskEvent>(&payload) {
+                    Ok(event) => {
+                        if tx.send(event).await.is_err() {
+                            break;
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "ignoring malformed task event"),
+                }
+            }
+        });
+        Ok(rx)
+    }
+
+    /// Subscribes to a channel on a dedicated connection; the receiver ends when the connection
+    /// drops, and dropping the receiver closes the connection.
+    pub async fn subscribe(&self, channel: &str) -> Result<mpsc::Receiver<String>, StoreError> {
+        let connect = async {
+            let mut pubsub = self.client.get_async_pubsub().await?;
+            pubsub.subscribe(channel).await?;
+            Ok::<_, redis::RedisError>(pubsub)
+        };
+        let pubsub = tokio::time::timeout(self.timeout, connect)
+            .await
+            .map_err(|_| StoreError::Timeout(self.timeout))??;
+        let (tx, rx) = mpsc::channel(256);
+        tokio::spawn(async move {
+            let mut stream = pubsub.into_on_message();
+            loop {
+                tokio::select! {
+                    message = stream.next() => {
+                        let Some(message) = message else { break };
+                        let Ok(payload) = message.get_payload::<String>() else { continue };
+                        if tx.send(payload).await.is_err() {
+                            break;
+                        }
+                    }
+                    () = tx.closed() => break,
+                }
+            }
+        });
+        Ok(rx)
+    }
+}
+
+fn completion_message(is_error: bool) -> String {
+    if is_error { "Completed: the tool reported an error".to_owned() } else { "Completed".to_owned() }
+}
+
+/// A task as JSON for a person or a script (the `conveyor tasks show` output).
+pub fn task_summary(task: &TaskRecord, nodes: &[NodeRecord]) -> Value {
+    serde_json::json!({
+        "taskId": task.task_id,
+        "status": task.status,
+        "statusMessage": task.status_message,
+        "tool": task.tool,
+        "owner": task.owner,
+        "createdAt": crate::model::iso8601(task.created_at_ms),
+        "lastUpdatedAt": crate::model::iso8601(task.updated_at_ms),
+        "ttlMs": task.ttl_ms,
+        "progress": task.progress,
+        "total": task.total,
+        "nodes": nodes,
+    })
+}
+
+/// The error a task failed with, for callers that need one even when none was stored.
+pub fn task_error(task: &TaskRecord) -> RpcError {
+    task.error.clone().unwrap_or_else(|| RpcError {
+        code: -32603,
+        message: task.status_message.clone().unwrap_or_else(|| "the task failed".to_owned()),
+        data: None,
+    })
+}
+
+fn encode_cursor(score: u64, id: &str) -> String {
+    use std::fmt::Write;
+    let raw = format!("{score}:{id}");
+    raw.bytes().fold(String::with_capacity(raw.len() * 2), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+fn decode_cursor(cursor: &str) -> Option<(u64, String)> {
+    if cursor.len() % 2 != 0 || cursor.len() > 256 {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> =
+        (0..cursor.len()).step_by(2).map(|i| u8::from_str_radix(cursor.get(i..i + 2)?, 16).ok()).collect();
+    let raw = String::from_utf8(bytes?).ok()?;
+    let (score, id) = raw.split_once(':')?;
+    Some((score.parse().ok()?, id.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_and_reject_garbage() {
+        let c = encode_cursor(1_700_000_000_123, "abc");
+        assert_eq!(decode_cursor(&c), Some((1_700_000_000_123, "abc".to_owned())));
+        assert_eq!(decode_cursor("zz"), None);
+        assert_eq!(decode_cursor("abc"), None);
+        assert_eq!(decode_cursor(""), None);
+    }
+}

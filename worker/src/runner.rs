@@ -1,0 +1,365 @@
+//! The consumer loop of one worker process.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use conveyor_shared::model::{RpcError, TaskStatus, ToolOutcome, WorkItem};
+use conveyor_shared::store::{CompleteOutcome, StartOutcome};
+use conveyor_shared::{Store, StoreError, keys};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::tool::{ToolContext, ToolRegistry};
+
+/// How a worker runs.
+#[derive(Debug, Clone)]
+pub struct WorkerOptions {
+    /// Consumer name in the group; unique per worker process.
+    pub name: String,
+    /// Nodes run at once.
+    pub concurrency: usize,
+    /// How long one stream read blocks waiting for work.
+    pub block: Duration,
+    /// How often a running node re-checks its task's status, in case a cancel message was lost.
+    pub status_recheck: Duration,
+    /// On shutdown, how long running nodes may take to finish before they are stopped.
+    pub shutdown_grace: Duration,
+}
+
+impl WorkerOptions {
+    pub fn new(concurrency: usize) -> Self {
+        Self {
+            name: format!("worker-{}", uuid::Uuid::new_v4().simple()),
+            concurrency: concurrency.max(1),
+            block: Duration::from_secs(2),
+            status_recheck: Duration::from_secs(1),
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+type RunningMap = HashMap<String, HashMap<u64, CancellationToken>>;
+
+/// Cancellation tokens of the nodes this worker runs, by task id, then by registration number.
+#[derive(Default, Clone)]
+struct Running {
+    map: Arc<Mutex<RunningMap>>,
+    next: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Running {
+    fn insert(&self, task_id: &str, token: CancellationToken) -> u64 {
+        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.lock().entry(task_id.to_owned()).or_default().insert(id, token);
+        id
+    }
+
+    fn remove(&self, task_id: &str, id: u64) {
+        let mut map = self.lock();
+        if let Some(tokens) = map.get_mut(task_id) {
+            tokens.remove(&id);
+            if tokens.is_empty() {
+                map.remove(task_id);
+            }
+        }
+    }
+
+    fn cancel(&self, task_id: &str) -> usize {
+        let map = self.lock();
+        let Some(tokens) = map.get(task_id) else { return 0 };
+        tokens.values().for_each(CancellationToken::cancel);
+        tokens.len()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, RunningMap> {
+        // Every operation on the map is a single call, so a panic elsewhere cannot leave it
+        // half-updated and a poisoned lock is safe to keep using.
+        self.map.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Runs a worker until `shutdown` fires: publishes the registry's tools, then consumes work.
+/// On shutdown it stops reading, lets running nodes finish within the grace period, then stops
+/// them; their entries stay pending for another worker.
+pub async fn run(
+    store: Store,
+    registry: Arc<ToolRegistry>,
+    options: WorkerOptions,
+    shutdown: CancellationToken,
+) -> Result<(), StoreError> {
+    let running = Running::default();
+    let stop_running = CancellationToken::new();
+    wait_for_redis(&store, &registry, &shutdown).await;
+    let listener = tokio::spawn(listen_for_cancels(store.clone(), running.clone(), shutdown.clone()));
+    let semaphore = Arc::new(Semaphore::new(options.concurrency));
+    let mut nodes = JoinSet::new();
+    let mut conn = None;
+    let mut backoff = Backoff::default();
+    tracing::info!(worker = %options.name, concurrency = options.concurrency, "worker started");
+
+    while !shutdown.is_cancelled() {
+        let first = tokio::select! {
+            permit = semaphore.clone().acquire_owned() => match permit {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+            () = shutdown.cancelled() => break,
+        };
+        let mut permits = vec![first];
+        while let Ok(p) = semaphore.clone().try_acquire_owned() {
+            permits.push(p);
+        }
+        if conn.is_none() {
+            match store.blocking_connection().await {
+                Ok(c) => conn = Some(c),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot reach Redis; retrying");
+                    backoff.wait(&shutdown).await;
+                    continue;
+                }
+            }
+        }
+        let Some(c) = conn.as_mut() else { continue };
+        let read = tokio::select! {
+            r = Store::read_work(c, &options.name, permits.len(), options.block) => r,
+            () = shutdown.cancelled() => break,
+        };
+        let items = match read {
+            Ok(items) => {
+                backoff.reset();
+                items
+            }
+            Err(e) => {
+                if e.to_string().contains("NOGROUP") {
+                    let _ = store.ensure_work_group().await;
+                } else {
+                    tracing::warn!(error = %e, "reading work failed; reconnecting");
+                    conn = None;
+                    backoff.wait(&shutdown).await;
+                }
+                continue;
+            }
+        };
+        for item in items {
+            let Some(permit) = permits.pop() else { break };
+            let job = NodeJob {
+                store: store.clone(),
+                registry: registry.clone(),
+                running: running.clone(),
+                worker: options.name.clone(),
+                recheck: options.status_recheck,
+                stop: stop_running.child_token(),
+            };
+            nodes.spawn(async move {
+                job.run(item).await;
+                drop(permit);
+            });
+        }
+        // Reap finished nodes so the set does not grow.
+        while nodes.try_join_next().is_some() {}
+    }
+
+    tracing::info!(worker = %options.name, running = nodes.len(), "worker stopping: no new work is read");
+    let drained =
+        tokio::time::timeout(options.shutdown_grace, async { while nodes.join_next().await.is_some() {} })
+            .await;
+    if drained.is_err() {
+        tracing::warn!(worker = %options.name, "grace period over: stopping running nodes; they stay pending for another worker");
+        stop_running.cancel();
+        while nodes.join_next().await.is_some() {}
+    }
+    listener.abort();
+    tracing::info!(worker = %options.name, "worker stopped");
+    Ok(())
+}
+
+/// Waits until Redis answers, then publishes the tools and makes sure the consumer group exists.
+async fn wait_for_redis(store: &Store, registry: &ToolRegistry, shutdown: &CancellationToken) {
+    let mut backoff = Backoff::default();
+    while !shutdown.is_cancelled() {
+        let ready = async {
+            store.ensure_work_group().await?;
+            store.publish_tools(&registry.published()).await
+        };
+        match ready.await {
+            Ok(()) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "waiting for Redis");
+                backoff.wait(shutdown).await;
+            }
+        }
+    }
+}
+
+/// Fires the tokens of cancelled tasks as cancel messages arrive; resubscribes after a drop.
+async fn listen_for_cancels(store: Store, running: Running, shutdown: CancellationToken) {
+    let mut backoff = Backoff::default();
+    while !shutdown.is_cancelled() {
+        let mut messages = match store.subscribe(keys::CANCEL_CHANNEL).await {
+            Ok(m) => {
+                backoff.reset();
+                m
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot subscribe to cancellations; retrying");
+                backoff.wait(&shutdown).await;
+                continue;
+            }
+        };
+        loop {
+            tokio::select! {
+                message = messages.recv() => match message {
+                    Some(task_id) => {
+                        let stopped = running.cancel(&task_id);
+                        if stopped > 0 {
+                            tracing::info!(task = %task_id, nodes = stopped, "cancelling running nodes");
+                        }
+                    }
+                    None => break,
+                },
+                () = shutdown.cancelled() => return,
+            }
+        }
+    }
+}
+
+/// One work item, from start script to acknowledgement.
+struct NodeJob {
+    store: Store,
+    registry: Arc<ToolRegistry>,
+    running: Running,
+    worker: String,
+    recheck: Duration,
+    stop: CancellationToken,
+}
+
+impl NodeJob {
+    async fn run(self, item: WorkItem) {
+        if item.task_id.is_empty() {
+            self.ack(&item).await;
+            return;
+        }
+        let start = match self.store.start_node(&item.task_id, &item.node_id, &self.worker).await {
+            Ok(s) => s,
+            Err(e) => {
+                // The entry stays pending; it is delivered again once claimed.
+                tracing::warn!(task = %item.task_id, error = %e, "could not start node");
+                return;
+            }
+        };
+        let (attempt, tool_name, arguments) = match start {
+            StartOutcome::Skip(reason) => {
+                tracing::debug!(task = %item.task_id, node = %item.node_id, %reason, "skipping node");
+                self.ack(&item).await;
+                return;
+            }
+            StartOutcome::Run { attempt, tool, arguments, .. } => (attempt, tool, arguments),
+        };
+        let token = self.stop.child_token();
+        let ctx = ToolContext {
+            task_id: item.task_id.clone(),
+            node_id: item.node_id.clone(),
+            attempt,
+            arguments,
+            cancel: token.clone(),
+            traceparent: item.traceparent.clone(),
+            store: self.store.clone(),
+        };
+        let registration = self.running.insert(&item.task_id, token.clone());
+        let outcome = match self.registry.get(&tool_name) {
+            Some(tool) => {
+                let watcher = tokio::spawn(watch_status(
+                    self.store.clone(),
+                    item.task_id.clone(),
+                    token.clone(),
+                    self.recheck,
+                ));
+                // A panicking tool must not take the worker down: it fails its task instead.
+                let outcome = tokio::spawn(tool.call(ctx)).await.unwrap_or_else(|e| {
+                    ToolOutcome::Error(RpcError {
+                        code: -32603,
+                        message: format!("tool `{tool_name}` crashed: {e}"),
+                        data: None,
+                    })
+                });
+                watcher.abort();
+                outcome
+            }
+            None => ToolOutcome::Error(RpcError {
+                code: -32601,
+                message: format!("tool `{tool_name}` is not registered on worker {}", self.worker),
+                data: None,
+            }),
+        };
+        self.running.remove(&item.task_id, registration);
+        if self.stop.is_cancelled() && !token_cancelled_by_task(&self.store, &item.task_id).await {
+            // Stopped by shutdown, not by the task: leave the entry pending for another worker.
+            return;
+        }
+        let outcome = if token.is_cancelled() { None } else { Some(outcome) };
+        match self.store.complete_node(&item.task_id, &item.node_id, attempt, outcome.as_ref()).await {
+            Ok(CompleteOutcome::Stale) => {
+                tracing::info!(task = %item.task_id, attempt, "completion refused: attempt is stale");
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(task = %item.task_id, error = %e, "could not complete node; it stays pending");
+                return;
+            }
+        }
+        self.ack(&item).await;
+    }
+
+    async fn ack(&self, item: &WorkItem) {
+        if let Err(e) = self.store.ack(&item.entry_id).await {
+            tracing::warn!(entry = %item.entry_id, error = %e, "could not acknowledge entry");
+        }
+    }
+}
+
+/// Re-reads the task's status every `every`, firing `token` once the task is no longer working:
+/// pub/sub may drop a cancel message, the hash never does. Runs until aborted.
+async fn watch_status(store: Store, task_id: String, token: CancellationToken, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        if token.is_cancelled() {
+            continue;
+        }
+        match store.get_task(&task_id).await {
+            Ok(Some(task))
+                if task.status == TaskStatus::Working || task.status == TaskStatus::InputRequired => {}
+            Ok(_) => token.cancel(),
+            Err(_) => {} // Redis is away; the tool keeps running and we look again.
+        }
+    }
+}
+
+async fn token_cancelled_by_task(store: &Store, task_id: &str) -> bool {
+    matches!(store.get_task(task_id).await, Ok(Some(t)) if t.status == TaskStatus::Cancelled)
+}
+
+/// Exponential backoff with a cap, for reconnecting to Redis.
+#[derive(Default)]
+struct Backoff {
+    failures: u32,
+}
+
+impl Backoff {
+    async fn wait(&mut self, shutdown: &CancellationToken) {
+        let delay = Duration::from_millis(100u64.saturating_mul(1 << self.failures.min(5)))
+            .min(Duration::from_secs(3));
+        self.failures += 1;
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = shutdown.cancelled() => {}
+        }
+    }
+
+    fn reset(&mut self) {
+        self.failures = 0;
+    }
+}
