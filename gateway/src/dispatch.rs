@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use conveyor_shared::model::{RpcError, TaskEvent, TaskMode, TaskRecord, TaskStatus, new_task_id, now_ms};
-use conveyor_shared::store::{CancelOutcome, NewTask, task_error};
+use conveyor_shared::store::{AnswerOutcome, CancelOutcome, NewTask, task_error};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use rmcp::model::{ErrorCode, TASKS_EXTENSION_ID};
@@ -52,20 +52,93 @@ pub enum Reply {
 }
 
 pub async fn handle(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, RpcFailure> {
-    let result = match (ctx.wire, ctx.method.as_str()) {
-        (_, "ping") => json!({}),
-        (Wire::V2025, "initialize") => initialize(&ctx.params),
-        (_, "server/discover") => discover(),
-        (_, "tools/list") => tools_list(&state, ctx.wire).await?,
-        (_, "tools/call") => return tools_call(state, ctx).await,
-        (_, "tasks/get") => tasks_get(&state, &ctx).await?,
-        (_, "tasks/cancel") => tasks_cancel(&state, &ctx).await?,
-        (Wire::V2025, "tasks/result") => return tasks_result(state, ctx).await,
-        (Wire::V2025, "tasks/list") => tasks_list(&state, &ctx).await?,
-        (Wire::V2026, "tasks/update") => tasks_update(&state, &ctx).await?,
-        (_, method) => return Err(RpcFailure::method_not_found(method)),
+    match ctx.wire {
+        Wire::V2025 => handle_2025(state, ctx).await,
+        Wire::V2026 => handle_2026(state, ctx).await.map(|reply| match reply {
+            // Every 2026-07-28 result says what it is; a plain result is "complete".
+            Reply::Result(result) => Reply::Result(with_result_type(result)),
+            Reply::Stream(stream) => Reply::Stream(
+                stream
+                    .map(|item| match item {
+                        StreamItem::Done(Ok(result)) => StreamItem::Done(Ok(with_result_type(result))),
+                        other => other,
+                    })
+                    .boxed(),
+            ),
+        }),
+    }
+}
+
+async fn handle_2025(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, RpcFailure> {
+    let result = match ctx.method.as_str() {
+        "ping" => json!({}),
+        "initialize" => initialize(&ctx.params),
+        "tools/list" => tools_list(&state, ctx.wire).await?,
+        "tools/call" => return tools_call(state, ctx).await,
+        "tasks/get" => tasks_get(&state, &ctx).await?,
+        "tasks/cancel" => tasks_cancel(&state, &ctx).await?,
+        "tasks/result" => return tasks_result(state, ctx).await,
+        "tasks/list" => tasks_list(&state, &ctx).await?,
+        method => return Err(RpcFailure::method_not_found(method)),
     };
     Ok(Reply::Result(result))
+}
+
+async fn handle_2026(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, RpcFailure> {
+    let method = ctx.method.as_str();
+    if matches!(method, "tasks/get" | "tasks/update" | "tasks/cancel")
+        && !client_has_tasks_extension(&ctx.params)
+    {
+        return Err(missing_capability(
+            format!(
+                "{method} needs the {TASKS_EXTENSION_ID} extension: declare it in the client capabilities"
+            ),
+            json!({"extensions": {TASKS_EXTENSION_ID: {}}}),
+        ));
+    }
+    let result = match method {
+        "server/discover" => discover(),
+        "tools/list" => tools_list(&state, ctx.wire).await?,
+        "tools/call" => return tools_call(state, ctx).await,
+        "tasks/get" => tasks_get(&state, &ctx).await?,
+        "tasks/update" => tasks_update(&state, &ctx).await?,
+        "tasks/cancel" => tasks_cancel(&state, &ctx).await?,
+        // initialize, ping, tasks/result, tasks/list and the rest do not exist on this revision.
+        method => return Err(RpcFailure::method_not_found(method)),
+    };
+    Ok(Reply::Result(result))
+}
+
+fn with_result_type(mut result: Value) -> Value {
+    if let Some(object) = result.as_object_mut() {
+        object.entry("resultType").or_insert_with(|| json!("complete"));
+    }
+    result
+}
+
+fn missing_capability(message: String, required: Value) -> RpcFailure {
+    RpcFailure::new(
+        ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY,
+        message,
+        Some(json!({"requiredCapabilities": required})),
+    )
+}
+
+/// The client capabilities of a 2026-07-28 request.
+fn client_capabilities(params: &Value) -> Option<&Value> {
+    params.get("_meta").and_then(|m| m.get(META_CLIENT_CAPABILITIES))
+}
+
+/// The top-level capabilities in `required` that the request's client does not declare.
+fn undeclared_capabilities(params: &Value, required: &Value) -> Option<Value> {
+    let declared = client_capabilities(params);
+    let missing: serde_json::Map<String, Value> = required
+        .as_object()?
+        .iter()
+        .filter(|(name, _)| declared.and_then(|d| d.get(name.as_str())).is_none())
+        .map(|(name, value)| (name.clone(), value.clone()))
+        .collect();
+    (!missing.is_empty()).then_some(Value::Object(missing))
 }
 
 const INSTRUCTIONS: &str = "Conveyor runs long tools as durable tasks on a worker cluster: call a task-capable tool, \
@@ -105,6 +178,9 @@ fn discover() -> Value {
     })
 }
 
+/// How long a client may cache `tools/list`: workers may publish new tools at any time.
+const TOOLS_LIST_TTL_MS: u64 = 5_000;
+
 async fn tools_list(state: &AppState, wire: Wire) -> Result<Value, RpcFailure> {
     let tools: Vec<Value> = state
         .catalog
@@ -123,7 +199,10 @@ async fn tools_list(state: &AppState, wire: Wire) -> Result<Value, RpcFailure> {
             }
         })
         .collect();
-    Ok(json!({"tools": tools}))
+    Ok(match wire {
+        Wire::V2025 => json!({"tools": tools}),
+        Wire::V2026 => json!({"tools": tools, "ttlMs": TOOLS_LIST_TTL_MS, "cacheScope": "public"}),
+    })
 }
 
 fn string_param<'a>(params: &'a Value, name: &str) -> Result<&'a str, RpcFailure> {
@@ -134,9 +213,7 @@ fn string_param<'a>(params: &'a Value, name: &str) -> Result<&'a str, RpcFailure
 }
 
 fn client_has_tasks_extension(params: &Value) -> bool {
-    params
-        .get("_meta")
-        .and_then(|m| m.get(META_CLIENT_CAPABILITIES))
+    client_capabilities(params)
         .and_then(|c| c.get("extensions"))
         .and_then(|e| e.get(TASKS_EXTENSION_ID))
         .is_some()
@@ -189,6 +266,15 @@ async fn tools_call(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, RpcF
             }
         }
     };
+    if ctx.wire == Wire::V2026
+        && let Some(required) = &tool.required_client_capabilities
+        && let Some(missing) = undeclared_capabilities(params, required)
+    {
+        return Err(missing_capability(
+            format!("Tool `{name}` needs client capabilities this client does not declare: {missing}"),
+            missing,
+        ));
+    }
     tool.validate(&arguments)?;
     let requested_ttl = match task_param.and_then(|t| t.get("ttl")) {
         None | Some(Value::Null) => None,
@@ -216,6 +302,9 @@ async fn tools_call(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, RpcF
         created_at_ms: now_ms(),
     };
     let retention = state.config.task_ttl_max_ms + OWNER_INDEX_SLACK_MS;
+    // A synchronous call relays the tool's progress: listen before the task exists, so that not
+    // even its first report can be missed.
+    let events = if as_task { None } else { Some(state.store.subscribe_task(&new.task_id).await?) };
     if !state.store.create_task(&new, retention).await? {
         // 128 random bits collided: astronomically unlikely, and nothing was written.
         return Err(RpcFailure::internal("task id collision; retry the call"));
@@ -224,10 +313,13 @@ async fn tools_call(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, RpcF
     if as_task {
         return Ok(Reply::Result(wire::create_result(ctx.wire, &new.record())));
     }
-    let finish = |task: TaskRecord| sync_outcome(&task);
-    let deadline = state.config.sync_call_timeout;
-    let stream =
-        follow_task(state, new.task_id.clone(), ctx.owner.clone(), progress_token.clone(), deadline, finish);
+    let follow = Follow {
+        task_id: new.task_id.clone(),
+        owner: ctx.owner.clone(),
+        progress_token: progress_token.clone(),
+        deadline: state.config.sync_call_timeout,
+    };
+    let stream = follow_task(state, follow, events, |task| sync_outcome(&task));
     reply_from(stream, ctx.accepts_sse && progress_token.is_some()).await
 }
 
@@ -284,7 +376,7 @@ async fn tasks_cancel(state: &AppState, ctx: &RequestCtx) -> Result<Value, RpcFa
     let outcome = state.store.cancel_task(task_id, &ctx.owner, "Cancelled by the client").await?;
     match (ctx.wire, outcome) {
         (_, CancelOutcome::Missing) => Err(task_not_found(task_id)),
-        (Wire::V2026, _) => Ok(json!({"resultType": "complete"})),
+        (Wire::V2026, _) => Ok(json!({})),
         (Wire::V2025, CancelOutcome::AlreadyTerminal(status)) => Err(RpcFailure::invalid_params(format!(
             "Cannot cancel task `{task_id}`: it is already {status}, and a terminal task never changes"
         ))),
@@ -295,12 +387,18 @@ async fn tasks_cancel(state: &AppState, ctx: &RequestCtx) -> Result<Value, RpcFa
     }
 }
 
+/// 2026-07-28 `tasks/update`: answers some or all pending input requests. Answers to keys that are
+/// not pending are ignored; the task resumes once nothing is pending.
 async fn tasks_update(state: &AppState, ctx: &RequestCtx) -> Result<Value, RpcFailure> {
-    let task = owned_task(state, ctx).await?;
-    Err(RpcFailure::invalid_params(format!(
-        "Task `{}` is {} and has no pending input requests to answer",
-        task.task_id, task.status
-    )))
+    let task_id = string_param(&ctx.params, "taskId")?;
+    let responses = match ctx.params.get("inputResponses") {
+        Some(r @ Value::Object(_)) => r,
+        _ => return Err(RpcFailure::invalid_params("Invalid params: `inputResponses` must be an object")),
+    };
+    match state.store.answer_input(task_id, &ctx.owner, responses).await? {
+        AnswerOutcome::Missing => Err(task_not_found(task_id)),
+        AnswerOutcome::Answered { .. } | AnswerOutcome::NotWaiting(_) => Ok(json!({})),
+    }
 }
 
 async fn tasks_list(state: &AppState, ctx: &RequestCtx) -> Result<Value, RpcFailure> {
@@ -329,10 +427,13 @@ async fn tasks_result(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, Rp
     // bounded so that no proxy cuts it silently.
     let deadline =
         if ctx.accepts_sse { Duration::from_secs(7 * 24 * 60 * 60) } else { state.config.sync_call_timeout };
-    let token = task.progress_token.clone();
-    let stream = follow_task(state, task.task_id.clone(), ctx.owner.clone(), token, deadline, |t| {
-        task_result_payload(&t)
-    });
+    let follow = Follow {
+        task_id: task.task_id.clone(),
+        owner: ctx.owner.clone(),
+        progress_token: task.progress_token,
+        deadline,
+    };
+    let stream = follow_task(state, follow, None, |t| task_result_payload(&t));
     reply_from(stream, ctx.accepts_sse).await
 }
 
@@ -369,12 +470,18 @@ fn task_result_payload(task: &TaskRecord) -> Result<Value, RpcFailure> {
 /// Follows a task until it is terminal: relays its progress as `notifications/progress` (when the
 /// client gave a token), then yields `finish(task)`. Subscribes before it reads, so no event falls
 /// between the read and the wait, and re-reads every few seconds because pub/sub may drop one.
-fn follow_task<F>(
-    state: Arc<AppState>,
+/// Which task to follow, for whom, and for how long.
+struct Follow {
     task_id: String,
     owner: String,
     progress_token: Option<Value>,
     deadline: Duration,
+}
+
+fn follow_task<F>(
+    state: Arc<AppState>,
+    follow: Follow,
+    events: Option<mpsc::Receiver<TaskEvent>>,
     finish: F,
 ) -> ReplyStream
 where
@@ -382,7 +489,7 @@ where
 {
     let (tx, rx) = mpsc::channel(64);
     tokio::spawn(async move {
-        let outcome = wait_terminal(&state, &task_id, &owner, progress_token.as_ref(), deadline, &tx).await;
+        let outcome = wait_terminal(&state, &follow, events, &tx).await;
         let _ = tx.send(StreamItem::Done(outcome.and_then(finish))).await;
     });
     ReceiverStream::new(rx).boxed()
@@ -390,15 +497,18 @@ where
 
 async fn wait_terminal(
     state: &AppState,
-    task_id: &str,
-    owner: &str,
-    progress_token: Option<&Value>,
-    deadline: Duration,
+    follow: &Follow,
+    mut subscribed: Option<mpsc::Receiver<TaskEvent>>,
     tx: &mpsc::Sender<StreamItem>,
 ) -> Result<TaskRecord, RpcFailure> {
+    let Follow { task_id, owner, progress_token, deadline } = follow;
+    let (task_id, owner, deadline) = (task_id.as_str(), owner.as_str(), *deadline);
     let give_up = Instant::now() + deadline;
     loop {
-        let mut events = state.store.subscribe_task(task_id).await?;
+        let mut events = match subscribed.take() {
+            Some(events) => events,
+            None => state.store.subscribe_task(task_id).await?,
+        };
         let read = |task: Option<TaskRecord>| match task {
             Some(t) if t.owner == owner => Ok(t),
             _ => Err(task_not_found(task_id)),

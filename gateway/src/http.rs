@@ -13,7 +13,6 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use base64::Engine;
 use futures::StreamExt;
 use rmcp::model::ErrorCode;
 use serde_json::Value;
@@ -21,7 +20,7 @@ use serde_json::Value;
 use crate::dispatch::{self, Reply, RequestCtx, StreamItem};
 use crate::rpc::{self, RpcFailure};
 use crate::state::AppState;
-use crate::wire::Wire;
+use crate::wire::{self, Wire};
 
 /// The router of a gateway. Built by a plain function so tests can drive it without a socket.
 pub fn router(state: Arc<AppState>) -> Router {
@@ -152,18 +151,11 @@ async fn post_mcp(
             RpcFailure::invalid_request("Invalid Request: `id` must be a string or an integer"),
         );
     }
-    let wire = match Wire::detect(method, &params, &headers) {
-        Ok(w) => w,
-        Err(f) => return failure_response(&id, f),
-    };
-    if wire == Wire::V2026 {
-        if let Err(reason) = check_standard_headers(&headers, method, &params) {
-            return failure_response(
-                &id,
-                RpcFailure::new(ErrorCode::HEADER_MISMATCH, format!("Header mismatch: {reason}"), None)
-                    .with_status(StatusCode::BAD_REQUEST),
-            );
-        }
+    let wire = Wire::detect(method, &params, &headers);
+    if wire == Wire::V2026
+        && let Err(failure) = wire::check_2026(method, &params, &headers)
+    {
+        return failure_response(&id, failure);
     }
     let ctx = RequestCtx {
         id: id.clone(),
@@ -177,8 +169,25 @@ async fn post_mcp(
     match dispatch::handle(state, ctx).await {
         Ok(Reply::Result(result)) => json_response(StatusCode::OK, rpc::response(&id, result)),
         Ok(Reply::Stream(stream)) => sse_response(id, stream),
-        Err(failure) => failure_response(&id, failure),
+        Err(failure) => failure_response(&id, with_wire_status(wire, failure)),
     }
+}
+
+/// On 2026-07-28 an error's HTTP status follows its code: unknown and removed methods are 404,
+/// refused requests 400. On 2025-11-25 JSON-RPC errors travel with 200.
+fn with_wire_status(wire: Wire, failure: RpcFailure) -> RpcFailure {
+    if wire != Wire::V2026 || failure.http_status != StatusCode::OK {
+        return failure;
+    }
+    let status = match failure.error.code {
+        ErrorCode::METHOD_NOT_FOUND => StatusCode::NOT_FOUND,
+        ErrorCode::INVALID_PARAMS
+        | ErrorCode::HEADER_MISMATCH
+        | ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY
+        | ErrorCode::UNSUPPORTED_PROTOCOL_VERSION => StatusCode::BAD_REQUEST,
+        _ => StatusCode::OK,
+    };
+    failure.with_status(status)
 }
 
 fn json_response(status: StatusCode, body: Value) -> Response {
@@ -286,60 +295,6 @@ fn strip_port(authority: &str) -> &str {
     }
 }
 
-/// SEP-2243: `Mcp-Method` on every request, `Mcp-Name` on `tools/call` (tool name) and `tasks/*`
-/// (task id), each equal to what the body says.
-fn check_standard_headers(headers: &HeaderMap, method: &str, params: &Value) -> Result<(), String> {
-    let single = |name: &str| -> Result<Option<String>, String> {
-        let mut values = headers.get_all(name).iter();
-        let Some(first) = values.next() else { return Ok(None) };
-        if values.next().is_some() {
-            return Err(format!("duplicate {name} header"));
-        }
-        first
-            .to_str()
-            .map(|s| Some(s.to_owned()))
-            .map_err(|_| format!("{name} header contains invalid characters"))
-    };
-    match single("mcp-method")? {
-        None => return Err("missing required Mcp-Method header".to_owned()),
-        Some(value) if value != method => {
-            return Err(format!("Mcp-Method header `{value}` does not match body method `{method}`"));
-        }
-        Some(_) => {}
-    }
-    let expected = match method {
-        "tools/call" | "prompts/get" => params.get("name").and_then(Value::as_str),
-        "resources/read" => params.get("uri").and_then(Value::as_str),
-        m if m.starts_with("tasks/") => params.get("taskId").and_then(Value::as_str),
-        _ => None,
-    };
-    if let Some(expected) = expected {
-        match single("mcp-name")? {
-            None => return Err(format!("missing required Mcp-Name header for `{method}`")),
-            Some(raw) => {
-                let decoded = decode_header_value(&raw).ok_or("Mcp-Name header is not valid Base64")?;
-                if decoded != expected {
-                    return Err(format!(
-                        "Mcp-Name header `{decoded}` does not match body value `{expected}`"
-                    ));
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Header values that are not plain ASCII travel as `=?base64?<data>?=`.
-fn decode_header_value(raw: &str) -> Option<String> {
-    match raw.strip_prefix("=?base64?").and_then(|r| r.strip_suffix("?=")) {
-        Some(encoded) => {
-            let bytes = base64::engine::general_purpose::STANDARD.decode(encoded).ok()?;
-            String::from_utf8(bytes).ok()
-        }
-        None => Some(raw.to_owned()),
-    }
-}
-
 /// Who is asking. Tasks are bound to it: other principals get "not found".
 fn principal(_headers: &HeaderMap) -> String {
     "anonymous".to_owned()
@@ -364,12 +319,5 @@ mod tests {
         assert_eq!(strip_port("localhost:8080"), "localhost");
         assert_eq!(strip_port("[::1]:8080"), "::1");
         assert_eq!(strip_port("127.0.0.1"), "127.0.0.1");
-    }
-
-    #[test]
-    fn base64_header_values_decode() {
-        assert_eq!(decode_header_value("=?base64?aMOpbGxv?=").as_deref(), Some("héllo"));
-        assert_eq!(decode_header_value("plain").as_deref(), Some("plain"));
-        assert_eq!(decode_header_value("=?base64?***?="), None);
     }
 }

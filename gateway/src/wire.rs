@@ -3,6 +3,7 @@
 //! so those few shapes are built here.
 
 use axum::http::{HeaderMap, StatusCode};
+use base64::Engine;
 use conveyor_shared::model::{TaskRecord, TaskStatus, iso8601};
 use rmcp::model::{self, DetailedTask, ErrorCode, GetTaskResult, ProtocolVersion, TaskPayload};
 use serde_json::{Map, Value, json};
@@ -36,53 +37,109 @@ impl Wire {
         }
     }
 
-    /// Reads the revision from the request: `_meta` protocol version first (2026-07-28 puts it
-    /// on every request), then the method, then the `MCP-Protocol-Version` header.
-    pub fn detect(method: &str, params: &Value, headers: &HeaderMap) -> Result<Self, RpcFailure> {
-        let header = headers.get("mcp-protocol-version").map(|v| v.to_str().unwrap_or("").to_owned());
-        let meta = params.pointer(&format!("/_meta/{}", META_PROTOCOL_VERSION.replace('/', "~1")));
-        if let Some(meta) = meta {
-            let Some(version) = meta.as_str() else {
-                return Err(RpcFailure::invalid_params(format!(
-                    "`_meta.{META_PROTOCOL_VERSION}` must be a string"
+    /// Which wire a request speaks. A request is 2026-07-28 (stateless, per-request `_meta`) when
+    /// its `_meta` names a protocol version, when it is `server/discover`, or when its
+    /// `MCP-Protocol-Version` header names anything but an `initialize`-era version. Everything
+    /// else is 2025-11-25 traffic of a client that ran `initialize`.
+    pub fn detect(method: &str, params: &Value, headers: &HeaderMap) -> Self {
+        let header = header_value(headers, "mcp-protocol-version");
+        let meta_version = meta(params).and_then(|m| m.get(META_PROTOCOL_VERSION));
+        let stateless = meta_version.is_some()
+            || method == "server/discover"
+            || header.as_deref().is_some_and(|h| !INITIALIZE_VERSIONS.contains(&h));
+        if stateless { Self::V2026 } else { Self::V2025 }
+    }
+}
+
+/// A request's `_meta` object, if any.
+pub fn meta(params: &Value) -> Option<&Map<String, Value>> {
+    params.get("_meta").and_then(Value::as_object)
+}
+
+/// One header's value, trimmed of surrounding whitespace; `None` when absent or not text.
+pub fn header_value(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers.get(name).and_then(|v| v.to_str().ok()).map(|v| v.trim().to_owned())
+}
+
+/// Checks a 2026-07-28 request before dispatch, in the order the specification's conformance
+/// suite expects: protocol version header, required `_meta`, version agreement and support, then
+/// the SEP-2243 routing headers (`Mcp-Method` always; `Mcp-Name` where the method names a target).
+pub fn check_2026(method: &str, params: &Value, headers: &HeaderMap) -> Result<(), RpcFailure> {
+    let mismatch = |message: String| {
+        RpcFailure::new(ErrorCode::HEADER_MISMATCH, message, None).with_status(StatusCode::BAD_REQUEST)
+    };
+    let Some(header) = header_value(headers, "mcp-protocol-version") else {
+        return Err(mismatch("Header mismatch: missing required MCP-Protocol-Version header".to_owned()));
+    };
+    let meta = meta(params);
+    let version = meta.and_then(|m| m.get(META_PROTOCOL_VERSION)).and_then(Value::as_str);
+    let capabilities = meta.and_then(|m| m.get(META_CLIENT_CAPABILITIES)).filter(|c| c.is_object());
+    let (Some(version), Some(_)) = (version, capabilities) else {
+        return Err(RpcFailure::invalid_params(format!(
+            "Invalid params: every request must carry `_meta` with `{META_PROTOCOL_VERSION}` (a string) and \
+             `{META_CLIENT_CAPABILITIES}` (an object)"
+        ))
+        .with_status(StatusCode::BAD_REQUEST));
+    };
+    if header != version {
+        return Err(mismatch(format!(
+            "Header mismatch: MCP-Protocol-Version `{header}` differs from _meta protocol version `{version}`"
+        )));
+    }
+    if version != ProtocolVersion::V_2026_07_28.as_str() {
+        return Err(RpcFailure::new(
+            ErrorCode::UNSUPPORTED_PROTOCOL_VERSION,
+            format!(
+                "Unsupported protocol version `{version}`; this endpoint speaks 2026-07-28 without initialize"
+            ),
+            Some(json!({"supported": [ProtocolVersion::V_2026_07_28.as_str()], "requested": version})),
+        )
+        .with_status(StatusCode::BAD_REQUEST));
+    }
+    match header_value(headers, "mcp-method") {
+        None => return Err(mismatch("Header mismatch: missing required Mcp-Method header".to_owned())),
+        Some(value) if value != method => {
+            return Err(mismatch(format!(
+                "Header mismatch: Mcp-Method `{value}` does not match body method `{method}`"
+            )));
+        }
+        Some(_) => {}
+    }
+    let target = match method {
+        "tools/call" | "prompts/get" => Some(("name", params.get("name"))),
+        "resources/read" => Some(("uri", params.get("uri"))),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => Some(("taskId", params.get("taskId"))),
+        _ => None,
+    };
+    if let Some((field, Some(Value::String(expected)))) = target {
+        match header_value(headers, "mcp-name") {
+            None => {
+                return Err(mismatch(format!(
+                    "Header mismatch: missing required Mcp-Name header for `{method}`"
                 )));
-            };
-            if let Some(header) = &header
-                && header != version
-            {
-                return Err(RpcFailure::new(
-                    ErrorCode::HEADER_MISMATCH,
-                    format!("Header mismatch: MCP-Protocol-Version `{header}` differs from _meta protocol version `{version}`"),
-                    None,
-                )
-                .with_status(StatusCode::BAD_REQUEST));
             }
-            return Self::from_version(version);
-        }
-        if method == "server/discover" {
-            return Ok(Self::V2026);
-        }
-        if method == "initialize" {
-            return Ok(Self::V2025);
-        }
-        match header {
-            None => Ok(Self::V2025),
-            Some(version) => Self::from_version(&version).map_err(|f| f.with_status(StatusCode::BAD_REQUEST)),
+            Some(raw) => {
+                let decoded = decode_header_value(&raw)
+                    .ok_or_else(|| mismatch("Header mismatch: Mcp-Name is not valid Base64".to_owned()))?;
+                if &decoded != expected {
+                    return Err(mismatch(format!(
+                        "Header mismatch: Mcp-Name `{decoded}` does not match `{field}` `{expected}` in the body"
+                    )));
+                }
+            }
         }
     }
+    Ok(())
+}
 
-    fn from_version(version: &str) -> Result<Self, RpcFailure> {
-        if version == ProtocolVersion::V_2026_07_28.as_str() {
-            Ok(Self::V2026)
-        } else if INITIALIZE_VERSIONS.contains(&version) {
-            Ok(Self::V2025)
-        } else {
-            Err(RpcFailure::new(
-                ErrorCode::UNSUPPORTED_PROTOCOL_VERSION,
-                format!("Unsupported protocol version `{version}`"),
-                Some(json!({"supported": supported_versions()})),
-            ))
+/// Header values that are not plain ASCII travel as `=?base64?<data>?=`.
+pub fn decode_header_value(raw: &str) -> Option<String> {
+    match raw.strip_prefix("=?base64?").and_then(|r| r.strip_suffix("?=")) {
+        Some(encoded) => {
+            let bytes = base64::engine::general_purpose::STANDARD.decode(encoded).ok()?;
+            String::from_utf8(bytes).ok()
         }
+        None => Some(raw.to_owned()),
     }
 }
 
@@ -134,7 +191,13 @@ pub fn detailed_2026(task: &TaskRecord) -> GetTaskResult {
     let object = |v: &Value| v.as_object().cloned().unwrap_or_default();
     let payload = match task.status {
         TaskStatus::Working => TaskPayload::Working,
-        TaskStatus::InputRequired => TaskPayload::InputRequired { input_requests: Default::default() },
+        TaskStatus::InputRequired => TaskPayload::InputRequired {
+            input_requests: task
+                .input_requests
+                .clone()
+                .and_then(|r| serde_json::from_value(r).map_err(|e| tracing::warn!(task = %task.task_id, error = %e, "stored input requests are not in MCP shape")).ok())
+                .unwrap_or_default(),
+        },
         TaskStatus::Cancelled => TaskPayload::Cancelled,
         TaskStatus::Completed => {
             TaskPayload::Completed { result: task.result.as_ref().map(object).unwrap_or_default() }
@@ -201,6 +264,49 @@ mod tests {
         assert_eq!(t["createdAt"], "1970-01-01T00:00:00.000Z");
         let created = create_result(Wire::V2025, &record(TaskStatus::Working));
         assert_eq!(created["task"]["taskId"], "t1");
+    }
+
+    #[test]
+    fn base64_header_values_decode() {
+        assert_eq!(decode_header_value("=?base64?aMOpbGxv?=").as_deref(), Some("héllo"));
+        assert_eq!(decode_header_value("plain").as_deref(), Some("plain"));
+        assert_eq!(decode_header_value("=?base64?***?="), None);
+    }
+
+    #[test]
+    fn detection_follows_meta_then_method_then_header() {
+        let mut headers = HeaderMap::new();
+        let meta = json!({"_meta": {META_PROTOCOL_VERSION: "2026-07-28"}});
+        assert_eq!(Wire::detect("tools/list", &meta, &headers), Wire::V2026);
+        assert_eq!(Wire::detect("server/discover", &json!({}), &headers), Wire::V2026);
+        assert_eq!(Wire::detect("initialize", &json!({}), &headers), Wire::V2025);
+        assert_eq!(Wire::detect("tools/list", &json!({}), &headers), Wire::V2025);
+        headers.insert("mcp-protocol-version", "2025-11-25".parse().expect("valid header"));
+        assert_eq!(
+            Wire::detect("tools/list", &json!({"_meta": {"progressToken": 1}}), &headers),
+            Wire::V2025
+        );
+        headers.insert("mcp-protocol-version", "2026-07-28".parse().expect("valid header"));
+        assert_eq!(Wire::detect("tools/list", &json!({}), &headers), Wire::V2026);
+    }
+
+    #[test]
+    fn checks_of_2026_run_in_order() {
+        let mut headers = HeaderMap::new();
+        let full = json!({"_meta": {META_PROTOCOL_VERSION: "2026-07-28", META_CLIENT_CAPABILITIES: {}}});
+        let code = |r: Result<(), RpcFailure>| r.expect_err("refused").error.code.0;
+        assert_eq!(code(check_2026("tools/list", &full, &headers)), -32020, "no version header");
+        headers.insert("mcp-protocol-version", "2026-07-28".parse().expect("valid header"));
+        assert_eq!(code(check_2026("tools/list", &json!({}), &headers)), -32602, "no _meta");
+        let v999 = json!({"_meta": {META_PROTOCOL_VERSION: "v999", META_CLIENT_CAPABILITIES: {}}});
+        assert_eq!(code(check_2026("tools/list", &v999, &headers)), -32020, "header and _meta differ");
+        assert_eq!(code(check_2026("tools/list", &full, &headers)), -32020, "no Mcp-Method");
+        headers.insert("mcp-method", "tools/list".parse().expect("valid header"));
+        assert!(check_2026("tools/list", &full, &headers).is_ok());
+        headers.insert("mcp-protocol-version", "v999".parse().expect("valid header"));
+        let err = check_2026("tools/list", &v999, &headers).expect_err("unsupported");
+        assert_eq!(err.error.code.0, -32022);
+        assert_eq!(err.error.data.expect("data")["requested"], "v999");
     }
 
     #[test]
