@@ -166,7 +166,18 @@ async fn post_mcp(
         owner: principal(&headers),
         traceparent: traceparent(&headers, object),
     };
+    let initialize = wire == Wire::V2025 && method == "initialize";
     match dispatch::handle(state, ctx).await {
+        Ok(Reply::Result(result)) if initialize => {
+            // 2025-11-25 clients expect a session id. Conveyor's names no server state: every
+            // gateway accepts every id, none is ever terminated, and DELETE answers 405, so the
+            // gateway stays stateless while clients that wait for an id get one.
+            let mut response = json_response(StatusCode::OK, rpc::response(&id, result));
+            if let Ok(session) = header::HeaderValue::from_str(&conveyor_shared::model::new_task_id()) {
+                response.headers_mut().insert("mcp-session-id", session);
+            }
+            response
+        }
         Ok(Reply::Result(result)) => json_response(StatusCode::OK, rpc::response(&id, result)),
         Ok(Reply::Stream(stream)) => sse_response(id, stream),
         Err(failure) => failure_response(&id, with_wire_status(wire, failure)),

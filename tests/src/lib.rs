@@ -1,0 +1,15 @@
+//! Support for Conveyor's end-to-end tests and benchmarks: real `redis-server` processes on free
+//! ports (killed and restarted where a test needs it), real `conveyor` processes, and a raw
+//! JSON-RPC client for both MCP wires. Nothing here is mocked.
+//!
+//! # Layout
+//!
+//! - [`process`]: [`RedisServer`], [`Conveyor`], free ports, and the `conveyor` binary built once.
+//! - [`mcp`]: [`Mcp`], a plain HTTP JSON-RPC client that speaks 2025-11-25 and 2026-07-28 and reads
+//!   SSE replies, for checks that need the raw wire.
+
+pub mod mcp;
+pub mod process;
+
+pub use mcp::Mcp;
+pub use process::{Conveyor, RedisServer, free_port};

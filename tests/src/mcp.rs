@@ -1,0 +1,142 @@
+//! A raw JSON-RPC client for both MCP wires, reading JSON or SSE replies.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+/// Capabilities of a 2026-07-28 client that takes tasks.
+pub fn tasks_client_capabilities() -> Value {
+    json!({"extensions": {"io.modelcontextprotocol/tasks": {}}})
+}
+
+/// What came back for one request.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    /// Notifications that arrived on the request's SSE stream before the response.
+    pub notifications: Vec<Value>,
+    /// The JSON-RPC response (with `result` or `error`), or `Null` when the body held none.
+    pub message: Value,
+    pub raw: String,
+}
+
+impl Reply {
+    pub fn result(&self) -> &Value {
+        &self.message["result"]
+    }
+
+    /// The error code, if the reply is an error.
+    pub fn error_code(&self) -> Option<i64> {
+        self.message["error"]["code"].as_i64()
+    }
+}
+
+/// A client of one endpoint.
+#[derive(Clone)]
+pub struct Mcp {
+    http: reqwest::Client,
+    pub url: String,
+    next_id: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Mcp {
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            http: reqwest::Client::builder().timeout(Duration::from_secs(60)).build().unwrap_or_default(),
+            url: url.into(),
+            next_id: Default::default(),
+        }
+    }
+
+    fn id(&self) -> u64 {
+        self.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1
+    }
+
+    /// Sends a raw body with the given headers.
+    pub async fn post_raw(
+        &self,
+        headers: &[(&str, &str)],
+        body: impl Into<reqwest::Body>,
+    ) -> anyhow::Result<Reply> {
+        let mut header_map = reqwest::header::HeaderMap::new();
+        header_map.insert("content-type", reqwest::header::HeaderValue::from_static("application/json"));
+        header_map.insert(
+            "accept",
+            reqwest::header::HeaderValue::from_static("application/json, text/event-stream"),
+        );
+        for (name, value) in headers {
+            // Given headers replace the defaults, so a test can send a wrong Content-Type.
+            header_map.insert(reqwest::header::HeaderName::from_bytes(name.as_bytes())?, value.parse()?);
+        }
+        let request = self.http.post(&self.url).headers(header_map);
+        let response = request.body(body).send().await?;
+        let status = response.status().as_u16();
+        let is_sse = response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        let raw = response.text().await?;
+        let mut notifications = Vec::new();
+        let mut message = Value::Null;
+        if is_sse {
+            for line in raw.lines() {
+                let Some(data) = line.strip_prefix("data:") else { continue };
+                let Ok(value) = serde_json::from_str::<Value>(data.trim()) else { continue };
+                if value.get("id").is_some() {
+                    message = value;
+                } else {
+                    notifications.push(value);
+                }
+            }
+        } else {
+            message = serde_json::from_str(&raw).unwrap_or(Value::Null);
+        }
+        Ok(Reply { status, notifications, message, raw })
+    }
+
+    /// A 2025-11-25 request (the client is assumed to have run `initialize`).
+    pub async fn call_2025(&self, method: &str, params: Value) -> anyhow::Result<Reply> {
+        let body = json!({"jsonrpc": "2.0", "id": self.id(), "method": method, "params": params});
+        self.post_raw(&[("mcp-protocol-version", "2025-11-25")], body.to_string()).await
+    }
+
+    /// A 2026-07-28 request with the given client capabilities, and the routing headers it needs.
+    pub async fn call_2026(
+        &self,
+        method: &str,
+        mut params: Value,
+        capabilities: Value,
+    ) -> anyhow::Result<Reply> {
+        let meta = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "conveyor-tests", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": capabilities,
+        });
+        match params.get_mut("_meta").and_then(Value::as_object_mut) {
+            Some(existing) => {
+                if let Some(m) = meta.as_object() {
+                    existing.extend(m.clone());
+                }
+            }
+            None => params["_meta"] = meta,
+        }
+        let name = match method {
+            "tools/call" => params["name"].as_str().map(str::to_owned),
+            "tasks/get" | "tasks/update" | "tasks/cancel" => params["taskId"].as_str().map(str::to_owned),
+            _ => None,
+        };
+        let body = json!({"jsonrpc": "2.0", "id": self.id(), "method": method, "params": params});
+        let mut headers = vec![("mcp-protocol-version", "2026-07-28"), ("mcp-method", method)];
+        if let Some(name) = &name {
+            headers.push(("mcp-name", name.as_str()));
+        }
+        self.post_raw(&headers, body.to_string()).await
+    }
+
+    /// `GET <base>/<path>`'s status.
+    pub async fn get_status(&self, path: &str) -> anyhow::Result<u16> {
+        let base = self.url.trim_end_matches("/mcp");
+        Ok(self.http.get(format!("{base}{path}")).send().await?.status().as_u16())
+    }
+}

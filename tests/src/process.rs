@@ -1,0 +1,253 @@
+//! Real processes for tests: `redis-server` and `conveyor`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+/// A free TCP port on the loopback interface.
+pub fn free_port() -> u16 {
+    #[allow(clippy::expect_used)] // tests cannot run at all without a local port
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free local port")
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+/// A scratch directory for one process, under the target directory so that logs survive a failed
+/// test for inspection.
+pub fn scratch_dir(name: &str) -> PathBuf {
+    let dir = workspace_root().join("target").join("e2e").join(format!(
+        "{name}-{}-{}",
+        std::process::id(),
+        free_port()
+    ));
+    let _ = std::fs::create_dir_all(&dir);
+    dir
+}
+
+/// The `conveyor` binary, built once per test process with the same cargo that runs the tests.
+pub fn conveyor_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+        let release = std::env::var("CONVEYOR_TEST_RELEASE").is_ok_and(|v| v == "1");
+        let mut build = Command::new(cargo);
+        build.current_dir(workspace_root()).args(["build", "-q", "-p", "conveyor-cli", "--bin", "conveyor"]);
+        if release {
+            build.arg("--release");
+        }
+        #[allow(clippy::expect_used)] // without the binary no end-to-end test can run
+        let status = build.status().expect("cargo runs");
+        assert!(status.success(), "building the conveyor binary failed");
+        let target = std::env::var("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| workspace_root().join("target"));
+        target.join(if release { "release" } else { "debug" }).join("conveyor")
+    })
+}
+
+/// A `redis-server` of the test's own, on a free port.
+pub struct RedisServer {
+    child: Option<Child>,
+    pub port: u16,
+    pub dir: PathBuf,
+    extra: Vec<String>,
+}
+
+impl RedisServer {
+    /// Starts a server that keeps nothing on disk.
+    pub fn start() -> anyhow::Result<Self> {
+        Self::start_with(&["--save", "", "--appendonly", "no"])
+    }
+
+    /// Starts a server with extra arguments (for example `--appendonly yes`).
+    pub fn start_with(args: &[&str]) -> anyhow::Result<Self> {
+        let mut server = Self {
+            child: None,
+            port: free_port(),
+            dir: scratch_dir("redis"),
+            extra: args.iter().map(|s| s.to_string()).collect(),
+        };
+        server.spawn()?;
+        Ok(server)
+    }
+
+    fn spawn(&mut self) -> anyhow::Result<()> {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("redis.log"))?;
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(&self.extra)
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("redis-server must be on PATH for the end-to-end tests")?;
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if self.ping() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        bail!("redis-server on port {} did not answer", self.port)
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Whether the server answers PING.
+    pub fn ping(&self) -> bool {
+        redis::Client::open(self.url())
+            .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(200)))
+            .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
+            .is_ok()
+    }
+
+    /// A blocking connection for assertions on Redis state.
+    pub fn connection(&self) -> anyhow::Result<redis::Connection> {
+        Ok(redis::Client::open(self.url())?.get_connection_with_timeout(Duration::from_secs(2))?)
+    }
+
+    /// Kills the server with SIGKILL (nothing flushed beyond what its persistence already wrote).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port and directory.
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        self.kill();
+        self.spawn()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A running `conveyor` process.
+pub struct Conveyor {
+    child: Option<Child>,
+    /// `http://127.0.0.1:<port>` for gateways and `up`; empty for workers.
+    pub base: String,
+    pub log: PathBuf,
+}
+
+impl Conveyor {
+    /// `conveyor up` with the given extra arguments, listening on a free port.
+    pub fn up(redis_url: &str, args: &[&str]) -> anyhow::Result<Self> {
+        Self::serving("up", redis_url, args)
+    }
+
+    /// `conveyor gateway`, listening on a free port.
+    pub fn gateway(redis_url: &str, args: &[&str]) -> anyhow::Result<Self> {
+        Self::serving("gateway", redis_url, args)
+    }
+
+    /// `conveyor worker` with the given extra arguments.
+    pub fn worker(redis_url: &str, args: &[&str]) -> anyhow::Result<Self> {
+        let (child, log) = Self::spawn("worker", redis_url, args)?;
+        Ok(Self { child: Some(child), base: String::new(), log })
+    }
+
+    fn serving(command: &str, redis_url: &str, args: &[&str]) -> anyhow::Result<Self> {
+        let listen = format!("127.0.0.1:{}", free_port());
+        let mut all = vec!["--listen", listen.as_str()];
+        all.extend_from_slice(args);
+        let (child, log) = Self::spawn(command, redis_url, &all)?;
+        let conveyor = Self { child: Some(child), base: format!("http://{listen}"), log };
+        conveyor.wait_healthy()?;
+        Ok(conveyor)
+    }
+
+    fn spawn(command: &str, redis_url: &str, args: &[&str]) -> anyhow::Result<(Child, PathBuf)> {
+        let log = scratch_dir(command).join("conveyor.log");
+        let file = std::fs::File::create(&log)?;
+        let child = Command::new(conveyor_bin())
+            .arg(command)
+            .args(args)
+            .env("REDIS_URL", redis_url)
+            .env("CONVEYOR_LOG", "info,conveyor_worker=debug")
+            .stdin(Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .spawn()
+            .context("cannot start conveyor")?;
+        Ok((child, log))
+    }
+
+    /// The MCP endpoint.
+    pub fn mcp_url(&self) -> String {
+        format!("{}/mcp", self.base)
+    }
+
+    fn wait_healthy(&self) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let address = self.base.trim_start_matches("http://").to_owned();
+        while Instant::now() < deadline {
+            if std::net::TcpStream::connect(&address).is_ok() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        bail!("conveyor at {} did not start; log:\n{}", self.base, self.log_text())
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Sends a signal (e.g. "KILL", "TERM") to the process.
+    pub fn signal(&self, signal: &str) {
+        if let Some(pid) = self.pid() {
+            let _ = Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status();
+        }
+    }
+
+    /// Kills the process with SIGKILL and reaps it.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Waits up to `timeout` for the process to exit; returns whether it did.
+    pub fn wait_exit(&mut self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            match self.child.as_mut().map(Child::try_wait) {
+                None | Some(Ok(Some(_))) => {
+                    self.child = None;
+                    return true;
+                }
+                _ => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+        false
+    }
+}
+
+impl Drop for Conveyor {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -1,0 +1,234 @@
+//! Several real gateway and worker processes against one real Redis: any gateway answers for any
+//! task, cancellation reaches the worker running the tool, killed workers lose nothing queued, and
+//! the whole cluster rides out a Redis restart.
+
+use std::time::{Duration, Instant};
+
+use conveyor_tests::mcp::tasks_client_capabilities;
+use conveyor_tests::{Conveyor, Mcp, RedisServer};
+use serde_json::{Value, json};
+
+/// Polls until `check` returns `Some`, or panics after `timeout` with `what`.
+async fn eventually<T>(timeout: Duration, what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn wait_for_tools(mcp: &Mcp) {
+    eventually(Duration::from_secs(10), "the worker's tools", async || {
+        let reply = mcp.call_2025("tools/list", json!({})).await.ok()?;
+        (reply.result()["tools"].as_array()?.len() > 1).then_some(())
+    })
+    .await;
+}
+
+async fn create_2025(mcp: &Mcp, tool: &str, arguments: Value) -> String {
+    let reply = mcp
+        .call_2025("tools/call", json!({"name": tool, "arguments": arguments, "task": {"ttl": 60_000}}))
+        .await
+        .expect("tools/call");
+    reply.result()["task"]["taskId"].as_str().unwrap_or_else(|| panic!("no task in {}", reply.raw)).to_owned()
+}
+
+async fn status_2025(mcp: &Mcp, task_id: &str) -> String {
+    let reply = mcp.call_2025("tasks/get", json!({"taskId": task_id})).await.expect("tasks/get");
+    reply.result()["status"].as_str().unwrap_or_else(|| panic!("no status in {}", reply.raw)).to_owned()
+}
+
+fn node_field(redis: &RedisServer, task_id: &str, field: &str) -> Option<String> {
+    let mut conn = redis.connection().ok()?;
+    redis::cmd("HGET")
+        .arg(format!("cv:{{{task_id}}}:nodes"))
+        .arg(format!("root:{field}"))
+        .query(&mut conn)
+        .ok()?
+}
+
+#[tokio::test]
+async fn any_gateway_reads_awaits_and_cancels_any_task() {
+    let redis = RedisServer::start().expect("redis");
+    let gateway_a = Conveyor::gateway(&redis.url(), &[]).expect("gateway A");
+    let gateway_b = Conveyor::gateway(&redis.url(), &[]).expect("gateway B");
+    let _worker = Conveyor::worker(&redis.url(), &["--fixtures"]).expect("worker");
+    let (a, b) = (Mcp::new(gateway_a.mcp_url()), Mcp::new(gateway_b.mcp_url()));
+    wait_for_tools(&a).await;
+
+    // Created on A, read and awaited on B.
+    let task = create_2025(&a, "slow_compute", json!({"seconds": 1, "label": "cross"})).await;
+    assert_eq!(status_2025(&b, &task).await, "working");
+    let result = b.call_2025("tasks/result", json!({"taskId": task})).await.expect("tasks/result");
+    assert_eq!(result.result()["content"][0]["text"], "computed cross", "{}", result.raw);
+    assert_eq!(result.result()["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], task.as_str());
+    assert_eq!(status_2025(&a, &task).await, "completed");
+
+    // Created on A, cancelled on B; A sees the cancellation.
+    let task = create_2025(&a, "slow_compute", json!({"seconds": 30})).await;
+    let cancelled = b.call_2025("tasks/cancel", json!({"taskId": task})).await.expect("tasks/cancel");
+    assert_eq!(cancelled.result()["status"], "cancelled", "{}", cancelled.raw);
+    assert_eq!(status_2025(&a, &task).await, "cancelled");
+
+    // The same on the 2026-07-28 wire.
+    let caps = tasks_client_capabilities();
+    let created = a
+        .call_2026(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": 1, "label": "wire26"}}),
+            caps.clone(),
+        )
+        .await
+        .expect("tools/call");
+    assert_eq!(created.result()["resultType"], "task", "{}", created.raw);
+    let task = created.result()["taskId"].as_str().expect("task id").to_owned();
+    let done = eventually(Duration::from_secs(10), "the task to complete on B", async || {
+        let got = b.call_2026("tasks/get", json!({"taskId": task}), caps.clone()).await.ok()?;
+        (got.result()["status"] == "completed").then(|| got.result().clone())
+    })
+    .await;
+    assert_eq!(done["result"]["content"][0]["text"], "computed wire26");
+}
+
+#[tokio::test]
+async fn cancel_stops_the_running_tool_on_its_worker() {
+    let redis = RedisServer::start().expect("redis");
+    let conveyor = Conveyor::gateway(&redis.url(), &[]).expect("gateway");
+    let _worker = Conveyor::worker(&redis.url(), &["--fixtures"]).expect("worker");
+    let mcp = Mcp::new(conveyor.mcp_url());
+    wait_for_tools(&mcp).await;
+
+    let task = create_2025(&mcp, "slow_compute", json!({"seconds": 60})).await;
+    eventually(Duration::from_secs(10), "the node to run", async || {
+        (node_field(&redis, &task, "status").as_deref() == Some("running")).then_some(())
+    })
+    .await;
+    let cancelled_at = conveyor_shared_now_ms();
+    let reply = mcp.call_2025("tasks/cancel", json!({"taskId": task})).await.expect("tasks/cancel");
+    assert_eq!(reply.result()["status"], "cancelled", "{}", reply.raw);
+
+    // The worker records the node as stopped by cancellation once the tool has returned.
+    let finished_at: u64 = eventually(Duration::from_secs(5), "the tool to stop", async || {
+        if node_field(&redis, &task, "status").as_deref() != Some("cancelled") {
+            return None;
+        }
+        node_field(&redis, &task, "finishedAt")?.parse().ok()
+    })
+    .await;
+    let stop_ms = finished_at.saturating_sub(cancelled_at);
+    println!("cancel-to-stop: {stop_ms} ms (tasks/cancel sent to tool returned and recorded)");
+    assert!(stop_ms < 2_000, "the tool stopped {stop_ms} ms after the cancel");
+    // The task stays cancelled.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(status_2025(&mcp, &task).await, "cancelled");
+}
+
+fn conveyor_shared_now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_worker_killed_while_idle_loses_no_queued_task() {
+    let redis = RedisServer::start().expect("redis");
+    let gateway = Conveyor::gateway(&redis.url(), &[]).expect("gateway");
+    let mut first = Conveyor::worker(&redis.url(), &["--fixtures"]).expect("worker");
+    let mcp = Mcp::new(gateway.mcp_url());
+    wait_for_tools(&mcp).await;
+    first.signal("KILL");
+    assert!(first.wait_exit(Duration::from_secs(5)), "the worker died");
+
+    let mut tasks = Vec::new();
+    for i in 0..5 {
+        tasks.push(
+            create_2025(&mcp, "slow_compute", json!({"seconds": 0, "label": format!("queued-{i}")})).await,
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for task in &tasks {
+        assert_eq!(status_2025(&mcp, task).await, "working", "nothing runs without a worker");
+    }
+
+    let _second = Conveyor::worker(&redis.url(), &["--fixtures"]).expect("second worker");
+    for (i, task) in tasks.iter().enumerate() {
+        let result = mcp.call_2025("tasks/result", json!({"taskId": task})).await.expect("tasks/result");
+        assert_eq!(result.result()["content"][0]["text"], format!("computed queued-{i}"), "{}", result.raw);
+    }
+}
+
+#[tokio::test]
+async fn sigterm_lets_a_worker_finish_its_node_and_exit() {
+    let redis = RedisServer::start().expect("redis");
+    let gateway = Conveyor::gateway(&redis.url(), &[]).expect("gateway");
+    let mut worker = Conveyor::worker(&redis.url(), &["--fixtures"]).expect("worker");
+    let mcp = Mcp::new(gateway.mcp_url());
+    wait_for_tools(&mcp).await;
+
+    let task = create_2025(&mcp, "slow_compute", json!({"seconds": 1, "label": "drain"})).await;
+    eventually(Duration::from_secs(10), "the node to run", async || {
+        (node_field(&redis, &task, "status").as_deref() == Some("running")).then_some(())
+    })
+    .await;
+    worker.signal("TERM");
+    assert!(
+        worker.wait_exit(Duration::from_secs(10)),
+        "the worker exits after draining:\n{}",
+        worker.log_text()
+    );
+    assert_eq!(status_2025(&mcp, &task).await, "completed", "the running node finished before exit");
+
+    let mut gateway = gateway;
+    gateway.signal("TERM");
+    assert!(gateway.wait_exit(Duration::from_secs(10)), "the gateway exits on SIGTERM");
+}
+
+#[tokio::test]
+async fn the_cluster_rides_out_a_redis_restart() {
+    let mut redis =
+        RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always", "--save", ""])
+            .expect("redis");
+    let gateway = Conveyor::gateway(&redis.url(), &["--redis-timeout-ms", "1000"]).expect("gateway");
+    let _worker =
+        Conveyor::worker(&redis.url(), &["--fixtures", "--redis-timeout-ms", "1000"]).expect("worker");
+    let mcp = Mcp::new(gateway.mcp_url());
+    wait_for_tools(&mcp).await;
+    assert_eq!(mcp.get_status("/readyz").await.expect("readyz"), 200);
+    let before = create_2025(&mcp, "slow_compute", json!({"seconds": 0, "label": "before"})).await;
+    eventually(Duration::from_secs(10), "the first task", async || {
+        (status_2025(&mcp, &before).await == "completed").then_some(())
+    })
+    .await;
+
+    redis.kill();
+    assert_eq!(mcp.get_status("/healthz").await.expect("healthz"), 200, "the process is alive");
+    assert_eq!(mcp.get_status("/readyz").await.expect("readyz"), 503, "not ready without Redis");
+    let started = Instant::now();
+    let reply = mcp.call_2025("tasks/get", json!({"taskId": before})).await.expect("a reply, not a hang");
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(5), "failed fast: {took:?}");
+    let message = reply.message["error"]["message"].as_str().unwrap_or_default().to_owned();
+    assert!(message.contains("Redis"), "the error says what is wrong: {}", reply.raw);
+    assert_eq!(reply.status, 503, "{}", reply.raw);
+
+    redis.restart().expect("redis restarts");
+    eventually(Duration::from_secs(15), "readiness after the restart", async || {
+        (mcp.get_status("/readyz").await.ok()? == 200).then_some(())
+    })
+    .await;
+    // The task written before the restart survived (AOF), and new work flows again.
+    assert_eq!(status_2025(&mcp, &before).await, "completed");
+    let after = create_2025(&mcp, "slow_compute", json!({"seconds": 0, "label": "after"})).await;
+    let result = mcp.call_2025("tasks/result", json!({"taskId": after})).await.expect("tasks/result");
+    assert_eq!(
+        result.result()["content"][0]["text"],
+        "computed after",
+        "{}\n{}",
+        result.raw,
+        gateway.log_text()
+    );
+}
