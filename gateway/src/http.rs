@@ -272,12 +272,12 @@ fn check_origin(state: &AppState, headers: &HeaderMap) -> Result<(), Response> {
         let host = strip_port(authority);
         allowed.iter().any(|a| a.eq_ignore_ascii_case(host))
     };
-    if let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) {
-        if !host_allowed(host) {
-            return Err(forbidden(&format!(
-                "Host `{host}` is not served here; set CONVEYOR_ALLOWED_HOSTS to allow it"
-            )));
-        }
+    if let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok())
+        && !host_allowed(host)
+    {
+        return Err(forbidden(&format!(
+            "Host `{host}` is not served here; set CONVEYOR_ALLOWED_HOSTS to allow it"
+        )));
     }
     if let Some(origin) = headers.get(header::ORIGIN).and_then(|h| h.to_str().ok()) {
         let authority = origin.split_once("://").map(|(_, rest)| rest).unwrap_or(origin);

@@ -12,7 +12,7 @@
 //! - [`store`]: [`Store`], the typed operations over a connection pool: every read and every
 //!   script call goes through it, each bounded by a timeout so that nothing hangs on a dead Redis.
 //! - [`config`]: [`Config`], the settings of a deployment.
-//! - [`error`]: [`StoreError`].
+//! - [`error`] holds [`StoreError`], what a failed store operation tells its caller.
 
 pub mod config;
 pub mod error;

@@ -662,7 +662,7 @@ fn encode_cursor(score: u64, id: &str) -> String {
 }
 
 fn decode_cursor(cursor: &str) -> Option<(u64, String)> {
-    if cursor.len() % 2 != 0 || cursor.len() > 256 {
+    if !cursor.len().is_multiple_of(2) || cursor.len() > 256 {
         return None;
     }
     let bytes: Option<Vec<u8>> =

@@ -32,12 +32,22 @@ pub fn scratch_dir(name: &str) -> PathBuf {
     dir
 }
 
-/// The `conveyor` binary, built once per test process with the same cargo that runs the tests.
+static PREFER_RELEASE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes [`conveyor_bin`] build and use the release binary (for benchmarks); call it first.
+pub fn prefer_release_binary() {
+    PREFER_RELEASE.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The `conveyor` binary, built once per process with the same cargo that runs the tests: the
+/// debug build, or the release build after [`prefer_release_binary`] or with
+/// `CONVEYOR_TEST_RELEASE=1`.
 pub fn conveyor_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-        let release = std::env::var("CONVEYOR_TEST_RELEASE").is_ok_and(|v| v == "1");
+        let release = PREFER_RELEASE.load(std::sync::atomic::Ordering::Relaxed)
+            || std::env::var("CONVEYOR_TEST_RELEASE").is_ok_and(|v| v == "1");
         let mut build = Command::new(cargo);
         build.current_dir(workspace_root()).args(["build", "-q", "-p", "conveyor-cli", "--bin", "conveyor"]);
         if release {
