@@ -63,6 +63,20 @@ pub fn conveyor_bin() -> &'static Path {
     })
 }
 
+/// An example program of a workspace package, built with the same cargo that runs the tests.
+pub fn example_bin(package: &str, example: &str) -> PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    #[allow(clippy::expect_used)] // without the binary the test cannot run
+    let status = Command::new(cargo)
+        .current_dir(workspace_root())
+        .args(["build", "-q", "-p", package, "--example", example])
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "building example {example} of {package} failed");
+    let target = std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| workspace_root().join("target"));
+    target.join("debug").join("examples").join(example)
+}
+
 /// A `redis-server` of the test's own, on a free port.
 pub struct RedisServer {
     child: Option<Child>,
@@ -166,6 +180,20 @@ impl Conveyor {
     /// `conveyor gateway`, listening on a free port.
     pub fn gateway(redis_url: &str, args: &[&str]) -> anyhow::Result<Self> {
         Self::serving("gateway", redis_url, args)
+    }
+
+    /// Any program that takes `REDIS_URL`, such as a worker with tools of its own.
+    pub fn program(program: &Path, redis_url: &str) -> anyhow::Result<Self> {
+        let log = scratch_dir("program").join("program.log");
+        let file = std::fs::File::create(&log)?;
+        let child = Command::new(program)
+            .env("REDIS_URL", redis_url)
+            .stdin(Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .spawn()
+            .with_context(|| format!("cannot start {}", program.display()))?;
+        Ok(Self { child: Some(child), base: String::new(), log })
     }
 
     /// `conveyor worker` with the given extra arguments.
