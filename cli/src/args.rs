@@ -95,7 +95,7 @@ pub struct WorkerArgs {
     #[arg(long, env = "CONVEYOR_FIXTURES")]
     pub fixtures: bool,
     /// On SIGINT/SIGTERM, how long running nodes may take to finish before they are stopped and
-    /// left for another worker, in milliseconds.
+    /// handed back to the queue for another worker, in milliseconds.
     #[arg(long, env = "CONVEYOR_SHUTDOWN_GRACE_MS", default_value_t = 30_000)]
     pub shutdown_grace_ms: u64,
     #[command(flatten)]

@@ -18,3 +18,5 @@ pub static REQUEST_INPUT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/request_input.lua")));
 pub static ANSWER_INPUT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/answer_input.lua")));
+pub static RELEASE_NODE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/release_node.lua")));

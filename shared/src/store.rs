@@ -461,6 +461,44 @@ impl Store {
         Ok(raw.and_then(|r| serde_json::from_str(&r).ok()).unwrap_or_else(|| serde_json::json!({})))
     }
 
+    /// Hands a running node back to the queue (a new stream entry) and acknowledges its old entry.
+    /// Returns `false` when the attempt is stale and nothing changed.
+    pub async fn release_node(&self, item: &WorkItem, attempt: u32) -> Result<bool, StoreError> {
+        let mut invocation = scripts::RELEASE_NODE.prepare_invoke();
+        invocation
+            .key(keys::task(&item.task_id))
+            .key(keys::nodes(&item.task_id))
+            .key(keys::WORK_STREAM)
+            .arg(&item.node_id)
+            .arg(attempt)
+            .arg(&item.entry_id)
+            .arg(&item.task_id)
+            .arg(keys::WORK_GROUP)
+            .arg(item.traceparent.clone().unwrap_or_default());
+        let taken: i64 = self.with_conn(|mut c| async move { invocation.invoke_async(&mut c).await }).await?;
+        Ok(taken == 1)
+    }
+
+    /// Puts a read but unstarted entry back on the stream for another worker (a new entry, and
+    /// the old one acknowledged, in one transaction).
+    pub async fn requeue(&self, item: &WorkItem) -> Result<(), StoreError> {
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .xadd(
+                keys::WORK_STREAM,
+                "*",
+                &[
+                    ("task", item.task_id.as_str()),
+                    ("node", item.node_id.as_str()),
+                    ("traceparent", item.traceparent.as_deref().unwrap_or_default()),
+                ],
+            )
+            .ignore()
+            .xack(keys::WORK_STREAM, keys::WORK_GROUP, &[&item.entry_id])
+            .ignore();
+        self.with_conn(|mut c| async move { pipe.query_async::<()>(&mut c).await }).await
+    }
+
     /// Creates the workers' consumer group (and the stream) if they do not exist yet.
     pub async fn ensure_work_group(&self) -> Result<(), StoreError> {
         let result = self

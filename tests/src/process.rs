@@ -73,7 +73,9 @@ pub fn example_bin(package: &str, example: &str) -> PathBuf {
         .status()
         .expect("cargo runs");
     assert!(status.success(), "building example {example} of {package} failed");
-    let target = std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| workspace_root().join("target"));
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| workspace_root().join("target"));
     target.join("debug").join("examples").join(example)
 }
 

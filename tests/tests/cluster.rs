@@ -188,6 +188,34 @@ async fn sigterm_lets_a_worker_finish_its_node_and_exit() {
 }
 
 #[tokio::test]
+async fn a_worker_that_stops_hands_its_running_node_to_another() {
+    let redis = RedisServer::start().expect("redis");
+    let gateway = Conveyor::gateway(&redis.url(), &[]).expect("gateway");
+    let mut first =
+        Conveyor::worker(&redis.url(), &["--fixtures", "--shutdown-grace-ms", "200"]).expect("worker");
+    let mcp = Mcp::new(gateway.mcp_url());
+    wait_for_tools(&mcp).await;
+
+    let task = create_2025(&mcp, "slow_compute", json!({"seconds": 4, "label": "handed"})).await;
+    eventually(Duration::from_secs(10), "the node to run", async || {
+        (node_field(&redis, &task, "status").as_deref() == Some("running")).then_some(())
+    })
+    .await;
+    first.signal("TERM");
+    assert!(first.wait_exit(Duration::from_secs(5)), "the worker stops after its grace period");
+    assert_eq!(
+        node_field(&redis, &task, "status").as_deref(),
+        Some("queued"),
+        "handed back, not left running"
+    );
+
+    let _second = Conveyor::worker(&redis.url(), &["--fixtures"]).expect("second worker");
+    let result = mcp.call_2025("tasks/result", json!({"taskId": task})).await.expect("tasks/result");
+    assert_eq!(result.result()["content"][0]["text"], "computed handed", "{}", result.raw);
+    assert_eq!(node_field(&redis, &task, "attempt").as_deref(), Some("2"), "the second worker ran attempt 2");
+}
+
+#[tokio::test]
 async fn the_cluster_rides_out_a_redis_restart() {
     let mut redis =
         RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always", "--save", ""])

@@ -12,7 +12,8 @@ use serde_json::json;
 async fn a_worker_with_its_own_tool_serves_it_through_any_gateway() {
     let redis = RedisServer::start().expect("redis");
     let gateway = Conveyor::gateway(&redis.url(), &[]).expect("gateway");
-    let worker = Conveyor::program(&example_bin("conveyor-worker", "custom_worker"), &redis.url()).expect("worker");
+    let worker =
+        Conveyor::program(&example_bin("conveyor-worker", "custom_worker"), &redis.url()).expect("worker");
     let mcp = Mcp::new(gateway.mcp_url());
 
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -26,18 +27,28 @@ async fn a_worker_with_its_own_tool_serves_it_through_any_gateway() {
     }
 
     let text = "one two three\nfour five\nsix";
-    let sync = mcp.call_2025("tools/call", json!({"name": "count_words", "arguments": {"text": text}})).await.expect("call");
+    let sync = mcp
+        .call_2025("tools/call", json!({"name": "count_words", "arguments": {"text": text}}))
+        .await
+        .expect("call");
     assert_eq!(sync.result()["structuredContent"]["words"], 6, "{}", sync.raw);
 
     let created = mcp
-        .call_2026("tools/call", json!({"name": "count_words", "arguments": {"text": text}}), tasks_client_capabilities())
+        .call_2026(
+            "tools/call",
+            json!({"name": "count_words", "arguments": {"text": text}}),
+            tasks_client_capabilities(),
+        )
         .await
         .expect("call");
     assert_eq!(created.result()["resultType"], "task", "{}", created.raw);
     let task_id = created.result()["taskId"].as_str().expect("task id").to_owned();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let got = mcp.call_2026("tasks/get", json!({"taskId": task_id}), tasks_client_capabilities()).await.expect("get");
+        let got = mcp
+            .call_2026("tasks/get", json!({"taskId": task_id}), tasks_client_capabilities())
+            .await
+            .expect("get");
         if got.result()["status"] == "completed" {
             assert_eq!(got.result()["result"]["content"][0]["text"], "6 words", "{}", got.raw);
             break;

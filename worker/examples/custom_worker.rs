@@ -46,7 +46,8 @@ fn count_words() -> impl conveyor_worker::Tool {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| conveyor_shared::config::DEFAULT_REDIS_URL.to_owned());
+    let url =
+        std::env::var("REDIS_URL").unwrap_or_else(|_| conveyor_shared::config::DEFAULT_REDIS_URL.to_owned());
     let store = Store::new(&url, Duration::from_secs(3))?;
     let mut registry = ToolRegistry::new();
     registry.register(count_words());

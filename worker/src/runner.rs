@@ -24,7 +24,8 @@ pub struct WorkerOptions {
     pub block: Duration,
     /// How often a running node re-checks its task's status, in case a cancel message was lost.
     pub status_recheck: Duration,
-    /// On shutdown, how long running nodes may take to finish before they are stopped.
+    /// On shutdown, how long running nodes may take to finish before they are stopped and handed
+    /// back to the queue.
     pub shutdown_grace: Duration,
 }
 
@@ -82,7 +83,7 @@ impl Running {
 
 /// Runs a worker until `shutdown` fires: publishes the registry's tools, then consumes work.
 /// On shutdown it stops reading, lets running nodes finish within the grace period, then stops
-/// them; their entries stay pending for another worker.
+/// them and hands them back to the queue for another worker.
 pub async fn run(
     store: Store,
     registry: Arc<ToolRegistry>,
@@ -122,10 +123,18 @@ pub async fn run(
             }
         }
         let Some(c) = conn.as_mut() else { continue };
-        let read = tokio::select! {
-            r = Store::read_work(c, &options.name, permits.len(), options.block) => r,
-            () = shutdown.cancelled() => break,
-        };
+        // The read is never abandoned half-way: Redis would still deliver an entry to a read the
+        // worker stopped waiting for, and that entry would sit with a consumer that is gone. It
+        // blocks for at most `options.block`; what it returns after shutdown goes back to the queue.
+        let read = Store::read_work(c, &options.name, permits.len(), options.block).await;
+        if shutdown.is_cancelled() {
+            for item in read.unwrap_or_default() {
+                if let Err(e) = store.requeue(&item).await {
+                    tracing::warn!(entry = %item.entry_id, error = %e, "could not requeue an unstarted entry");
+                }
+            }
+            break;
+        }
         let items = match read {
             Ok(items) => {
                 backoff.reset();
@@ -166,7 +175,7 @@ pub async fn run(
         tokio::time::timeout(options.shutdown_grace, async { while nodes.join_next().await.is_some() {} })
             .await;
     if drained.is_err() {
-        tracing::warn!(worker = %options.name, "grace period over: stopping running nodes; they stay pending for another worker");
+        tracing::warn!(worker = %options.name, "grace period over: stopping running nodes and handing them back");
         stop_running.cancel();
         while nodes.join_next().await.is_some() {}
     }
@@ -295,7 +304,19 @@ impl NodeJob {
         };
         self.running.remove(&item.task_id, registration);
         if self.stop.is_cancelled() && !token_cancelled_by_task(&self.store, &item.task_id).await {
-            // Stopped by shutdown, not by the task: leave the entry pending for another worker.
+            // Stopped by shutdown, not by the task: hand the node back so another worker starts
+            // it at once.
+            match self.store.release_node(&item, attempt).await {
+                Ok(true) => {
+                    tracing::info!(task = %item.task_id, node = %item.node_id, "handed the node back to the queue")
+                }
+                Ok(false) => {
+                    tracing::info!(task = %item.task_id, "node already settled elsewhere; nothing to hand back")
+                }
+                Err(e) => {
+                    tracing::warn!(task = %item.task_id, error = %e, "could not hand the node back; it stays pending")
+                }
+            }
             return;
         }
         let outcome = if token.is_cancelled() { None } else { Some(outcome) };

@@ -1,0 +1,49 @@
+//! The MCP conformance suite (`@modelcontextprotocol/conformance`) against a real Conveyor: runs
+//! `scripts/conformance.sh required` from the workspace root and fails unless every required
+//! scenario passes. See `docs/conformance.md`.
+//!
+//! Needs `npm` (npm 9 or newer, on any Node) with the npm registry reachable the first time: the
+//! script installs the suite and a Node 22 binary into `<workspace>/.conformance/`, which later
+//! runs reuse. It also needs `redis-server` on PATH, and builds `conveyor` with this same cargo.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+const INSTALL_NPM: &str = "the MCP conformance suite needs npm (npm 9 or newer, on any Node.js): install \
+     Node.js and npm, e.g. `apt-get install -y nodejs npm` on Debian or Ubuntu, or from \
+     https://nodejs.org, so that `npm` is on PATH";
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+fn output_text(output: &Output) -> String {
+    format!(
+        "exit: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+#[test]
+fn conformance_suite_required_scenarios_pass() {
+    match Command::new("npm").arg("--version").stdin(Stdio::null()).output() {
+        Ok(output) if output.status.success() => {}
+        Ok(output) => panic!("`npm --version` failed; {INSTALL_NPM}\n{}", output_text(&output)),
+        Err(error) => panic!("cannot run `npm` ({error}); {INSTALL_NPM}"),
+    }
+
+    // The script builds conveyor with $CARGO: the cargo that runs this test.
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let output = Command::new("bash")
+        .args(["scripts/conformance.sh", "required"])
+        .current_dir(workspace_root())
+        .env("CARGO", cargo)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|error| panic!("cannot run bash scripts/conformance.sh: {error}"));
+    let text = output_text(&output);
+    assert!(output.status.success(), "required conformance scenarios failed\n{text}");
+    println!("{text}");
+}
