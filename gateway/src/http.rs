@@ -311,19 +311,57 @@ fn principal(_headers: &HeaderMap) -> String {
     "anonymous".to_owned()
 }
 
-/// W3C trace context: `_meta.traceparent` (SEP-414) first, then the HTTP header.
+/// The request's W3C trace context: `_meta.traceparent` (SEP-414) first, then the HTTP header;
+/// a new trace when neither is valid, so that every task carries a trace context from the start.
 fn traceparent(headers: &HeaderMap, message: &serde_json::Map<String, Value>) -> Option<String> {
-    message
-        .get("params")
-        .and_then(|p| p.pointer("/_meta/traceparent"))
-        .and_then(Value::as_str)
+    let from_meta =
+        message.get("params").and_then(|p| p.pointer("/_meta/traceparent")).and_then(Value::as_str);
+    let from_header = headers.get("traceparent").and_then(|v| v.to_str().ok());
+    from_meta
+        .filter(|t| valid_traceparent(t))
+        .or(from_header.filter(|t| valid_traceparent(t)))
         .map(str::to_owned)
-        .or_else(|| headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned))
+        .or_else(|| Some(new_traceparent()))
+}
+
+/// `00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>`, ids not all zero.
+fn valid_traceparent(value: &str) -> bool {
+    let parts: Vec<&str> = value.split('-').collect();
+    let hex = |s: &str, len: usize| {
+        s.len() == len && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    parts.len() == 4
+        && hex(parts[0], 2)
+        && parts[0] != "ff"
+        && hex(parts[1], 32)
+        && parts[1].bytes().any(|b| b != b'0')
+        && hex(parts[2], 16)
+        && parts[2].bytes().any(|b| b != b'0')
+        && hex(parts[3], 2)
+}
+
+fn new_traceparent() -> String {
+    let trace = conveyor_shared::model::new_task_id();
+    let span = &conveyor_shared::model::new_task_id()[..16];
+    format!("00-{trace}-{span}-01")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn trace_context_is_kept_when_valid_and_made_when_not() {
+        let given = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let message = serde_json::json!({"params": {"_meta": {"traceparent": given}}});
+        let object = message.as_object().expect("an object");
+        assert_eq!(traceparent(&HeaderMap::new(), object).as_deref(), Some(given));
+        let bad = serde_json::json!({"params": {"_meta": {"traceparent": "00-zz-01"}}});
+        let made = traceparent(&HeaderMap::new(), bad.as_object().expect("an object")).expect("a new trace");
+        assert!(valid_traceparent(&made), "{made}");
+        assert_ne!(made, given);
+        assert!(!valid_traceparent("00-00000000000000000000000000000000-00f067aa0ba902b7-01"));
+    }
 
     #[test]
     fn ports_are_stripped_from_hosts() {

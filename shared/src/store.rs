@@ -214,60 +214,61 @@ impl Store {
     }
 
     /// One page of an owner's tasks, oldest first. The cursor is opaque to clients; an invalid one
-    /// is an error, not an empty page.
+    /// is an error, not an empty page. Pages continue after the cursor's entry by rank, so tasks
+    /// created in the same millisecond are neither skipped nor repeated.
     pub async fn list_tasks(
         &self,
         owner: &str,
         cursor: Option<&str>,
         page_size: usize,
     ) -> Result<Result<TaskPage, String>, StoreError> {
-        let (after_score, after_id) = match cursor {
-            None => (0u64, String::new()),
+        let after = match cursor {
+            None => None,
             Some(c) => match decode_cursor(c) {
-                Some(pos) => pos,
+                Some(pos) => Some(pos),
                 None => {
                     return Ok(Err(format!("invalid cursor {c:?}: pass back a nextCursor from tasks/list")));
                 }
             },
         };
         let index = keys::owner_tasks(owner);
-        // Equal scores are ordered by member, so skipping (score, id) <= the cursor is exact; the
-        // margin covers ids that share the cursor's millisecond.
-        let fetch = page_size + 64;
-        let index_key = index.clone();
-        let entries: Vec<(String, u64)> = self
-            .with_conn(|mut c| async move {
-                redis::cmd("ZRANGE")
-                    .arg(&index_key)
-                    .arg(after_score)
-                    .arg("+inf")
-                    .arg("BYSCORE")
-                    .arg("LIMIT")
-                    .arg(0)
-                    .arg(fetch)
-                    .arg("WITHSCORES")
-                    .query_async(&mut c)
-                    .await
-            })
-            .await?;
-        let mut tasks = Vec::with_capacity(page_size);
+        let start: isize = match &after {
+            None => 0,
+            Some((score, id)) => {
+                let (key, id, score) = (index.clone(), id.clone(), *score);
+                self.with_conn(|mut c| async move {
+                    match c.zrank::<_, _, Option<isize>>(&key, &id).await? {
+                        Some(rank) => Ok(rank + 1),
+                        // The cursor's task was trimmed from the index: go on after its time.
+                        None => c.zcount::<_, _, _, isize>(&key, "-inf", score).await,
+                    }
+                })
+                .await?
+            }
+        };
+        // One more than a page tells whether another page follows.
+        let (key, stop) = (index.clone(), start + page_size as isize);
+        let entries: Vec<(String, u64)> =
+            self.with_conn(|mut c| async move { c.zrange_withscores(&key, start, stop).await }).await?;
+        let more = entries.len() > page_size;
+        let page: Vec<(String, u64)> = entries.into_iter().take(page_size).collect();
+        let next_cursor = if more { page.last().map(|(id, score)| encode_cursor(*score, id)) } else { None };
+        let ids: Vec<String> = page.into_iter().map(|(id, _)| id).collect();
+        let mut pipe = redis::pipe();
+        for id in &ids {
+            pipe.hgetall(keys::task(id));
+        }
+        let hashes: Vec<HashMap<String, String>> = if ids.is_empty() {
+            Vec::new()
+        } else {
+            self.with_conn(|mut c| async move { pipe.query_async(&mut c).await }).await?
+        };
+        let mut tasks = Vec::with_capacity(ids.len());
         let mut expired = Vec::new();
-        let mut next_cursor = None;
-        let candidates: Vec<_> = entries
-            .into_iter()
-            .filter(|(id, score)| (*score, id.as_str()) > (after_score, after_id.as_str()))
-            .collect();
-        let more_in_index = candidates.len() > page_size;
-        for (id, score) in candidates {
-            if tasks.len() == page_size {
-                break;
-            }
-            match self.get_task(&id).await? {
+        for (id, hash) in ids.into_iter().zip(hashes) {
+            match TaskRecord::from_hash(&id, hash).map_err(StoreError::Corrupt)? {
                 Some(task) if task.owner == owner => tasks.push(task),
-                _ => expired.push(id.clone()),
-            }
-            if tasks.len() == page_size && more_in_index {
-                next_cursor = Some(encode_cursor(score, &id));
+                _ => expired.push(id),
             }
         }
         if !expired.is_empty() {
