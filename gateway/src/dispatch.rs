@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use conveyor_shared::model::{RpcError, TaskEvent, TaskMode, TaskRecord, TaskStatus, new_task_id, now_ms};
-use conveyor_shared::store::{AnswerOutcome, CancelOutcome, NewTask, task_error};
+use conveyor_shared::store::{AnswerOutcome, CancelOutcome, NewTask, TaskEvents, task_error};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use rmcp::model::{ErrorCode, TASKS_EXTENSION_ID};
@@ -478,12 +478,7 @@ struct Follow {
     deadline: Duration,
 }
 
-fn follow_task<F>(
-    state: Arc<AppState>,
-    follow: Follow,
-    events: Option<mpsc::Receiver<TaskEvent>>,
-    finish: F,
-) -> ReplyStream
+fn follow_task<F>(state: Arc<AppState>, follow: Follow, events: Option<TaskEvents>, finish: F) -> ReplyStream
 where
     F: FnOnce(TaskRecord) -> Result<Value, RpcFailure> + Send + 'static,
 {
@@ -498,7 +493,7 @@ where
 async fn wait_terminal(
     state: &AppState,
     follow: &Follow,
-    mut subscribed: Option<mpsc::Receiver<TaskEvent>>,
+    mut subscribed: Option<TaskEvents>,
     tx: &mpsc::Sender<StreamItem>,
 ) -> Result<TaskRecord, RpcFailure> {
     let Follow { task_id, owner, progress_token, deadline } = follow;

@@ -11,11 +11,14 @@
 //!   and builders for `CallToolResult` JSON so that tools need no MCP library.
 //! - [`store`]: [`Store`], the typed operations over a connection pool: every read and every
 //!   script call goes through it, each bounded by a timeout so that nothing hangs on a dead Redis.
+//! - [`events`]: [`events::EventHub`], the one pub/sub connection a process shares among all
+//!   its subscribers (task events, cancellations).
 //! - [`config`]: [`Config`], the settings of a deployment.
 //! - [`error`] holds [`StoreError`], what a failed store operation tells its caller.
 
 pub mod config;
 pub mod error;
+pub mod events;
 pub mod keys;
 pub mod model;
 pub mod scripts;

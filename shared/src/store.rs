@@ -6,13 +6,12 @@ use std::future::Future;
 use std::time::Duration;
 
 use deadpool_redis::{Manager, Pool, Runtime};
-use futures::StreamExt;
 use redis::AsyncCommands;
 use redis::streams::{StreamReadOptions, StreamReadReply};
 use serde_json::Value;
-use tokio::sync::mpsc;
 
 use crate::error::StoreError;
+use crate::events::{EventHub, Subscription};
 use crate::keys;
 use crate::model::{
     NodeRecord, PublishedTool, RpcError, TaskEvent, TaskMode, TaskRecord, ToolOutcome, WorkItem, now_ms,
@@ -120,6 +119,7 @@ pub struct TaskPage {
 pub struct Store {
     pool: Pool,
     client: redis::Client,
+    events: EventHub,
     timeout: Duration,
 }
 
@@ -142,7 +142,8 @@ impl Store {
             .map_err(|e| StoreError::Unavailable(e.to_string()))?;
         let client = redis::Client::open(url)
             .map_err(|e| StoreError::Unavailable(format!("invalid REDIS_URL {url:?}: {e}")))?;
-        Ok(Self { pool, client, timeout })
+        let events = EventHub::new(client.clone(), timeout);
+        Ok(Self { pool, client, events, timeout })
     }
 
     /// Runs one operation on a pooled connection, failing after the store's timeout.
@@ -612,52 +613,29 @@ impl Store {
 
     /// Subscribes to a task's events. The subscription is live when this returns, so a caller
     /// that re-reads the task afterwards cannot miss an event that falls in between.
-    pub async fn subscribe_task(&self, task_id: &str) -> Result<mpsc::Receiver<TaskEvent>, StoreError> {
-        let mut messages = self.subscribe(&keys::events(task_id)).await?;
-        let (tx, rx) = mpsc::channel(64);
-        tokio::spawn(async move {
-            while let Some(payload) = messages.recv().await {
-                match serde_json::from_str::<TaskEvent>(&payload) {
-                    Ok(event) => {
-                        if tx.send(event).await.is_err() {
-                            break;
-                        }
-                    }
-                    Err(e) => tracing::warn!(error = %e, "ignoring malformed task event"),
-                }
-            }
-        });
-        Ok(rx)
+    pub async fn subscribe_task(&self, task_id: &str) -> Result<TaskEvents, StoreError> {
+        Ok(TaskEvents(self.events.subscribe(&keys::events(task_id)).await?))
     }
 
-    /// Subscribes to a channel on a dedicated connection; the receiver ends when the connection
-    /// drops, and dropping the receiver closes the connection.
-    pub async fn subscribe(&self, channel: &str) -> Result<mpsc::Receiver<String>, StoreError> {
-        let connect = async {
-            let mut pubsub = self.client.get_async_pubsub().await?;
-            pubsub.subscribe(channel).await?;
-            Ok::<_, redis::RedisError>(pubsub)
-        };
-        let pubsub = tokio::time::timeout(self.timeout, connect)
-            .await
-            .map_err(|_| StoreError::Timeout(self.timeout))??;
-        let (tx, rx) = mpsc::channel(256);
-        tokio::spawn(async move {
-            let mut stream = pubsub.into_on_message();
-            loop {
-                tokio::select! {
-                    message = stream.next() => {
-                        let Some(message) = message else { break };
-                        let Ok(payload) = message.get_payload::<String>() else { continue };
-                        if tx.send(payload).await.is_err() {
-                            break;
-                        }
-                    }
-                    () = tx.closed() => break,
-                }
+    /// Subscribes to a channel on the process's shared pub/sub connection.
+    pub async fn subscribe(&self, channel: &str) -> Result<Subscription, StoreError> {
+        self.events.subscribe(channel).await
+    }
+}
+
+/// A task's events, parsed.
+pub struct TaskEvents(Subscription);
+
+impl TaskEvents {
+    /// The next event, or `None` once the subscription ended (subscribe again and re-read).
+    pub async fn recv(&mut self) -> Option<TaskEvent> {
+        loop {
+            let payload = self.0.recv().await?;
+            match serde_json::from_str::<TaskEvent>(&payload) {
+                Ok(event) => return Some(event),
+                Err(e) => tracing::warn!(error = %e, "ignoring malformed task event"),
             }
-        });
-        Ok(rx)
+        }
     }
 }
 

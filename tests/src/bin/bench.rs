@@ -118,8 +118,8 @@ async fn main() -> anyhow::Result<()> {
         options.tasks, options.concurrency
     );
     println!(
-        "{:<8} {:<6} {:>8} {:>10} {:>9} {:>9} {:>9} {:>9}",
-        "workers", "mode", "calls", "calls/s", "p50 ms", "p90 ms", "p99 ms", "max ms"
+        "{:<8} {:<6} {:>8} {:>10} {:>9} {:>9} {:>9} {:>9} {:>12}  busiest commands per call",
+        "workers", "mode", "calls", "calls/s", "p50 ms", "p90 ms", "p99 ms", "max ms", "Redis cmds/call"
     );
     for &workers in &options.workers {
         let redis = RedisServer::start()?;
@@ -132,9 +132,23 @@ async fn main() -> anyhow::Result<()> {
         wait_for_noop(&mcp).await?;
         for mode in [Mode::Sync, Mode::Task] {
             run(&mcp, mode, options.tasks / 10 + 1, options.concurrency).await?; // warm-up
+            let before = command_stats(&redis)?;
             let (elapsed, latencies) = run(&mcp, mode, options.tasks, options.concurrency).await?;
+            let after = command_stats(&redis)?;
+            let calls = latencies.len().max(1) as f64;
+            let mut per_command: Vec<(String, f64)> = after
+                .iter()
+                .map(|(name, count)| {
+                    (name.clone(), (count - before.get(name).copied().unwrap_or(0)) as f64 / calls)
+                })
+                .filter(|(_, per_call)| *per_call > 0.0)
+                .collect();
+            per_command.sort_by(|a, b| b.1.total_cmp(&a.1));
+            let total: f64 = per_command.iter().map(|(_, n)| n).sum();
+            let busiest: Vec<String> =
+                per_command.iter().take(6).map(|(name, n)| format!("{name} {n:.1}")).collect();
             println!(
-                "{:<8} {:<6} {:>8} {:>10.0} {:>9.2} {:>9.2} {:>9.2} {:>9.2}",
+                "{:<8} {:<6} {:>8} {:>10.0} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>12.1}  {}",
                 workers,
                 if mode == Mode::Sync { "sync" } else { "task" },
                 latencies.len(),
@@ -143,6 +157,8 @@ async fn main() -> anyhow::Result<()> {
                 percentile(&latencies, 0.90),
                 percentile(&latencies, 0.99),
                 percentile(&latencies, 1.0),
+                total,
+                busiest.join(", "),
             );
         }
         drop(worker_processes);
@@ -150,6 +166,21 @@ async fn main() -> anyhow::Result<()> {
         drop(redis);
     }
     Ok(())
+}
+
+/// Calls per command from `INFO commandstats` (scripts count as `evalsha`).
+fn command_stats(redis: &RedisServer) -> anyhow::Result<std::collections::HashMap<String, u64>> {
+    let mut conn = redis.connection()?;
+    let info: String = redis::cmd("INFO").arg("commandstats").query(&mut conn)?;
+    Ok(info
+        .lines()
+        .filter_map(|line| {
+            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest.split(',').find_map(|kv| kv.strip_prefix("calls="))?.parse().ok()?;
+            Some((name.to_owned(), calls))
+        })
+        .filter(|(name, _)| name != "info")
+        .collect())
 }
 
 async fn wait_for_noop(mcp: &Mcp) -> anyhow::Result<()> {
