@@ -58,7 +58,7 @@ fn shutdown_on_signal() -> CancellationToken {
 }
 
 fn store(redis: &RedisArgs) -> anyhow::Result<Store> {
-    Store::new(&redis.url, Duration::from_millis(redis.timeout_ms)).context("cannot use REDIS_URL")
+    Store::new(&redis.url, Duration::from_millis(redis.timeout_ms)).context("cannot set up Redis")
 }
 
 fn config(args: &GatewayArgs) -> Config {
@@ -74,12 +74,14 @@ fn config(args: &GatewayArgs) -> Config {
 }
 
 async fn gateway(args: GatewayArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let config = config(&args);
+    config.validate().map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
     let store = store(&args.redis)?;
     let mut policy = HttpPolicy::default();
     policy
         .allowed_hosts
         .extend(args.allowed_hosts.iter().map(|h| h.trim().to_owned()).filter(|h| !h.is_empty()));
-    let state = Arc::new(AppState::new(store, config(&args), policy));
+    let state = Arc::new(AppState::new(store, config, policy));
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -111,6 +113,7 @@ async fn worker(store: Store, args: WorkerArgs, shutdown: CancellationToken) -> 
 }
 
 async fn up(mut args: UpArgs) -> anyhow::Result<()> {
+    config(&args.gateway).validate().map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
     let shutdown = shutdown_on_signal();
     let probe = store(&args.gateway.redis)?;
     // Held until `up` returns: dropping it stops the private server.

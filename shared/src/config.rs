@@ -39,6 +39,33 @@ impl Default for Config {
 }
 
 impl Config {
+    /// Checks that the settings make sense together; the error says which one is wrong.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.task_ttl_max_ms == 0 {
+            return Err("the maximum task TTL (CONVEYOR_TASK_TTL_MAX_MS) must be at least 1 ms".to_owned());
+        }
+        if self.task_ttl_default_ms == 0 || self.task_ttl_default_ms > self.task_ttl_max_ms {
+            return Err(format!(
+                "the default task TTL (CONVEYOR_TASK_TTL_MS = {}) must be between 1 and the maximum ({} ms)",
+                self.task_ttl_default_ms, self.task_ttl_max_ms
+            ));
+        }
+        if self.poll_interval_ms == 0 {
+            return Err("the poll interval (CONVEYOR_POLL_INTERVAL_MS) must be at least 1 ms".to_owned());
+        }
+        if self.max_body_bytes < 1024 {
+            return Err(format!(
+                "the body limit (CONVEYOR_MAX_BODY_BYTES = {}) must be at least 1024 bytes",
+                self.max_body_bytes
+            ));
+        }
+        if self.redis_timeout.is_zero() || self.sync_call_timeout.is_zero() {
+            return Err("timeouts (CONVEYOR_REDIS_TIMEOUT_MS, CONVEYOR_SYNC_TIMEOUT_MS) must be above zero"
+                .to_owned());
+        }
+        Ok(())
+    }
+
     /// The TTL to apply for a requested one: the default when none, capped at the maximum.
     pub fn applied_ttl_ms(&self, requested: Option<u64>) -> u64 {
         requested.unwrap_or(self.task_ttl_default_ms).clamp(1, self.task_ttl_max_ms)
@@ -48,6 +75,17 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn validation_names_the_bad_setting() {
+        assert!(Config::default().validate().is_ok());
+        let bad = Config { task_ttl_default_ms: 10, task_ttl_max_ms: 5, ..Config::default() };
+        assert!(bad.validate().expect_err("default above max").contains("CONVEYOR_TASK_TTL_MS"));
+        let bad = Config { task_ttl_max_ms: 0, ..Config::default() };
+        assert!(bad.validate().expect_err("zero max").contains("CONVEYOR_TASK_TTL_MAX_MS"));
+        let bad = Config { max_body_bytes: 10, ..Config::default() };
+        assert!(bad.validate().expect_err("tiny body limit").contains("CONVEYOR_MAX_BODY_BYTES"));
+    }
 
     #[test]
     fn ttl_defaults_and_caps() {

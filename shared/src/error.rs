@@ -9,6 +9,8 @@ pub enum StoreError {
     Unavailable(String),
     #[error("Redis did not answer within {0:?}; the request may be retried")]
     Timeout(std::time::Duration),
+    #[error("invalid REDIS_URL {0}; expected redis://[user:password@]host[:port][/db] or rediss://...")]
+    InvalidUrl(String),
     #[error("stored data is not in the expected shape: {0}")]
     Corrupt(String),
 }

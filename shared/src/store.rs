@@ -131,7 +131,7 @@ impl Store {
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout));
         let manager = Manager::new_with_config(url, connection)
-            .map_err(|e| StoreError::Unavailable(format!("invalid REDIS_URL {url:?}: {e}")))?;
+            .map_err(|e| StoreError::InvalidUrl(format!("{url:?} ({e})")))?;
         let pool = Pool::builder(manager)
             .max_size(64)
             .wait_timeout(Some(timeout))
@@ -140,8 +140,8 @@ impl Store {
             .runtime(Runtime::Tokio1)
             .build()
             .map_err(|e| StoreError::Unavailable(e.to_string()))?;
-        let client = redis::Client::open(url)
-            .map_err(|e| StoreError::Unavailable(format!("invalid REDIS_URL {url:?}: {e}")))?;
+        let client =
+            redis::Client::open(url).map_err(|e| StoreError::InvalidUrl(format!("{url:?} ({e})")))?;
         let events = EventHub::new(client.clone(), timeout);
         Ok(Self { pool, client, events, timeout })
     }
