@@ -154,11 +154,41 @@ async fn a_worker_killed_while_idle_loses_no_queued_task() {
         assert_eq!(status_2025(&mcp, task).await, "working", "nothing runs without a worker");
     }
 
+    // One queued task is cancelled before any worker sees it.
+    let cancelled = create_2025(&mcp, "slow_compute", json!({"seconds": 0, "label": "never"})).await;
+    mcp.call_2025("tasks/cancel", json!({"taskId": cancelled})).await.expect("tasks/cancel");
+
     let _second = Conveyor::worker(&redis.url(), &["--fixtures"]).expect("second worker");
     for (i, task) in tasks.iter().enumerate() {
         let result = mcp.call_2025("tasks/result", json!({"taskId": task})).await.expect("tasks/result");
         assert_eq!(result.result()["content"][0]["text"], format!("computed queued-{i}"), "{}", result.raw);
     }
+    // The cancelled task's entry is acknowledged without running its node.
+    eventually(Duration::from_secs(5), "every entry acknowledged", async || {
+        let mut conn = redis.connection().ok()?;
+        let pending: redis::streams::StreamPendingReply =
+            redis::cmd("XPENDING").arg("cv:work").arg("workers").query(&mut conn).ok()?;
+        // Nothing undelivered either: a fresh consumer finds no new entry.
+        let undelivered: Option<redis::Value> = redis::cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg("workers")
+            .arg("probe")
+            .arg("COUNT")
+            .arg(1)
+            .arg("STREAMS")
+            .arg("cv:work")
+            .arg(">")
+            .query(&mut conn)
+            .ok()?;
+        (pending.count() == 0 && matches!(undelivered, None | Some(redis::Value::Nil))).then_some(())
+    })
+    .await;
+    assert_eq!(
+        node_field(&redis, &cancelled, "attempt").as_deref(),
+        Some("0"),
+        "the cancelled node never started"
+    );
+    assert_eq!(status_2025(&mcp, &cancelled).await, "cancelled");
 }
 
 #[tokio::test]

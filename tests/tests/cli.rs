@@ -1,0 +1,140 @@
+//! The `conveyor` command's contract: `up` brings its own Redis when none answers and says how to
+//! get one when it cannot, and every subcommand's help names its flags and environment variables.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use conveyor_tests::process::conveyor_bin;
+use conveyor_tests::{Mcp, free_port};
+use serde_json::json;
+
+#[tokio::test]
+async fn up_starts_a_private_redis_when_none_answers_and_stops_it_on_exit() {
+    let dead_port = free_port();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let log = conveyor_tests::process::scratch_dir("up-private").join("conveyor.log");
+    let mut child = Command::new(conveyor_bin())
+        .args(["up", "--fixtures", "--listen", &listen])
+        .env("REDIS_URL", format!("redis://127.0.0.1:{dead_port}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .spawn()
+        .expect("conveyor up starts");
+    let mcp = Mcp::new(format!("http://{listen}/mcp"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let reply = loop {
+        if let Ok(reply) =
+            mcp.call_2025("tools/call", json!({"name": "greet", "arguments": {"name": "laptop"}})).await
+            && reply.result()["content"][0]["text"] == "Hello, laptop!"
+        {
+            break reply;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "conveyor up never served:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(reply.raw.contains("Hello"));
+    let said = std::fs::read_to_string(&log).unwrap_or_default();
+    let private_url = said
+        .split_whitespace()
+        .find(|w| w.starts_with("redis://") && !w.contains(&dead_port.to_string()))
+        .unwrap_or_else(|| panic!("up says which Redis it started:\n{said}"))
+        .to_owned();
+    assert!(said.contains("started a private redis-server"), "{said}");
+    let private = redis::Client::open(private_url.as_str()).expect("url");
+    assert!(private.get_connection_with_timeout(Duration::from_secs(1)).is_ok(), "the private Redis runs");
+
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while child.try_wait().expect("wait").is_none() {
+        assert!(Instant::now() < deadline, "conveyor up did not exit on SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while private.get_connection_with_timeout(Duration::from_millis(200)).is_ok() {
+        assert!(Instant::now() < deadline, "the private Redis was left running");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn up_without_redis_explains_how_to_get_it() {
+    let output = Command::new(conveyor_bin())
+        .args(["up", "--listen", &format!("127.0.0.1:{}", free_port())])
+        .env("REDIS_URL", format!("redis://127.0.0.1:{}", free_port()))
+        .env("PATH", "/nonexistent")
+        .stdin(Stdio::null())
+        .output()
+        .expect("conveyor runs");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("no redis-server on PATH") && stderr.contains("REDIS_URL"), "{stderr}");
+    assert!(stderr.contains("apt-get install redis-server"), "{stderr}");
+}
+
+#[test]
+fn every_subcommand_documents_its_flags_and_environment() {
+    let expectations: [(&[&str], &[&str]); 5] = [
+        (
+            &["up"],
+            &[
+                "--listen",
+                "CONVEYOR_LISTEN",
+                "--workers",
+                "--fixtures",
+                "REDIS_URL",
+                "CONVEYOR_TASK_TTL_MAX_MS",
+            ],
+        ),
+        (
+            &["gateway"],
+            &[
+                "--listen",
+                "CONVEYOR_ALLOWED_HOSTS",
+                "CONVEYOR_MAX_BODY_BYTES",
+                "REDIS_URL",
+                "CONVEYOR_REDIS_TIMEOUT_MS",
+            ],
+        ),
+        (
+            &["worker"],
+            &[
+                "--concurrency",
+                "CONVEYOR_WORKER_CONCURRENCY",
+                "--fixtures",
+                "CONVEYOR_SHUTDOWN_GRACE_MS",
+                "REDIS_URL",
+            ],
+        ),
+        (&["tasks", "show"], &["--json", "REDIS_URL"]),
+        (&[], &["up", "gateway", "worker", "tasks", "CONVEYOR_LOG"]),
+    ];
+    for (command, words) in expectations {
+        let output =
+            Command::new(conveyor_bin()).args(command).arg("--help").output().expect("conveyor runs");
+        assert!(output.status.success(), "{command:?} --help");
+        let help = String::from_utf8_lossy(&output.stdout);
+        for word in words {
+            assert!(
+                help.contains(word),
+                "`conveyor {} --help` does not mention {word}:\n{help}",
+                command.join(" ")
+            );
+        }
+    }
+}
+
+#[test]
+fn bad_flags_are_refused_with_the_reason() {
+    let output = Command::new(conveyor_bin())
+        .args(["gateway", "--task-ttl-ms", "100", "--task-ttl-max-ms", "50"])
+        .output()
+        .expect("conveyor runs");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("CONVEYOR_TASK_TTL_MS"), "{stderr}");
+}
