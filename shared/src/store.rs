@@ -114,6 +114,19 @@ pub struct TaskPage {
     pub next_cursor: Option<String>,
 }
 
+/// The start of every attempt-fenced node script: KEYS task and nodes hashes; ARGV node id,
+/// attempt, now. The script's own arguments follow.
+fn fenced(
+    script: &'static redis::Script,
+    task_id: &str,
+    node_id: &str,
+    attempt: u32,
+) -> redis::ScriptInvocation<'static> {
+    let mut invocation = script.prepare_invoke();
+    invocation.key(keys::task(task_id)).key(keys::nodes(task_id)).arg(node_id).arg(attempt).arg(now_ms());
+    invocation
+}
+
 /// Conveyor's view of Redis. Cheap to clone.
 #[derive(Clone)]
 pub struct Store {
@@ -159,6 +172,14 @@ impl Store {
         tokio::time::timeout(self.timeout, work).await.map_err(|_| StoreError::Timeout(self.timeout))?
     }
 
+    /// Runs a script invocation on a pooled connection.
+    async fn invoke<T: redis::FromRedisValue + Send>(
+        &self,
+        invocation: redis::ScriptInvocation<'static>,
+    ) -> Result<T, StoreError> {
+        self.with_conn(|mut c| async move { invocation.invoke_async(&mut c).await }).await
+    }
+
     /// Whether Redis answers.
     pub async fn ping(&self) -> Result<(), StoreError> {
         self.with_conn(|mut c| async move { redis::cmd("PING").query_async::<()>(&mut c).await }).await
@@ -193,8 +214,7 @@ impl Store {
             .arg(if new.mode == TaskMode::Task { "1" } else { "0" })
             .arg(&new.status_message)
             .arg(owner_index_retention_ms);
-        let created: i64 =
-            self.with_conn(|mut c| async move { invocation.invoke_async(&mut c).await }).await?;
+        let created: i64 = self.invoke(invocation).await?;
         Ok(created == 1)
     }
 
@@ -295,8 +315,7 @@ impl Store {
             .arg(message)
             .arg(keys::events(task_id))
             .arg(keys::CANCEL_CHANNEL);
-        let reply: Vec<String> =
-            self.with_conn(|mut c| async move { invocation.invoke_async(&mut c).await }).await?;
+        let reply: Vec<String> = self.invoke(invocation).await?;
         Ok(match reply.first().map(String::as_str) {
             Some("cancelled") => CancelOutcome::Cancelled,
             Some("terminal") => CancelOutcome::AlreadyTerminal(reply.get(1).cloned().unwrap_or_default()),
@@ -313,8 +332,7 @@ impl Store {
     ) -> Result<StartOutcome, StoreError> {
         let mut invocation = scripts::START_NODE.prepare_invoke();
         invocation.key(keys::task(task_id)).key(keys::nodes(task_id)).arg(node_id).arg(now_ms()).arg(worker);
-        let reply: Vec<redis::Value> =
-            self.with_conn(|mut c| async move { invocation.invoke_async(&mut c).await }).await?;
+        let reply: Vec<redis::Value> = self.invoke(invocation).await?;
         let text = |i: usize| -> String {
             reply.get(i).and_then(|v| redis::from_redis_value_ref::<String>(v).ok()).unwrap_or_default()
         };
@@ -346,19 +364,13 @@ impl Store {
         total: Option<f64>,
         message: Option<&str>,
     ) -> Result<bool, StoreError> {
-        let mut invocation = scripts::REPORT_PROGRESS.prepare_invoke();
+        let mut invocation = fenced(&scripts::REPORT_PROGRESS, task_id, node_id, attempt);
         invocation
-            .key(keys::task(task_id))
-            .key(keys::nodes(task_id))
-            .arg(node_id)
-            .arg(attempt)
-            .arg(now_ms())
             .arg(progress)
             .arg(total.map(|t| t.to_string()).unwrap_or_default())
             .arg(message.unwrap_or_default())
             .arg(keys::events(task_id));
-        let taken: i64 = self.with_conn(|mut c| async move { invocation.invoke_async(&mut c).await }).await?;
-        Ok(taken == 1)
+        Ok(self.invoke::<i64>(invocation).await? == 1)
     }
 
     /// Settles an attempt with the tool's outcome, or as cancelled when `outcome` is `None`.
@@ -384,13 +396,8 @@ impl Store {
             ),
             None => ("cancelled", "cancelled", "error", "null".to_owned(), "Cancelled".to_owned()),
         };
-        let mut invocation = scripts::COMPLETE_NODE.prepare_invoke();
+        let mut invocation = fenced(&scripts::COMPLETE_NODE, task_id, node_id, attempt);
         invocation
-            .key(keys::task(task_id))
-            .key(keys::nodes(task_id))
-            .arg(node_id)
-            .arg(attempt)
-            .arg(now_ms())
             .arg(node_status)
             .arg(task_status)
             .arg(field)
@@ -398,7 +405,7 @@ impl Store {
             .arg(message)
             .arg(keys::events(task_id))
             .arg(if is_error { "1" } else { "0" });
-        let code: i64 = self.with_conn(|mut c| async move { invocation.invoke_async(&mut c).await }).await?;
+        let code: i64 = self.invoke(invocation).await?;
         Ok(match code {
             1 => CompleteOutcome::Settled,
             2 => CompleteOutcome::TaskAlreadyTerminal,
@@ -416,18 +423,9 @@ impl Store {
         requests: &Value,
         message: &str,
     ) -> Result<bool, StoreError> {
-        let mut invocation = scripts::REQUEST_INPUT.prepare_invoke();
-        invocation
-            .key(keys::task(task_id))
-            .key(keys::nodes(task_id))
-            .arg(node_id)
-            .arg(attempt)
-            .arg(now_ms())
-            .arg(requests.to_string())
-            .arg(message)
-            .arg(keys::events(task_id));
-        let taken: i64 = self.with_conn(|mut c| async move { invocation.invoke_async(&mut c).await }).await?;
-        Ok(taken == 1)
+        let mut invocation = fenced(&scripts::REQUEST_INPUT, task_id, node_id, attempt);
+        invocation.arg(requests.to_string()).arg(message).arg(keys::events(task_id));
+        Ok(self.invoke::<i64>(invocation).await? == 1)
     }
 
     /// Records a client's answers to a task's pending input requests (one script).
@@ -444,8 +442,7 @@ impl Store {
             .arg(now_ms())
             .arg(owner)
             .arg(keys::events(task_id));
-        let reply: Vec<String> =
-            self.with_conn(|mut c| async move { invocation.invoke_async(&mut c).await }).await?;
+        let reply: Vec<String> = self.invoke(invocation).await?;
         Ok(match reply.first().map(String::as_str) {
             Some("answered") => {
                 AnswerOutcome::Answered { remaining: reply.get(1).and_then(|r| r.parse().ok()).unwrap_or(0) }
@@ -477,7 +474,7 @@ impl Store {
             .arg(&item.task_id)
             .arg(keys::WORK_GROUP)
             .arg(item.traceparent.clone().unwrap_or_default());
-        let taken: i64 = self.with_conn(|mut c| async move { invocation.invoke_async(&mut c).await }).await?;
+        let taken: i64 = self.invoke(invocation).await?;
         Ok(taken == 1)
     }
 

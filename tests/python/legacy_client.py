@@ -4,7 +4,7 @@ Usage: legacy_client.py MCP_URL
 
 Drives Conveyor's 2025-11-25 wire with experimental Tasks through `mcp.client.streamable_http` and
 `ClientSession` (plain calls, progress, tasks/get, tasks/result, tasks/list, tasks/cancel, and the
-errors of each). The server must run with `--fixtures --task-ttl-max-ms 600000`. Prints one line
+errors of each). The server must run with `--fixtures --task-ttl-ms 60000 --task-ttl-max-ms 600000`. Prints one line
 per check and exits non-zero on the first failure.
 """
 

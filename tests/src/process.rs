@@ -16,8 +16,19 @@ pub fn free_port() -> u16 {
         .expect("a free local port")
 }
 
-fn workspace_root() -> PathBuf {
+/// The workspace's root directory.
+pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+/// A finished process's exit status and output, for a failure message.
+pub fn output_text(output: &std::process::Output) -> String {
+    format!(
+        "exit: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
 }
 
 /// A scratch directory for one process, under the target directory so that logs survive a failed
@@ -209,7 +220,7 @@ impl Conveyor {
         let mut all = vec!["--listen", listen.as_str()];
         all.extend_from_slice(args);
         let (child, log) = Self::spawn(command, redis_url, &all)?;
-        let conveyor = Self { child: Some(child), base: format!("http://{listen}"), log };
+        let mut conveyor = Self { child: Some(child), base: format!("http://{listen}"), log };
         conveyor.wait_healthy()?;
         Ok(conveyor)
     }
@@ -235,12 +246,15 @@ impl Conveyor {
         format!("{}/mcp", self.base)
     }
 
-    fn wait_healthy(&self) -> anyhow::Result<()> {
+    fn wait_healthy(&mut self) -> anyhow::Result<()> {
         let deadline = Instant::now() + Duration::from_secs(20);
         let address = self.base.trim_start_matches("http://").to_owned();
         while Instant::now() < deadline {
             if std::net::TcpStream::connect(&address).is_ok() {
                 return Ok(());
+            }
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+                bail!("conveyor exited ({status}) before serving; log:\n{}", self.log_text());
             }
             std::thread::sleep(Duration::from_millis(25));
         }

@@ -6,25 +6,13 @@
 //! script installs the suite and a Node 22 binary into `<workspace>/.conformance/`, which later
 //! runs reuse. It also needs `redis-server` on PATH, and builds `conveyor` with this same cargo.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
+
+use conveyor_tests::process::{output_text, workspace_root};
 
 const INSTALL_NPM: &str = "the MCP conformance suite needs npm (npm 9 or newer, on any Node.js): install \
      Node.js and npm, e.g. `apt-get install -y nodejs npm` on Debian or Ubuntu, or from \
      https://nodejs.org, so that `npm` is on PATH";
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
-}
-
-fn output_text(output: &Output) -> String {
-    format!(
-        "exit: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
 
 #[test]
 fn conformance_suite_required_scenarios_pass() {

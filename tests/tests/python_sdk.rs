@@ -10,6 +10,7 @@ use std::process::Output;
 use std::time::Duration;
 
 use anyhow::{Context, bail, ensure};
+use conveyor_tests::process::{output_text, workspace_root};
 use conveyor_tests::{Conveyor, RedisServer};
 use tokio::process::Command;
 
@@ -17,19 +18,6 @@ const MCP_VERSION: &str = "1.30.0";
 const SCRIPT_TIMEOUT: Duration = Duration::from_secs(120);
 const INSTALL_PYTHON: &str = "install Python 3 with its venv module, e.g. `apt-get install -y python3 python3-venv` \
      on Debian or Ubuntu, or make `python3` on PATH point at a Python 3.10 or newer";
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
-}
-
-fn output_text(output: &Output) -> String {
-    format!(
-        "exit: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
 
 /// Runs a setup command to completion and fails with its output unless it succeeds.
 async fn run_setup(command: &mut Command, what: &str) -> anyhow::Result<Output> {
@@ -84,7 +72,8 @@ async fn python_with_sdk() -> anyhow::Result<PathBuf> {
 async fn the_python_sdk_runs_tools_and_tasks_on_the_2025_wire() -> anyhow::Result<()> {
     let python = python_with_sdk().await?;
     let redis = RedisServer::start()?;
-    let conveyor = Conveyor::up(&redis.url(), &["--fixtures", "--task-ttl-max-ms", "600000"])?;
+    let conveyor =
+        Conveyor::up(&redis.url(), &["--fixtures", "--task-ttl-ms", "60000", "--task-ttl-max-ms", "600000"])?;
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python").join("legacy_client.py");
 
     let run = Command::new(&python)
