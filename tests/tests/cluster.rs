@@ -21,7 +21,7 @@ async fn eventually<T>(timeout: Duration, what: &str, mut check: impl AsyncFnMut
 }
 
 async fn wait_for_tools(mcp: &Mcp) {
-    eventually(Duration::from_secs(10), "the worker's tools", async || {
+    eventually(Duration::from_secs(30), "the worker's tools", async || {
         let reply = mcp.call_2025("tools/list", json!({})).await.ok()?;
         (reply.result()["tools"].as_array()?.len() > 1).then_some(())
     })
@@ -289,4 +289,21 @@ async fn the_cluster_rides_out_a_redis_restart() {
         result.raw,
         gateway.log_text()
     );
+}
+
+#[tokio::test]
+async fn a_redis_that_lost_its_data_is_set_up_again_by_the_workers() {
+    let mut redis = RedisServer::start().expect("redis");
+    let gateway = Conveyor::gateway(&redis.url(), &["--redis-timeout-ms", "1000"]).expect("gateway");
+    let _worker =
+        Conveyor::worker(&redis.url(), &["--fixtures", "--redis-timeout-ms", "1000"]).expect("worker");
+    let mcp = Mcp::new(gateway.mcp_url());
+    wait_for_tools(&mcp).await;
+
+    // No persistence: the restarted Redis is empty, without the consumer group or the tool catalog.
+    redis.restart().expect("redis restarts");
+    wait_for_tools(&mcp).await;
+    let task = create_2025(&mcp, "slow_compute", json!({"seconds": 0, "label": "fresh"})).await;
+    let result = mcp.call_2025("tasks/result", json!({"taskId": task})).await.expect("tasks/result");
+    assert_eq!(result.result()["content"][0]["text"], "computed fresh", "{}", result.raw);
 }

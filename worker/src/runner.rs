@@ -94,6 +94,7 @@ pub async fn run(
     let stop_running = CancellationToken::new();
     wait_for_redis(&store, &registry, &shutdown).await;
     let listener = tokio::spawn(listen_for_cancels(store.clone(), running.clone(), shutdown.clone()));
+    let publisher = tokio::spawn(keep_tools_published(store.clone(), registry.clone(), shutdown.clone()));
     let semaphore = Arc::new(Semaphore::new(options.concurrency));
     let mut nodes = JoinSet::new();
     let mut conn = None;
@@ -142,7 +143,10 @@ pub async fn run(
             }
             Err(e) => {
                 if e.to_string().contains("NOGROUP") {
+                    // Redis lost its data (restarted without persistence): set the group and the
+                    // tool catalog up again.
                     let _ = store.ensure_work_group().await;
+                    let _ = store.publish_tools(&registry.published()).await;
                 } else {
                     tracing::warn!(error = %e, "reading work failed; reconnecting");
                     conn = None;
@@ -180,6 +184,7 @@ pub async fn run(
         while nodes.join_next().await.is_some() {}
     }
     listener.abort();
+    publisher.abort();
     tracing::info!(worker = %options.name, "worker stopped");
     Ok(())
 }
@@ -198,6 +203,23 @@ async fn wait_for_redis(store: &Store, registry: &ToolRegistry, shutdown: &Cance
                 tracing::warn!(error = %e, "waiting for Redis");
                 backoff.wait(shutdown).await;
             }
+        }
+    }
+}
+
+/// How often a worker republishes its tools, so that a Redis that lost its data (restarted without
+/// persistence) lists them again without a worker restart.
+const REPUBLISH_EVERY: Duration = Duration::from_secs(10);
+
+async fn keep_tools_published(store: Store, registry: Arc<ToolRegistry>, shutdown: CancellationToken) {
+    let published = registry.published();
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(REPUBLISH_EVERY) => {}
+            () = shutdown.cancelled() => return,
+        }
+        if let Err(e) = store.publish_tools(&published).await {
+            tracing::debug!(error = %e, "could not republish tools; trying again later");
         }
     }
 }
