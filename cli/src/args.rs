@@ -65,6 +65,11 @@ pub struct GatewayArgs {
     /// rebinding. `*` accepts any. localhost, 127.0.0.1 and ::1 are always accepted.
     #[arg(long, env = "CONVEYOR_ALLOWED_HOSTS", value_delimiter = ',')]
     pub allowed_hosts: Vec<String>,
+    /// API keys as `principal=key` pairs, comma-separated (keys of 16 characters or more). When
+    /// set, every MCP request needs `Authorization: Bearer <key>`, and each principal sees only its
+    /// own tasks. When unset, the endpoint is open and every caller is `anonymous`.
+    #[arg(long, env = "CONVEYOR_API_KEYS", hide_env_values = true, default_value = "")]
+    pub api_keys: String,
     /// TTL of a task whose client asks for none, in milliseconds.
     #[arg(long, env = "CONVEYOR_TASK_TTL_MS", default_value_t = 3_600_000)]
     pub task_ttl_ms: u64,

@@ -81,6 +81,13 @@ async fn gateway(args: GatewayArgs, shutdown: CancellationToken) -> anyhow::Resu
     policy
         .allowed_hosts
         .extend(args.allowed_hosts.iter().map(|h| h.trim().to_owned()).filter(|h| !h.is_empty()));
+    policy.api_keys =
+        HttpPolicy::parse_api_keys(&args.api_keys).map_err(|e| anyhow::anyhow!("CONVEYOR_API_KEYS: {e}"))?;
+    if policy.api_keys.is_empty() {
+        tracing::warn!(
+            "no API keys configured (CONVEYOR_API_KEYS): the endpoint is open and every caller shares one principal"
+        );
+    }
     let state = Arc::new(AppState::new(store, config, policy));
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

@@ -73,6 +73,10 @@ async fn post_mcp(
     if let Err(r) = check_origin(&state, &headers) {
         return r;
     }
+    let owner = match principal(&state, &headers) {
+        Ok(owner) => owner,
+        Err(r) => return r,
+    };
     let body = match body {
         Ok(b) => b,
         Err(rejection) => {
@@ -163,7 +167,7 @@ async fn post_mcp(
         params,
         wire,
         accepts_sse: accepts.sse,
-        owner: principal(&headers),
+        owner,
         traceparent: traceparent(&headers, object),
     };
     let initialize = wire == Wire::V2025 && method == "initialize";
@@ -306,9 +310,36 @@ fn strip_port(authority: &str) -> &str {
     }
 }
 
-/// Who is asking. Tasks are bound to it: other principals get "not found".
-fn principal(_headers: &HeaderMap) -> String {
-    "anonymous".to_owned()
+/// Who is asking. Tasks are bound to it: other principals get "not found". Without API keys
+/// configured every caller is `anonymous`; with them, a request needs `Authorization: Bearer <key>`.
+#[allow(clippy::result_large_err)] // the error is a ready response; this runs once per request
+fn principal(state: &AppState, headers: &HeaderMap) -> Result<String, Response> {
+    if state.http.api_keys.is_empty() {
+        return Ok("anonymous".to_owned());
+    }
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .map(str::trim);
+    match token.and_then(|t| state.http.principal_of(t)) {
+        Some(principal) => Ok(principal.to_owned()),
+        None => {
+            let message = if token.is_some() {
+                "Unauthorized: the API key is not valid"
+            } else {
+                "Unauthorized: send `Authorization: Bearer <API key>`"
+            };
+            let mut response = failure_response(
+                &Value::Null,
+                RpcFailure::invalid_request(message).with_status(StatusCode::UNAUTHORIZED),
+            );
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+            Err(response)
+        }
+    }
 }
 
 /// The request's W3C trace context: `_meta.traceparent` (SEP-414) first, then the HTTP header;

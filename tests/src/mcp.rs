@@ -37,6 +37,7 @@ pub struct Mcp {
     http: reqwest::Client,
     pub url: String,
     next_id: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    bearer: Option<String>,
 }
 
 impl Mcp {
@@ -45,7 +46,14 @@ impl Mcp {
             http: reqwest::Client::builder().timeout(Duration::from_secs(60)).build().unwrap_or_default(),
             url: url.into(),
             next_id: Default::default(),
+            bearer: None,
         }
+    }
+
+    /// The same client, sending `Authorization: Bearer <key>` with every request.
+    pub fn with_api_key(mut self, key: &str) -> Self {
+        self.bearer = Some(key.to_owned());
+        self
     }
 
     fn id(&self) -> u64 {
@@ -64,6 +72,9 @@ impl Mcp {
             "accept",
             reqwest::header::HeaderValue::from_static("application/json, text/event-stream"),
         );
+        if let Some(key) = &self.bearer {
+            header_map.insert("authorization", format!("Bearer {key}").parse()?);
+        }
         for (name, value) in headers {
             // Given headers replace the defaults, so a test can send a wrong Content-Type.
             header_map.insert(reqwest::header::HeaderName::from_bytes(name.as_bytes())?, value.parse()?);
