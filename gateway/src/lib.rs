@@ -37,5 +37,13 @@ pub async fn serve(
     state: Arc<AppState>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
+    // Replies are small and often end in a separate final write (the last SSE event, the end of a
+    // chunked body); without TCP_NODELAY each such write waits out the client's delayed ACK.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+        }
+    });
     axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await
 }
