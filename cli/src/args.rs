@@ -83,6 +83,9 @@ pub struct GatewayArgs {
     /// Largest request body accepted, in bytes; larger ones get HTTP 413.
     #[arg(long, env = "CONVEYOR_MAX_BODY_BYTES", default_value_t = 4 * 1024 * 1024)]
     pub max_body_bytes: usize,
+    /// Most nodes in one `run_dag` graph.
+    #[arg(long, env = "CONVEYOR_MAX_DAG_NODES", default_value_t = 10_000)]
+    pub max_dag_nodes: usize,
     /// How long a synchronous tools/call waits for its worker, in milliseconds.
     #[arg(long, env = "CONVEYOR_SYNC_TIMEOUT_MS", default_value_t = 300_000)]
     pub sync_timeout_ms: u64,

@@ -70,6 +70,7 @@ fn config(args: &GatewayArgs) -> Config {
         max_body_bytes: args.max_body_bytes,
         redis_timeout: Duration::from_millis(args.redis.timeout_ms),
         sync_call_timeout: Duration::from_millis(args.sync_timeout_ms),
+        max_dag_nodes: args.max_dag_nodes,
     }
 }
 

@@ -102,6 +102,53 @@ impl Snapshot {
     }
 }
 
+/// The name of the built-in tool that runs a client's graph of tool calls as one task.
+pub const RUN_DAG: &str = "run_dag";
+
+/// `run_dag`: offered by every gateway itself, since its nodes run on whichever workers hold
+/// their tools.
+fn run_dag_tool() -> CatalogTool {
+    let definition = json!({
+        "name": RUN_DAG,
+        "title": "Run a graph of tool calls",
+        "description": "Runs a DAG of calls to other tools as one task: each node starts as soon as the nodes it \
+    depends on have settled, on whichever worker is free. A node's arguments may take values from upstream results \
+    with {\"$from\": \"<nodeId>\", \"pointer\": \"/json/pointer\"}. The result holds every node's outcome and the \
+    output node's content.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "nodes": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "id": {"type": "string"},
+                            "tool": {"type": "string"},
+                            "kind": {"enum": ["noop", "collect"]},
+                            "arguments": {"type": "object"},
+                            "dependsOn": {"type": "array", "items": {"type": "string"}},
+                            "retries": {"type": "integer", "minimum": 0},
+                            "backoffMs": {"type": "integer", "minimum": 0},
+                            "timeoutMs": {"type": "integer", "minimum": 1},
+                            "onFailure": {"enum": ["fail", "skipDependents", "continue"]},
+                            "weight": {"type": "number", "exclusiveMinimum": 0}
+                        },
+                        "required": ["id"]
+                    }
+                },
+                "output": {"type": "string", "description": "The node whose content is the task's result"}
+            },
+            "required": ["nodes"]
+        },
+        "execution": {"taskSupport": "optional"}
+    });
+    #[allow(clippy::expect_used)] // a constant definition with a name
+    CatalogTool::new(PublishedTool { position: u32::MAX, definition, required_client_capabilities: None })
+        .expect("run_dag has a name")
+}
+
 /// The cached catalog. Cheap to share.
 pub struct ToolCatalog {
     store: Store,
@@ -120,7 +167,9 @@ impl ToolCatalog {
 
     async fn refresh(&self) -> Result<(), StoreError> {
         let definitions = self.store.tools().await?;
-        let tools = definitions.into_iter().filter_map(CatalogTool::new).collect();
+        let mut tools: Vec<CatalogTool> = definitions.into_iter().filter_map(CatalogTool::new).collect();
+        tools.retain(|t| t.name != RUN_DAG);
+        tools.push(run_dag_tool());
         *self.snapshot.write().unwrap_or_else(std::sync::PoisonError::into_inner) =
             Snapshot { fetched: Some(Instant::now()), tools };
         Ok(())

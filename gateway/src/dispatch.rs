@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use conveyor_shared::dag::{self, DagSpec};
 use conveyor_shared::model::{RpcError, TaskEvent, TaskMode, TaskRecord, TaskStatus, new_task_id, now_ms};
 use conveyor_shared::store::{AnswerOutcome, CancelOutcome, NewTask, TaskEvents, task_error};
 use futures::StreamExt;
@@ -14,7 +15,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::catalog::TaskSupport;
+use crate::catalog::{RUN_DAG, TaskSupport};
 use crate::rpc::{self, RpcFailure};
 use crate::state::AppState;
 use crate::wire::{self, META_CLIENT_CAPABILITIES, META_RELATED_TASK, Wire};
@@ -276,6 +277,7 @@ async fn tools_call(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, RpcF
         ));
     }
     tool.validate(&arguments)?;
+    let graph = if tool.name == RUN_DAG { Some(checked_graph(&state, &arguments).await?) } else { None };
     let requested_ttl = match task_param.and_then(|t| t.get("ttl")) {
         None | Some(Value::Null) => None,
         Some(ttl) => Some(ttl.as_u64().ok_or_else(|| {
@@ -300,6 +302,7 @@ async fn tools_call(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, RpcF
         mode,
         status_message: format!("Queued: {name}"),
         created_at_ms: now_ms(),
+        graph,
     };
     let retention = state.config.task_ttl_max_ms + OWNER_INDEX_SLACK_MS;
     // A synchronous call relays the tool's progress: listen before the task exists, so that not
@@ -321,6 +324,39 @@ async fn tools_call(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, RpcF
     };
     let stream = follow_task(state, follow, events, |task| sync_outcome(&task));
     reply_from(stream, ctx.accepts_sse && progress_token.is_some()).await
+}
+
+/// A `run_dag` graph, checked before anything is written: its shape and limits, every node's tool,
+/// and the arguments of every node that takes nothing from upstream against its tool's schema.
+async fn checked_graph(state: &AppState, arguments: &Value) -> Result<DagSpec, RpcFailure> {
+    let graph: DagSpec = serde_json::from_value(arguments.clone())
+        .map_err(|e| RpcFailure::invalid_params(format!("Invalid run_dag graph: {e}")))?;
+    graph
+        .validate(&state.config.dag_limits())
+        .map_err(|e| RpcFailure::invalid_params(format!("Invalid run_dag graph: {e}")))?;
+    for node in &graph.nodes {
+        let Some(name) = &node.tool else { continue };
+        if name == RUN_DAG {
+            return Err(RpcFailure::invalid_params(format!(
+                "Invalid run_dag graph: node `{}` cannot nest run_dag",
+                node.id
+            )));
+        }
+        let tool = state.catalog.get(name).await?.ok_or_else(|| {
+            RpcFailure::invalid_params(format!(
+                "Invalid run_dag graph: node `{}` calls unknown tool `{name}`",
+                node.id
+            ))
+        })?;
+        if dag::upstream_references(&node.arguments).is_empty() {
+            tool.validate(&node.arguments).map_err(|mut f| {
+                f.error.message =
+                    format!("Invalid run_dag graph: node `{}`: {}", node.id, f.error.message).into();
+                f
+            })?;
+        }
+    }
+    Ok(graph)
 }
 
 /// What a synchronous `tools/call` returns once its task settles.

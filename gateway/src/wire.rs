@@ -247,6 +247,7 @@ pub(crate) mod tests_support {
             result: Some(json!({"content": [], "isError": false})),
             error: None,
             input_requests: None,
+            output_node: None,
         }
     }
 }

@@ -22,6 +22,8 @@ pub struct Config {
     pub redis_timeout: Duration,
     /// How long a synchronous `tools/call` waits for its worker (`CONVEYOR_SYNC_TIMEOUT_MS`).
     pub sync_call_timeout: Duration,
+    /// Most nodes in one DAG task (`CONVEYOR_MAX_DAG_NODES`).
+    pub max_dag_nodes: usize,
 }
 
 impl Default for Config {
@@ -34,6 +36,7 @@ impl Default for Config {
             max_body_bytes: 4 * 1024 * 1024,
             redis_timeout: Duration::from_secs(3),
             sync_call_timeout: Duration::from_secs(300),
+            max_dag_nodes: 10_000,
         }
     }
 }
@@ -63,7 +66,15 @@ impl Config {
             return Err("timeouts (CONVEYOR_REDIS_TIMEOUT_MS, CONVEYOR_SYNC_TIMEOUT_MS) must be above zero"
                 .to_owned());
         }
+        if self.max_dag_nodes == 0 {
+            return Err("the DAG node limit (CONVEYOR_MAX_DAG_NODES) must be at least 1".to_owned());
+        }
         Ok(())
+    }
+
+    /// The limits every submitted graph is checked against.
+    pub fn dag_limits(&self) -> crate::dag::DagLimits {
+        crate::dag::DagLimits { max_nodes: self.max_dag_nodes, ..Default::default() }
     }
 
     /// The TTL to apply for a requested one: the default when none, capped at the maximum.

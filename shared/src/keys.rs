@@ -18,6 +18,20 @@ pub const CANCEL_CHANNEL: &str = "cv:cancel";
 /// Hash of tool name to tool definition (JSON), written by workers, read by gateways.
 pub const TOOLS: &str = "cv:tools";
 
+/// Sorted set of failed attempts waiting out their backoff: members `<taskId> <nodeId>`, scored by
+/// the time they are due again.
+pub const DELAYED_RETRIES: &str = "cv:retries";
+
+/// The pieces of a task's key names, for the one script that reaches tasks named in data (the
+/// retry promoter): `<TASK_KEY_PREFIX><taskId><TASK_SUFFIX>` is [`task`], and with
+/// [`NODES_SUFFIX`] it is [`nodes`].
+pub const TASK_KEY_PREFIX: &str = "cv:{";
+pub const TASK_SUFFIX: &str = "}:task";
+pub const NODES_SUFFIX: &str = "}:nodes";
+
+/// The node id of the work entry that assembles a finished DAG task's result.
+pub const FINALIZE_NODE: &str = "$finalize";
+
 /// Hash of a task: status, timestamps, TTL, owner, tool, arguments, result or error.
 pub fn task(task_id: &str) -> String {
     format!("{PREFIX}:{{{task_id}}}:task")
@@ -48,6 +62,12 @@ mod tests {
         for key in [task(id), nodes(id), events(id)] {
             assert!(key.contains("{0123abcd}"), "{key} lacks the task's hash tag");
         }
+    }
+
+    #[test]
+    fn key_pieces_build_the_same_names() {
+        assert_eq!(format!("{TASK_KEY_PREFIX}abc{TASK_SUFFIX}"), task("abc"));
+        assert_eq!(format!("{TASK_KEY_PREFIX}abc{NODES_SUFFIX}"), nodes("abc"));
     }
 
     #[test]

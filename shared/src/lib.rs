@@ -17,6 +17,7 @@
 //! - [`error`] holds [`StoreError`], what a failed store operation tells its caller.
 
 pub mod config;
+pub mod dag;
 pub mod error;
 pub mod events;
 pub mod keys;

@@ -112,6 +112,8 @@ pub struct TaskRecord {
     pub error: Option<RpcError>,
     /// Pending input requests (JSON object) while the task is `input_required`.
     pub input_requests: Option<Value>,
+    /// The node whose content is a DAG task's result.
+    pub output_node: Option<String>,
 }
 
 impl TaskRecord {
@@ -150,6 +152,7 @@ impl TaskRecord {
             .transpose()
             .map_err(|e| format!("task field error: {e}"))?;
         let input_requests = json(take("inputRequests"), "inputRequests")?;
+        let output_node = take("outputNode");
         Ok(Some(Self {
             task_id: task_id.to_owned(),
             status,
@@ -169,6 +172,7 @@ impl TaskRecord {
             result,
             error,
             input_requests,
+            output_node,
         }))
     }
 }
@@ -185,6 +189,7 @@ pub struct NodeRecord {
     pub started_at_ms: Option<u64>,
     pub finished_at_ms: Option<u64>,
     pub error: Option<Value>,
+    pub output: Option<Value>,
 }
 
 impl NodeRecord {
@@ -207,6 +212,7 @@ impl NodeRecord {
                 started_at_ms: f.get("startedAt").and_then(|v| v.parse().ok()),
                 finished_at_ms: f.get("finishedAt").and_then(|v| v.parse().ok()),
                 error: f.get("error").and_then(|v| serde_json::from_str(v).ok()),
+                output: f.get("output").and_then(|v| serde_json::from_str(v).ok()),
             })
             .collect()
     }

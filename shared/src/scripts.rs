@@ -20,3 +20,6 @@ pub static ANSWER_INPUT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/answer_input.lua")));
 pub static RELEASE_NODE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/release_node.lua")));
+pub static PROMOTE_RETRIES: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/promote_retries.lua")));
+pub static SETTLE_DAG: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/settle_dag.lua")));

@@ -10,6 +10,7 @@ use redis::AsyncCommands;
 use redis::streams::{StreamReadOptions, StreamReadReply};
 use serde_json::Value;
 
+use crate::dag::{self, DagSpec};
 use crate::error::StoreError;
 use crate::events::{EventHub, Subscription};
 use crate::keys;
@@ -33,6 +34,8 @@ pub struct NewTask {
     pub mode: TaskMode,
     pub status_message: String,
     pub created_at_ms: u64,
+    /// The graph of a DAG task; `None` for a single tool call (one node, `root`).
+    pub graph: Option<DagSpec>,
 }
 
 impl NewTask {
@@ -57,6 +60,7 @@ impl NewTask {
             result: None,
             error: None,
             input_requests: None,
+            output_node: None,
         }
     }
 }
@@ -88,9 +92,12 @@ pub enum CancelOutcome {
 pub enum StartOutcome {
     Run {
         attempt: u32,
+        /// The tool to call, or `$noop` / `$collect` for a built-in node.
         tool: String,
         arguments: Value,
         progress_token: Option<Value>,
+        /// Limit of this attempt.
+        timeout: Option<std::time::Duration>,
     },
     /// Acknowledge the entry without running it, for the given reason.
     Skip(String),
@@ -99,8 +106,14 @@ pub enum StartOutcome {
 /// How a completion was taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CompleteOutcome {
-    /// The task settled with this node's outcome.
+    /// The task settled with this node's outcome (or, in a DAG, by this node's failure).
     Settled,
+    /// The attempt failed and runs again after this delay.
+    Retry { delay_ms: u64 },
+    /// A DAG node settled; this many dependents were queued.
+    Released(u32),
+    /// The last node of a DAG settled; a finalize entry was queued.
+    Finalize,
     /// The node was recorded, but the task had already ended (cancelled); the output is dropped.
     TaskAlreadyTerminal,
     /// The attempt was stale (the node was retried or settled meanwhile); nothing was written.
@@ -112,6 +125,52 @@ pub enum CompleteOutcome {
 pub struct TaskPage {
     pub tasks: Vec<TaskRecord>,
     pub next_cursor: Option<String>,
+}
+
+/// The node of a single tool call, in the shape `create_task.lua` reads.
+fn single_node(tool: &str, arguments: &Value) -> Value {
+    serde_json::json!({
+        "id": crate::model::ROOT_NODE, "tool": tool, "args": arguments.to_string(), "deps": 0,
+        "dependents": [], "retries": 0, "backoffMs": dag::DEFAULT_BACKOFF_MS, "timeoutMs": 0,
+        "onFailure": "fail", "weight": 1.0,
+    })
+}
+
+/// A graph's nodes in the shape `create_task.lua` reads. Arguments travel as JSON strings so that
+/// Lua's JSON codec never rewrites them (it cannot tell `[]` from `{}`).
+fn graph_nodes(graph: &DagSpec) -> Vec<Value> {
+    let dependents = graph.dependents();
+    graph
+        .nodes
+        .iter()
+        .map(|n| {
+            let tool = match (&n.tool, n.kind) {
+                (Some(tool), _) => tool.clone(),
+                (None, Some(kind)) => format!("${}", kind.as_str()),
+                (None, None) => String::new(),
+            };
+            // A collect node takes every upstream output, by node id.
+            let arguments = if n.kind == Some(dag::BuiltinKind::Collect) {
+                let from: serde_json::Map<String, Value> =
+                    n.depends_on.iter().map(|d| (d.clone(), serde_json::json!({"$from": d}))).collect();
+                serde_json::json!({"nodes": from})
+            } else {
+                n.arguments.clone()
+            };
+            serde_json::json!({
+                "id": n.id,
+                "tool": tool,
+                "args": arguments.to_string(),
+                "deps": n.depends_on.len(),
+                "dependents": dependents.get(n.id.as_str()).cloned().unwrap_or_default(),
+                "retries": n.retries,
+                "backoffMs": n.backoff_ms.unwrap_or(dag::DEFAULT_BACKOFF_MS),
+                "timeoutMs": n.timeout_ms.unwrap_or(0),
+                "onFailure": n.on_failure.as_str(),
+                "weight": n.weight.unwrap_or(1.0),
+            })
+        })
+        .collect()
 }
 
 /// The start of every attempt-fenced node script: KEYS task and nodes hashes; ARGV node id,
@@ -193,6 +252,10 @@ impl Store {
         owner_index_retention_ms: u64,
     ) -> Result<bool, StoreError> {
         let id = &new.task_id;
+        let (kind, output, nodes) = match &new.graph {
+            None => ("single", String::new(), vec![single_node(&new.tool, &new.arguments)]),
+            Some(graph) => ("dag", graph.output.clone().unwrap_or_default(), graph_nodes(graph)),
+        };
         let mut invocation = scripts::CREATE_TASK.prepare_invoke();
         invocation
             .key(keys::task(id))
@@ -200,7 +263,6 @@ impl Store {
             .key(keys::owner_tasks(&new.owner))
             .key(keys::WORK_STREAM)
             .arg(id)
-            .arg(crate::model::ROOT_NODE)
             .arg(new.created_at_ms)
             .arg(&new.owner)
             .arg(&new.tool)
@@ -213,7 +275,10 @@ impl Store {
             .arg(new.mode.as_str())
             .arg(if new.mode == TaskMode::Task { "1" } else { "0" })
             .arg(&new.status_message)
-            .arg(owner_index_retention_ms);
+            .arg(owner_index_retention_ms)
+            .arg(kind)
+            .arg(output)
+            .arg(Value::Array(nodes).to_string());
         let created: i64 = self.invoke(invocation).await?;
         Ok(created == 1)
     }
@@ -351,7 +416,8 @@ impl Store {
                     .map_err(|e| StoreError::Corrupt(format!("progress token: {e}")))?,
             )
         };
-        Ok(StartOutcome::Run { attempt, tool: text(2), arguments, progress_token })
+        let timeout = text(5).parse::<u64>().ok().filter(|ms| *ms > 0).map(std::time::Duration::from_millis);
+        Ok(StartOutcome::Run { attempt, tool: text(2), arguments, progress_token, timeout })
     }
 
     /// Records progress of a running attempt. Returns `false` when refused (stale or not live).
@@ -381,36 +447,94 @@ impl Store {
         attempt: u32,
         outcome: Option<&ToolOutcome>,
     ) -> Result<CompleteOutcome, StoreError> {
-        let is_error = matches!(outcome, Some(ToolOutcome::Result(r)) if crate::model::result::is_error(r));
-        let (node_status, task_status, field, payload, message) = match outcome {
+        let (status, payload, is_error, message) = match outcome {
             Some(ToolOutcome::Result(result)) => {
                 let is_error = crate::model::result::is_error(result);
-                ("completed", "completed", "result", result.to_string(), completion_message(is_error))
+                ("completed", result.to_string(), is_error, completion_message(is_error))
             }
             Some(ToolOutcome::Error(error)) => (
                 "failed",
-                "failed",
-                "error",
                 serde_json::to_string(error).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+                false,
                 format!("Failed: {}", error.message),
             ),
-            None => ("cancelled", "cancelled", "error", "null".to_owned(), "Cancelled".to_owned()),
+            None => ("cancelled", "null".to_owned(), false, "Cancelled".to_owned()),
         };
         let mut invocation = fenced(&scripts::COMPLETE_NODE, task_id, node_id, attempt);
         invocation
-            .arg(node_status)
-            .arg(task_status)
-            .arg(field)
+            .key(keys::WORK_STREAM)
+            .key(keys::DELAYED_RETRIES)
+            .arg(status)
             .arg(payload)
+            .arg(if is_error { "1" } else { "0" })
             .arg(message)
             .arg(keys::events(task_id))
-            .arg(if is_error { "1" } else { "0" });
-        let code: i64 = self.invoke(invocation).await?;
-        Ok(match code {
-            1 => CompleteOutcome::Settled,
-            2 => CompleteOutcome::TaskAlreadyTerminal,
+            .arg(keys::CANCEL_CHANNEL)
+            .arg(task_id)
+            .arg(rand::random::<f64>())
+            .arg(dag::MAX_BACKOFF_MS);
+        let reply: Vec<redis::Value> = self.invoke(invocation).await?;
+        let text = |i: usize| -> String {
+            reply.get(i).and_then(|v| redis::from_redis_value_ref::<String>(v).ok()).unwrap_or_default()
+        };
+        Ok(match text(0).as_str() {
+            "retry" => CompleteOutcome::Retry { delay_ms: text(1).parse().unwrap_or(0) },
+            "released" => CompleteOutcome::Released(text(1).parse().unwrap_or(0)),
+            "finalize" => CompleteOutcome::Finalize,
+            "settled" => CompleteOutcome::Settled,
+            "dropped" => CompleteOutcome::TaskAlreadyTerminal,
             _ => CompleteOutcome::Stale,
         })
+    }
+
+    /// Queues failed attempts whose backoff has passed; returns how many.
+    pub async fn promote_retries(&self, most: usize) -> Result<u64, StoreError> {
+        let mut invocation = scripts::PROMOTE_RETRIES.prepare_invoke();
+        invocation
+            .key(keys::DELAYED_RETRIES)
+            .key(keys::WORK_STREAM)
+            .arg(now_ms())
+            .arg(most)
+            .arg(keys::TASK_KEY_PREFIX)
+            .arg(keys::TASK_SUFFIX)
+            .arg(keys::NODES_SUFFIX);
+        self.invoke(invocation).await
+    }
+
+    /// Completes a DAG task with its assembled result, unless it already ended.
+    pub async fn settle_dag(&self, task_id: &str, result: &Value, message: &str) -> Result<bool, StoreError> {
+        let mut invocation = scripts::SETTLE_DAG.prepare_invoke();
+        invocation
+            .key(keys::task(task_id))
+            .key(keys::nodes(task_id))
+            .arg(now_ms())
+            .arg(result.to_string())
+            .arg(message)
+            .arg(keys::events(task_id));
+        Ok(self.invoke::<i64>(invocation).await? == 1)
+    }
+
+    /// The stored outputs of some nodes of a task, by node id (nodes without one are left out).
+    pub async fn node_outputs(
+        &self,
+        task_id: &str,
+        node_ids: &[String],
+    ) -> Result<HashMap<String, Value>, StoreError> {
+        if node_ids.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let key = keys::nodes(task_id);
+        let fields: Vec<String> = node_ids.iter().map(|n| format!("{n}:output")).collect();
+        let values: Vec<Option<String>> = self
+            .with_conn(
+                |mut c| async move { redis::cmd("HMGET").arg(key).arg(fields).query_async(&mut c).await },
+            )
+            .await?;
+        Ok(node_ids
+            .iter()
+            .zip(values)
+            .filter_map(|(id, v)| Some((id.clone(), serde_json::from_str(&v?).ok()?)))
+            .collect())
     }
 
     /// Moves a running node's task to `input_required` with these requests. Returns `false` when

@@ -28,6 +28,7 @@ fn new_task(id: &str, owner: &str, wire: &str, ttl_ms: u64) -> NewTask {
         mode: TaskMode::Task,
         status_message: "Queued".to_owned(),
         created_at_ms: now_ms(),
+        graph: None,
     }
 }
 

@@ -219,6 +219,33 @@ pub fn register(registry: &mut ToolRegistry) {
     ));
     registry.register(FnTool::new(
         definition(
+            "echo",
+            "Returns its arguments as structured content, at once; for wiring graphs together.",
+            json!({"type": "object"}),
+            "optional",
+        ),
+        |ctx| async move {
+            ToolOutcome::Result(result::structured(ctx.arguments.to_string(), ctx.arguments.clone()))
+        },
+    ));
+    registry.register(FnTool::new(
+        definition(
+            "flaky",
+            "Reports a tool error on its first `failures` attempts, then succeeds; for exercising retries.",
+            json!({"type": "object", "properties": {"failures": {"type": "integer", "minimum": 0}}, "required": ["failures"]}),
+            "optional",
+        ),
+        |ctx| async move {
+            let failures = ctx.arguments.get("failures").and_then(Value::as_u64).unwrap_or(0);
+            if u64::from(ctx.attempt) <= failures {
+                ToolOutcome::Result(result::error_text(format!("attempt {} fails on purpose", ctx.attempt)))
+            } else {
+                ToolOutcome::Result(result::text(format!("succeeded on attempt {}", ctx.attempt)))
+            }
+        },
+    ));
+    registry.register(FnTool::new(
+        definition(
             "slow_compute",
             "Computes for `seconds`, reporting progress every 100 ms; stops at once when cancelled.",
             json!({

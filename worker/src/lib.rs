@@ -10,6 +10,7 @@
 //! - [`fixtures`]: the tools the MCP conformance suite and Conveyor's own tests call
 //!   (`--fixtures`; off by default).
 
+pub mod dag;
 pub mod fixtures;
 pub mod runner;
 pub mod tool;

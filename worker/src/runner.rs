@@ -95,6 +95,7 @@ pub async fn run(
     wait_for_redis(&store, &registry, &shutdown).await;
     let listener = tokio::spawn(listen_for_cancels(store.clone(), running.clone(), shutdown.clone()));
     let publisher = tokio::spawn(keep_tools_published(store.clone(), registry.clone(), shutdown.clone()));
+    let promoter = tokio::spawn(promote_retries(store.clone(), shutdown.clone()));
     let semaphore = Arc::new(Semaphore::new(options.concurrency));
     let mut nodes = JoinSet::new();
     let mut conn = None;
@@ -185,6 +186,7 @@ pub async fn run(
     }
     listener.abort();
     publisher.abort();
+    promoter.abort();
     tracing::info!(worker = %options.name, "worker stopped");
     Ok(())
 }
@@ -220,6 +222,22 @@ async fn keep_tools_published(store: Store, registry: Arc<ToolRegistry>, shutdow
         }
         if let Err(e) = store.publish_tools(&published).await {
             tracing::debug!(error = %e, "could not republish tools; trying again later");
+        }
+    }
+}
+
+/// How often a worker moves due retries back onto the stream. Every worker does it, so retries
+/// keep flowing while any worker runs.
+const PROMOTE_EVERY: Duration = Duration::from_millis(100);
+
+async fn promote_retries(store: Store, shutdown: CancellationToken) {
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(PROMOTE_EVERY) => {}
+            () = shutdown.cancelled() => return,
+        }
+        if let Err(e) = store.promote_retries(256).await {
+            tracing::debug!(error = %e, "could not promote retries; trying again");
         }
     }
 }
@@ -272,6 +290,14 @@ impl NodeJob {
             self.ack(&item).await;
             return;
         }
+        if item.node_id == keys::FINALIZE_NODE {
+            match crate::dag::finalize(&self.store, &item.task_id).await {
+                Ok(()) => self.ack(&item).await,
+                // The entry stays pending; it is delivered again once claimed.
+                Err(e) => tracing::warn!(task = %item.task_id, error = %e, "could not finalize the task"),
+            }
+            return;
+        }
         let start = match self.store.start_node(&item.task_id, &item.node_id, &self.worker).await {
             Ok(s) => s,
             Err(e) => {
@@ -280,49 +306,57 @@ impl NodeJob {
                 return;
             }
         };
-        let (attempt, tool_name, arguments) = match start {
+        let (attempt, tool_name, arguments, timeout) = match start {
             StartOutcome::Skip(reason) => {
                 tracing::debug!(task = %item.task_id, node = %item.node_id, %reason, "skipping node");
                 self.ack(&item).await;
                 return;
             }
-            StartOutcome::Run { attempt, tool, arguments, .. } => (attempt, tool, arguments),
+            StartOutcome::Run { attempt, tool, arguments, timeout, .. } => {
+                (attempt, tool, arguments, timeout)
+            }
         };
         let token = self.stop.child_token();
-        let ctx = ToolContext {
-            task_id: item.task_id.clone(),
-            node_id: item.node_id.clone(),
-            attempt,
-            arguments,
-            cancel: token.clone(),
-            traceparent: item.traceparent.clone(),
-            store: self.store.clone(),
-        };
         let registration = self.running.insert(&item.task_id, token.clone());
-        let outcome = match self.registry.get(&tool_name) {
-            Some(tool) => {
+        let mut timed_out = false;
+        let outcome = match crate::dag::resolve_arguments(&self.store, &item.task_id, &arguments).await {
+            Err(outcome) => outcome,
+            Ok(arguments) => {
+                let ctx = ToolContext {
+                    task_id: item.task_id.clone(),
+                    node_id: item.node_id.clone(),
+                    attempt,
+                    arguments,
+                    cancel: token.clone(),
+                    traceparent: item.traceparent.clone(),
+                    store: self.store.clone(),
+                };
                 let watcher = tokio::spawn(watch_status(
                     self.store.clone(),
                     item.task_id.clone(),
                     token.clone(),
                     self.recheck,
                 ));
-                // A panicking tool must not take the worker down: it fails its task instead.
-                let outcome = tokio::spawn(tool.call(ctx)).await.unwrap_or_else(|e| {
-                    ToolOutcome::Error(RpcError {
-                        code: -32603,
-                        message: format!("tool `{tool_name}` crashed: {e}"),
-                        data: None,
-                    })
-                });
+                let call = self.call(&tool_name, ctx);
+                let outcome = match timeout {
+                    None => call.await,
+                    Some(limit) => match tokio::time::timeout(limit, call).await {
+                        Ok(outcome) => outcome,
+                        Err(_) => {
+                            // The tool is told to stop; the attempt counts as failed.
+                            timed_out = true;
+                            token.cancel();
+                            ToolOutcome::Error(RpcError {
+                                code: -32001,
+                                message: format!("timed out after {} ms", limit.as_millis()),
+                                data: None,
+                            })
+                        }
+                    },
+                };
                 watcher.abort();
                 outcome
             }
-            None => ToolOutcome::Error(RpcError {
-                code: -32601,
-                message: format!("tool `{tool_name}` is not registered on worker {}", self.worker),
-                data: None,
-            }),
         };
         self.running.remove(&item.task_id, registration);
         if self.stop.is_cancelled() && !token_cancelled_by_task(&self.store, &item.task_id).await {
@@ -341,7 +375,7 @@ impl NodeJob {
             }
             return;
         }
-        let outcome = if token.is_cancelled() { None } else { Some(outcome) };
+        let outcome = if token.is_cancelled() && !timed_out { None } else { Some(outcome) };
         match self.store.complete_node(&item.task_id, &item.node_id, attempt, outcome.as_ref()).await {
             Ok(CompleteOutcome::Stale) => {
                 tracing::info!(task = %item.task_id, attempt, "completion refused: attempt is stale");
@@ -353,6 +387,28 @@ impl NodeJob {
             }
         }
         self.ack(&item).await;
+    }
+
+    /// Runs one attempt of a tool or a built-in node. A panicking tool must not take the worker
+    /// down: it fails its attempt instead.
+    async fn call(&self, tool_name: &str, ctx: ToolContext) -> ToolOutcome {
+        if let Some(outcome) = crate::dag::builtin(tool_name, &ctx) {
+            return outcome;
+        }
+        match self.registry.get(tool_name) {
+            Some(tool) => tokio::spawn(tool.call(ctx)).await.unwrap_or_else(|e| {
+                ToolOutcome::Error(RpcError {
+                    code: -32603,
+                    message: format!("tool `{tool_name}` crashed: {e}"),
+                    data: None,
+                })
+            }),
+            None => ToolOutcome::Error(RpcError {
+                code: -32601,
+                message: format!("tool `{tool_name}` is not registered on worker {}", self.worker),
+                data: None,
+            }),
+        }
     }
 
     async fn ack(&self, item: &WorkItem) {

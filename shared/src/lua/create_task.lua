@@ -1,49 +1,76 @@
--- create_task: write a new task, its single node, index it under its owner and enqueue the node.
--- Runs before the client gets its create result, so tasks/get on the returned id always resolves.
+-- create_task: write a new task and its nodes, index it under its owner, and enqueue the nodes
+-- that depend on nothing. Runs before the client gets its create result, so tasks/get on the
+-- returned id always resolves.
 --
 -- KEYS[1] task hash          cv:{id}:task
 -- KEYS[2] nodes hash         cv:{id}:nodes
 -- KEYS[3] owner index zset   cv:owner:<owner>:tasks
 -- KEYS[4] work stream        cv:work
--- ARGV[1]  task id            ARGV[2]  node id          ARGV[3]  now (ms)
--- ARGV[4]  owner              ARGV[5]  tool             ARGV[6]  arguments (JSON)
--- ARGV[7]  ttl (ms)           ARGV[8]  poll interval (ms)
--- ARGV[9]  wire protocol      ARGV[10] progress token (JSON, or "")
--- ARGV[11] traceparent        ARGV[12] mode ("task" | "sync")
--- ARGV[13] index under owner ("1" | "0")
--- ARGV[14] initial status message
--- ARGV[15] owner index retention (ms): entries older than now minus this are trimmed
+-- ARGV[1]  task id            ARGV[2]  now (ms)          ARGV[3]  owner
+-- ARGV[4]  tool called        ARGV[5]  arguments (JSON)  ARGV[6]  ttl (ms)
+-- ARGV[7]  poll interval (ms) ARGV[8]  wire protocol     ARGV[9]  progress token (JSON, or "")
+-- ARGV[10] traceparent        ARGV[11] mode ("task" | "sync")
+-- ARGV[12] index under owner ("1" | "0")                 ARGV[13] initial status message
+-- ARGV[14] owner index retention (ms): entries older than now minus this are trimmed
+-- ARGV[15] kind: "single" (one tool call, its result is the task's) | "dag"
+-- ARGV[16] output node of a DAG ("" for none)
+-- ARGV[17] nodes: JSON array of {id, tool, args (a JSON string), deps (count), dependents (ids),
+--          retries, backoffMs, timeoutMs (0 for none), onFailure, weight}
 -- Returns 1 when created, 0 when a task with this id already exists (nothing is written).
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return 0
 end
-local now = ARGV[3]
+local now = ARGV[2]
+local nodes = cjson.decode(ARGV[17])
+local weight_total = 0
+for _, n in ipairs(nodes) do
+  weight_total = weight_total + n.weight
+end
 redis.call('HSET', KEYS[1],
   'status', 'working',
-  'statusMessage', ARGV[14],
+  'statusMessage', ARGV[13],
   'createdAt', now,
   'updatedAt', now,
-  'ttlMs', ARGV[7],
-  'pollMs', ARGV[8],
-  'owner', ARGV[4],
-  'tool', ARGV[5],
-  'arguments', ARGV[6],
-  'wire', ARGV[9],
-  'progressToken', ARGV[10],
-  'traceparent', ARGV[11],
-  'mode', ARGV[12],
-  'nodeCount', 1,
-  'nodesSettled', 0)
-local node = ARGV[2]
-redis.call('HSET', KEYS[2],
-  node .. ':status', 'queued',
-  node .. ':attempt', 0,
-  node .. ':tool', ARGV[5],
-  node .. ':args', ARGV[6])
-if ARGV[13] == '1' then
-  redis.call('ZADD', KEYS[3], now, ARGV[1])
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. (tonumber(now) - tonumber(ARGV[15])))
-  redis.call('PEXPIRE', KEYS[3], ARGV[15])
+  'ttlMs', ARGV[6],
+  'pollMs', ARGV[7],
+  'owner', ARGV[3],
+  'tool', ARGV[4],
+  'arguments', ARGV[5],
+  'wire', ARGV[8],
+  'progressToken', ARGV[9],
+  'traceparent', ARGV[10],
+  'mode', ARGV[11],
+  'kind', ARGV[15],
+  'outputNode', ARGV[16],
+  'nodeCount', #nodes,
+  'nodesSettled', 0,
+  'weightTotal', weight_total,
+  'weightSettled', 0)
+for _, n in ipairs(nodes) do
+  local id = n.id
+  local status = 'pending'
+  if n.deps == 0 then
+    status = 'queued'
+  end
+  redis.call('HSET', KEYS[2],
+    id .. ':status', status,
+    id .. ':attempt', 0,
+    id .. ':tool', n.tool,
+    id .. ':args', n.args,
+    id .. ':deps', n.deps,
+    id .. ':dependents', cjson.encode(n.dependents),
+    id .. ':retries', n.retries,
+    id .. ':backoffMs', n.backoffMs,
+    id .. ':timeoutMs', n.timeoutMs,
+    id .. ':onFailure', n.onFailure,
+    id .. ':weight', n.weight)
+  if n.deps == 0 then
+    redis.call('XADD', KEYS[4], '*', 'task', ARGV[1], 'node', id, 'traceparent', ARGV[10])
+  end
 end
-redis.call('XADD', KEYS[4], '*', 'task', ARGV[1], 'node', node, 'traceparent', ARGV[11])
+if ARGV[12] == '1' then
+  redis.call('ZADD', KEYS[3], now, ARGV[1])
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. (tonumber(now) - tonumber(ARGV[14])))
+  redis.call('PEXPIRE', KEYS[3], ARGV[14])
+end
 return 1

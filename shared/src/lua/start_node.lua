@@ -2,9 +2,9 @@
 --
 -- KEYS[1] task hash   KEYS[2] nodes hash
 -- ARGV[1] node id     ARGV[2] now (ms)     ARGV[3] worker name
--- Returns {"run", attempt, tool, arguments, progressToken} when the worker must run the node,
--- or {"skip", reason} when it must acknowledge the entry without running it
--- (task gone or no longer working, node not queued).
+-- Returns {"run", attempt, tool, arguments, progressToken, timeoutMs} when the worker must run
+-- the node, or {"skip", reason} when it must acknowledge the entry without running it (task gone
+-- or no longer working, node not queued).
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then
   return {'skip', 'task no longer exists'}
@@ -22,7 +22,11 @@ redis.call('HSET', KEYS[2],
   node .. ':status', 'running',
   node .. ':startedAt', ARGV[2],
   node .. ':worker', ARGV[3])
+local task = redis.call('HMGET', KEYS[1], 'kind', 'progressToken', 'nodesSettled', 'nodeCount')
 redis.call('HSET', KEYS[1], 'updatedAt', ARGV[2])
-local fields = redis.call('HMGET', KEYS[2], node .. ':tool', node .. ':args')
-local token = redis.call('HGET', KEYS[1], 'progressToken') or ''
-return {'run', attempt, fields[1], fields[2], token}
+if task[1] == 'dag' then
+  redis.call('HSET', KEYS[1], 'statusMessage',
+    'Running ' .. node .. ' (' .. task[3] .. ' of ' .. task[4] .. ' nodes settled)')
+end
+local fields = redis.call('HMGET', KEYS[2], node .. ':tool', node .. ':args', node .. ':timeoutMs')
+return {'run', attempt, fields[1], fields[2], task[2] or '', fields[3] or '0'}

@@ -1,0 +1,424 @@
+//! Tasks as graphs: the DAG a client submits (through `run_dag`) or a tool plans, and its checks.
+//!
+//! Everything here runs before anything is written: a graph that fails validation never reaches
+//! Redis, and the error says which node is wrong and why (for a cycle, the cycle itself).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// What a node does when its last attempt fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum FailurePolicy {
+    /// The task fails; running nodes are stopped and nothing else starts.
+    #[default]
+    Fail,
+    /// The node's dependents (all of them, transitively) are skipped; the rest of the graph runs.
+    SkipDependents,
+    /// Dependents run as if the node had succeeded; its output is its error.
+    Continue,
+}
+
+impl FailurePolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Fail => "fail",
+            Self::SkipDependents => "skipDependents",
+            Self::Continue => "continue",
+        }
+    }
+}
+
+/// Work a node does without a tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum BuiltinKind {
+    /// Does nothing and succeeds: a join point, or a way to measure scheduling.
+    Noop,
+    /// Succeeds with the outputs of its dependencies, by node id.
+    Collect,
+}
+
+impl BuiltinKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Noop => "noop",
+            Self::Collect => "collect",
+        }
+    }
+}
+
+/// One node as submitted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NodeSpec {
+    pub id: String,
+    /// The registered tool the node calls; exactly one of `tool` and `kind`.
+    #[serde(default)]
+    pub tool: Option<String>,
+    #[serde(default)]
+    pub kind: Option<BuiltinKind>,
+    /// Arguments; any value may be `{"$from": "<nodeId>", "pointer": "/json/pointer"}` to take it
+    /// from an upstream node's result.
+    #[serde(default = "empty_object")]
+    pub arguments: Value,
+    #[serde(default)]
+    pub depends_on: Vec<String>,
+    /// Attempts after the first.
+    #[serde(default)]
+    pub retries: u32,
+    /// Delay before the first retry; each further retry doubles it (with jitter).
+    #[serde(default)]
+    pub backoff_ms: Option<u64>,
+    /// Limit of one attempt.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    #[serde(default)]
+    pub on_failure: FailurePolicy,
+    /// Share of the task's progress this node is worth.
+    #[serde(default)]
+    pub weight: Option<f64>,
+}
+
+fn empty_object() -> Value {
+    Value::Object(Default::default())
+}
+
+/// A graph of nodes and the node whose result is the task's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DagSpec {
+    pub nodes: Vec<NodeSpec>,
+    #[serde(default)]
+    pub output: Option<String>,
+}
+
+/// Limits on a graph, from configuration.
+#[derive(Debug, Clone, Copy)]
+pub struct DagLimits {
+    pub max_nodes: usize,
+    /// Largest serialized arguments of one node.
+    pub max_node_bytes: usize,
+    pub max_retries: u32,
+    pub max_timeout_ms: u64,
+}
+
+impl Default for DagLimits {
+    fn default() -> Self {
+        Self {
+            max_nodes: 10_000,
+            max_node_bytes: 64 * 1024,
+            max_retries: 20,
+            max_timeout_ms: 24 * 60 * 60 * 1000,
+        }
+    }
+}
+
+/// Default delay before a first retry.
+pub const DEFAULT_BACKOFF_MS: u64 = 200;
+/// Longest delay between retries.
+pub const MAX_BACKOFF_MS: u64 = 60_000;
+
+/// An upstream reference inside a node's arguments.
+pub fn upstream_reference(value: &Value) -> Option<(&str, &str)> {
+    let object = value.as_object()?;
+    let from = object.get("$from")?.as_str()?;
+    let pointer = object.get("pointer").and_then(Value::as_str).unwrap_or("");
+    (object.len() <= 2).then_some((from, pointer))
+}
+
+/// Every upstream reference in a value, depth first.
+pub fn upstream_references(value: &Value) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    collect_references(value, &mut found);
+    found
+}
+
+fn collect_references(value: &Value, found: &mut Vec<(String, String)>) {
+    if let Some((from, pointer)) = upstream_reference(value) {
+        found.push((from.to_owned(), pointer.to_owned()));
+        return;
+    }
+    match value {
+        Value::Array(items) => items.iter().for_each(|v| collect_references(v, found)),
+        Value::Object(map) => map.values().for_each(|v| collect_references(v, found)),
+        _ => {}
+    }
+}
+
+/// Replaces every upstream reference with the value its pointer selects from `outputs` (node id
+/// to that node's result); the error names the reference that does not resolve.
+pub fn resolve_references(value: &Value, outputs: &HashMap<String, Value>) -> Result<Value, String> {
+    if let Some((from, pointer)) = upstream_reference(value) {
+        let output = outputs.get(from).ok_or_else(|| format!("no output of node `{from}`"))?;
+        return output
+            .pointer(pointer)
+            .cloned()
+            .ok_or_else(|| format!("the output of node `{from}` has nothing at `{pointer}`"));
+    }
+    Ok(match value {
+        Value::Array(items) => {
+            Value::Array(items.iter().map(|v| resolve_references(v, outputs)).collect::<Result<_, _>>()?)
+        }
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| Ok((k.clone(), resolve_references(v, outputs)?)))
+                .collect::<Result<_, String>>()?,
+        ),
+        other => other.clone(),
+    })
+}
+
+fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 64
+        && !id.starts_with('$')
+        && id.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+}
+
+impl DagSpec {
+    /// Checks the graph against the limits; the error says what is wrong, naming the node.
+    pub fn validate(&self, limits: &DagLimits) -> Result<(), String> {
+        if self.nodes.is_empty() {
+            return Err("the graph has no nodes".to_owned());
+        }
+        if self.nodes.len() > limits.max_nodes {
+            return Err(format!(
+                "the graph has {} nodes; the limit is {}",
+                self.nodes.len(),
+                limits.max_nodes
+            ));
+        }
+        let mut ids = HashSet::with_capacity(self.nodes.len());
+        for node in &self.nodes {
+            if !valid_id(&node.id) {
+                return Err(format!(
+                    "node id `{}` is not valid: use 1 to 64 letters, digits, `_`, `-` or `.`",
+                    node.id
+                ));
+            }
+            if !ids.insert(node.id.as_str()) {
+                return Err(format!("node id `{}` appears more than once", node.id));
+            }
+        }
+        for node in &self.nodes {
+            let id = &node.id;
+            match (&node.tool, node.kind) {
+                (Some(_), None) | (None, Some(_)) => {}
+                _ => return Err(format!("node `{id}` needs exactly one of `tool` and `kind`")),
+            }
+            if !node.arguments.is_object() {
+                return Err(format!("node `{id}`: `arguments` must be an object"));
+            }
+            let size = node.arguments.to_string().len();
+            if size > limits.max_node_bytes {
+                return Err(format!(
+                    "node `{id}`: arguments are {size} bytes; the limit is {}",
+                    limits.max_node_bytes
+                ));
+            }
+            if node.retries > limits.max_retries {
+                return Err(format!(
+                    "node `{id}`: {} retries; the limit is {}",
+                    node.retries, limits.max_retries
+                ));
+            }
+            if let Some(t) = node.timeout_ms
+                && (t == 0 || t > limits.max_timeout_ms)
+            {
+                return Err(format!(
+                    "node `{id}`: timeoutMs must be between 1 and {}",
+                    limits.max_timeout_ms
+                ));
+            }
+            if let Some(w) = node.weight
+                && !(w.is_finite() && w > 0.0)
+            {
+                return Err(format!("node `{id}`: weight must be a positive number"));
+            }
+            let mut seen = HashSet::new();
+            for dep in &node.depends_on {
+                if dep == id {
+                    return Err(format!("node `{id}` depends on itself"));
+                }
+                if !ids.contains(dep.as_str()) {
+                    return Err(format!("node `{id}` depends on `{dep}`, which is not in the graph"));
+                }
+                if !seen.insert(dep) {
+                    return Err(format!("node `{id}` lists `{dep}` twice in dependsOn"));
+                }
+            }
+            for (from, _) in upstream_references(&node.arguments) {
+                if !node.depends_on.contains(&from) {
+                    return Err(format!("node `{id}` takes a value from `{from}` but does not depend on it"));
+                }
+            }
+        }
+        if let Some(output) = &self.output
+            && !ids.contains(output.as_str())
+        {
+            return Err(format!("the output node `{output}` is not in the graph"));
+        }
+        if let Some(cycle) = self.find_cycle() {
+            return Err(format!("the graph has a cycle: {}", cycle.join(" -> ")));
+        }
+        Ok(())
+    }
+
+    /// A cycle, as the node ids along it with the first repeated at the end; iterative so that a
+    /// chain of thousands of nodes cannot overflow the stack.
+    fn find_cycle(&self) -> Option<Vec<String>> {
+        let index: HashMap<&str, usize> =
+            self.nodes.iter().enumerate().map(|(i, n)| (n.id.as_str(), i)).collect();
+        let deps: Vec<Vec<usize>> = self
+            .nodes
+            .iter()
+            .map(|n| n.depends_on.iter().filter_map(|d| index.get(d.as_str()).copied()).collect())
+            .collect();
+        // 0 = unvisited, 1 = on the current path, 2 = done.
+        let mut state = vec![0u8; self.nodes.len()];
+        for start in 0..self.nodes.len() {
+            if state[start] != 0 {
+                continue;
+            }
+            let mut path: Vec<(usize, usize)> = vec![(start, 0)];
+            state[start] = 1;
+            while let Some(&mut (node, ref mut next)) = path.last_mut() {
+                if let Some(&dep) = deps[node].get(*next) {
+                    *next += 1;
+                    match state[dep] {
+                        0 => {
+                            state[dep] = 1;
+                            path.push((dep, 0));
+                        }
+                        1 => {
+                            let from = path.iter().position(|(n, _)| *n == dep).unwrap_or(0);
+                            let mut cycle: Vec<String> =
+                                path[from..].iter().map(|(n, _)| self.nodes[*n].id.clone()).collect();
+                            cycle.push(self.nodes[dep].id.clone());
+                            return Some(cycle);
+                        }
+                        _ => {}
+                    }
+                } else {
+                    state[node] = 2;
+                    path.pop();
+                }
+            }
+        }
+        None
+    }
+
+    /// Each node's dependents (the nodes that list it in `dependsOn`), in graph order.
+    pub fn dependents(&self) -> BTreeMap<&str, Vec<&str>> {
+        let mut map: BTreeMap<&str, Vec<&str>> =
+            self.nodes.iter().map(|n| (n.id.as_str(), Vec::new())).collect();
+        for node in &self.nodes {
+            for dep in &node.depends_on {
+                if let Some(list) = map.get_mut(dep.as_str()) {
+                    list.push(node.id.as_str());
+                }
+            }
+        }
+        map
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn spec(value: Value) -> DagSpec {
+        serde_json::from_value(value).expect("a DAG spec")
+    }
+
+    fn check(value: Value) -> Result<(), String> {
+        spec(value).validate(&DagLimits::default())
+    }
+
+    #[test]
+    fn a_diamond_is_valid() {
+        assert_eq!(
+            check(json!({"nodes": [
+                {"id": "a", "tool": "t"},
+                {"id": "b", "tool": "t", "dependsOn": ["a"], "arguments": {"x": {"$from": "a", "pointer": "/content/0/text"}}},
+                {"id": "c", "kind": "noop", "dependsOn": ["a"]},
+                {"id": "d", "kind": "collect", "dependsOn": ["b", "c"]}
+            ], "output": "d"})),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn mistakes_are_named() {
+        let err = |v| check(v).expect_err("invalid");
+        assert!(err(json!({"nodes": []})).contains("no nodes"));
+        assert!(
+            err(json!({"nodes": [{"id": "a", "tool": "t"}, {"id": "a", "tool": "t"}]}))
+                .contains("`a` appears more than once")
+        );
+        assert!(err(json!({"nodes": [{"id": "a", "tool": "t", "dependsOn": ["zz"]}]})).contains("`zz`"));
+        assert!(err(json!({"nodes": [{"id": "a"}]})).contains("exactly one of"));
+        assert!(err(json!({"nodes": [{"id": "a:b", "tool": "t"}]})).contains("not valid"));
+        assert!(err(json!({"nodes": [{"id": "a", "tool": "t"}], "output": "b"})).contains("output node `b`"));
+        assert!(
+            err(json!({"nodes": [{"id": "a", "tool": "t"}, {"id": "b", "tool": "t", "arguments": {"x": {"$from": "a"}}}]}))
+                .contains("does not depend on it")
+        );
+        assert!(err(json!({"nodes": [{"id": "a", "tool": "t", "retries": 99}]})).contains("retries"));
+        assert!(err(json!({"nodes": [{"id": "a", "tool": "t", "timeoutMs": 0}]})).contains("timeoutMs"));
+    }
+
+    #[test]
+    fn a_cycle_is_named() {
+        let error = check(json!({"nodes": [
+            {"id": "a", "tool": "t", "dependsOn": ["c"]},
+            {"id": "b", "tool": "t", "dependsOn": ["a"]},
+            {"id": "c", "tool": "t", "dependsOn": ["b"]},
+            {"id": "d", "tool": "t"}
+        ]}))
+        .expect_err("a cycle");
+        assert!(error.contains("a -> c -> b -> a"), "{error}");
+        assert!(
+            check(json!({"nodes": [{"id": "a", "tool": "t", "dependsOn": ["a"]}]}))
+                .expect_err("self")
+                .contains("itself")
+        );
+    }
+
+    #[test]
+    fn a_long_chain_validates_without_recursion() {
+        let nodes: Vec<Value> = (0..20_000)
+            .map(|i| {
+                if i == 0 {
+                    json!({"id": "n0", "kind": "noop"})
+                } else {
+                    json!({"id": format!("n{i}"), "kind": "noop", "dependsOn": [format!("n{}", i - 1)]})
+                }
+            })
+            .collect();
+        let limits = DagLimits { max_nodes: 20_000, ..DagLimits::default() };
+        assert_eq!(spec(json!({"nodes": nodes})).validate(&limits), Ok(()));
+        let too_many = DagLimits { max_nodes: 100, ..DagLimits::default() };
+        assert!(spec(json!({"nodes": [{"id": "a", "kind": "noop"}]})).validate(&too_many).is_ok());
+    }
+
+    #[test]
+    fn references_resolve_by_pointer() {
+        let outputs =
+            HashMap::from([("a".to_owned(), json!({"content": [{"type": "text", "text": "hi"}], "n": 3}))]);
+        let args = json!({"greeting": {"$from": "a", "pointer": "/content/0/text"}, "list": [{"$from": "a", "pointer": "/n"}], "whole": {"$from": "a"}});
+        let resolved = resolve_references(&args, &outputs).expect("resolves");
+        assert_eq!(resolved["greeting"], "hi");
+        assert_eq!(resolved["list"][0], 3);
+        assert_eq!(resolved["whole"]["n"], 3);
+        assert!(
+            resolve_references(&json!({"$from": "a", "pointer": "/nope"}), &outputs)
+                .expect_err("missing")
+                .contains("/nope")
+        );
+    }
+}

@@ -1,0 +1,312 @@
+//! DAG tasks through `run_dag` with several real worker processes against a real Redis: shapes,
+//! failure policies, retries, timeouts, validation, and cancellation in the middle of a wide graph.
+
+use std::time::{Duration, Instant};
+
+use conveyor_tests::mcp::tasks_client_capabilities;
+use conveyor_tests::{Conveyor, Mcp, RedisServer};
+use serde_json::{Value, json};
+
+/// A Redis, a `conveyor up --fixtures` and extra worker processes.
+struct Cluster {
+    mcp: Mcp,
+    redis: RedisServer,
+    _up: Conveyor,
+    _workers: Vec<Conveyor>,
+}
+
+async fn cluster(extra_workers: usize) -> Cluster {
+    let redis = RedisServer::start().expect("redis");
+    let up = Conveyor::up(&redis.url(), &["--fixtures"]).expect("conveyor");
+    let workers = (0..extra_workers)
+        .map(|_| Conveyor::worker(&redis.url(), &["--fixtures"]).expect("worker"))
+        .collect();
+    let mcp = Mcp::new(up.mcp_url());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !mcp.call_2025("tools/list", json!({})).await.map(|r| r.raw.contains("\"flaky\"")).unwrap_or(false)
+    {
+        assert!(Instant::now() < deadline, "tools never appeared");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Cluster { mcp, redis, _up: up, _workers: workers }
+}
+
+/// Submits a graph as a task and returns its id.
+async fn submit(mcp: &Mcp, graph: Value) -> String {
+    let reply = mcp
+        .call_2026("tools/call", json!({"name": "run_dag", "arguments": graph}), tasks_client_capabilities())
+        .await
+        .expect("tools/call");
+    assert_eq!(reply.result()["resultType"], "task", "{}", reply.raw);
+    reply.result()["taskId"].as_str().expect("task id").to_owned()
+}
+
+/// Polls until the task is terminal and returns the detailed task.
+async fn settle(mcp: &Mcp, task_id: &str, within: Duration) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let got = mcp
+            .call_2026("tasks/get", json!({"taskId": task_id}), tasks_client_capabilities())
+            .await
+            .expect("tasks/get");
+        let status = got.result()["status"].as_str().unwrap_or_default().to_owned();
+        if ["completed", "failed", "cancelled"].contains(&status.as_str()) {
+            return got.result().clone();
+        }
+        assert!(Instant::now() < deadline, "task did not settle: {}", got.raw);
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+fn nodes(task: &Value) -> &serde_json::Map<String, Value> {
+    task["result"]["structuredContent"]["nodes"]
+        .as_object()
+        .unwrap_or_else(|| panic!("no node outcomes in {task}"))
+}
+
+#[tokio::test]
+async fn a_diamond_passes_values_downstream_and_collects_them() {
+    let c = cluster(1).await;
+    let task = submit(
+        &c.mcp,
+        json!({"nodes": [
+            {"id": "a", "tool": "echo", "arguments": {"v": 21}},
+            {"id": "b", "tool": "echo", "dependsOn": ["a"], "arguments": {"twice": {"$from": "a", "pointer": "/structuredContent/v"}}},
+            {"id": "c", "tool": "greet", "dependsOn": ["a"], "arguments": {"name": "diamond"}},
+            {"id": "d", "kind": "collect", "dependsOn": ["b", "c"]}
+        ], "output": "d"}),
+    )
+    .await;
+    let done = settle(&c.mcp, &task, Duration::from_secs(20)).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let outcomes = nodes(&done);
+    assert_eq!(outcomes.len(), 4);
+    for (id, outcome) in outcomes {
+        assert_eq!(outcome["status"], "completed", "{id}: {outcome}");
+        assert_eq!(outcome["attempts"], 1, "{id}");
+    }
+    assert_eq!(outcomes["b"]["output"]["structuredContent"]["twice"], 21, "b got a's value");
+    let collected = &outcomes["d"]["output"]["structuredContent"];
+    assert_eq!(collected["c"]["content"][0]["text"], "Hello, diamond!");
+    assert_eq!(collected["b"]["structuredContent"]["twice"], 21);
+    let text = done["result"]["content"][0]["text"].as_str().expect("output text");
+    assert!(text.contains("Hello, diamond!"), "the output node's content is the task's: {text}");
+}
+
+#[tokio::test]
+async fn a_fan_out_of_a_thousand_and_a_chain_of_a_thousand_complete() {
+    let c = cluster(2).await;
+    let mut wide = vec![json!({"id": "root", "kind": "noop"})];
+    wide.extend((0..1000).map(|i| json!({"id": format!("n{i}"), "kind": "noop", "dependsOn": ["root"]})));
+    wide.push(json!({"id": "sink", "kind": "noop", "dependsOn": (0..1000).map(|i| format!("n{i}")).collect::<Vec<_>>()}));
+    let started = Instant::now();
+    let task = submit(&c.mcp, json!({"nodes": wide})).await;
+    let done = settle(&c.mcp, &task, Duration::from_secs(60)).await;
+    println!("fan-out of 1000 (3 workers): {:?}", started.elapsed());
+    assert_eq!(done["status"], "completed");
+    assert_eq!(nodes(&done).len(), 1002);
+    assert!(nodes(&done).values().all(|n| n["status"] == "completed"));
+    assert_eq!(done["progress"], Value::Null, "progress is not a DetailedTask field");
+
+    let chain: Vec<Value> = (0..1000)
+        .map(|i| {
+            if i == 0 {
+                json!({"id": "c0", "kind": "noop"})
+            } else {
+                json!({"id": format!("c{i}"), "kind": "noop", "dependsOn": [format!("c{}", i - 1)]})
+            }
+        })
+        .collect();
+    let started = Instant::now();
+    let task = submit(&c.mcp, json!({"nodes": chain, "output": "c999"})).await;
+    let done = settle(&c.mcp, &task, Duration::from_secs(120)).await;
+    println!("chain of 1000 (3 workers): {:?}", started.elapsed());
+    assert_eq!(done["status"], "completed");
+    let outcomes = nodes(&done);
+    assert!(outcomes.values().all(|n| n["status"] == "completed"));
+    // Each link started only after the one before it finished.
+    let mut conn = c.redis.connection().expect("conn");
+    let times: std::collections::HashMap<String, String> =
+        redis::cmd("HGETALL").arg(format!("cv:{{{task}}}:nodes")).query(&mut conn).expect("nodes");
+    for i in 1..1000 {
+        let started: u64 = times[&format!("c{i}:startedAt")].parse().expect("ms");
+        let before: u64 = times[&format!("c{}:finishedAt", i - 1)].parse().expect("ms");
+        assert!(started >= before, "c{i} started before c{} finished", i - 1);
+    }
+}
+
+#[tokio::test]
+async fn failure_policies_fail_skip_or_continue() {
+    let c = cluster(1).await;
+    // fail: the task fails naming the node, and its dependent never runs.
+    let task = submit(
+        &c.mcp,
+        json!({"nodes": [
+            {"id": "bad", "tool": "protocol_error_job"},
+            {"id": "after", "tool": "greet", "dependsOn": ["bad"], "arguments": {"name": "x"}}
+        ]}),
+    )
+    .await;
+    let done = settle(&c.mcp, &task, Duration::from_secs(20)).await;
+    assert_eq!(done["status"], "failed", "{done}");
+    let message = done["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("bad") && message.contains("exploded"), "{message}");
+
+    // skipDependents: the failed node's dependents are skipped, the rest runs; the task completes.
+    let task = submit(
+        &c.mcp,
+        json!({"nodes": [
+            {"id": "bad", "tool": "protocol_error_job", "onFailure": "skipDependents"},
+            {"id": "child", "tool": "greet", "dependsOn": ["bad"], "arguments": {"name": "x"}},
+            {"id": "grandchild", "kind": "noop", "dependsOn": ["child"]},
+            {"id": "other", "tool": "greet", "arguments": {"name": "y"}}
+        ], "output": "other"}),
+    )
+    .await;
+    let done = settle(&c.mcp, &task, Duration::from_secs(20)).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let outcomes = nodes(&done);
+    assert_eq!(outcomes["bad"]["status"], "failed");
+    assert_eq!(outcomes["child"]["status"], "skipped");
+    assert_eq!(outcomes["grandchild"]["status"], "skipped");
+    assert_eq!(outcomes["other"]["status"], "completed");
+    assert_eq!(done["result"]["isError"], false);
+
+    // continue: dependents run as if it succeeded, seeing its error as its output.
+    let task = submit(
+        &c.mcp,
+        json!({"nodes": [
+            {"id": "bad", "tool": "failing_job", "onFailure": "continue"},
+            {"id": "child", "tool": "echo", "dependsOn": ["bad"], "arguments": {"upstream": {"$from": "bad", "pointer": "/isError"}}}
+        ], "output": "child"}),
+    )
+    .await;
+    let done = settle(&c.mcp, &task, Duration::from_secs(20)).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let outcomes = nodes(&done);
+    assert_eq!(outcomes["bad"]["status"], "failed");
+    assert_eq!(outcomes["child"]["output"]["structuredContent"]["upstream"], true);
+}
+
+#[tokio::test]
+async fn retries_with_backoff_and_timeouts() {
+    let c = cluster(1).await;
+    let task = submit(
+        &c.mcp,
+        json!({"nodes": [{"id": "f", "tool": "flaky", "arguments": {"failures": 2}, "retries": 2, "backoffMs": 50}], "output": "f"}),
+    )
+    .await;
+    let done = settle(&c.mcp, &task, Duration::from_secs(20)).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(nodes(&done)["f"]["attempts"], 3, "failed twice, then succeeded");
+    assert_eq!(done["result"]["content"][0]["text"], "succeeded on attempt 3");
+
+    // Out of retries: the failure policy applies.
+    let task = submit(
+        &c.mcp,
+        json!({"nodes": [{"id": "f", "tool": "flaky", "arguments": {"failures": 5}, "retries": 1, "backoffMs": 10}]}),
+    )
+    .await;
+    let done = settle(&c.mcp, &task, Duration::from_secs(20)).await;
+    assert_eq!(done["status"], "failed", "{done}");
+
+    // A timed-out attempt fails, and the tool is stopped.
+    let started = Instant::now();
+    let task = submit(
+        &c.mcp,
+        json!({"nodes": [{"id": "slow", "tool": "slow_compute", "arguments": {"seconds": 30}, "timeoutMs": 300}]}),
+    )
+    .await;
+    let done = settle(&c.mcp, &task, Duration::from_secs(20)).await;
+    assert!(started.elapsed() < Duration::from_secs(10), "the timeout cut it short");
+    assert_eq!(done["status"], "failed", "{done}");
+    assert!(
+        done["error"]["message"].as_str().unwrap_or_default().contains("timed out after 300 ms"),
+        "{done}"
+    );
+}
+
+#[tokio::test]
+async fn invalid_graphs_are_refused_before_anything_is_written() {
+    let c = cluster(0).await;
+    let call = |graph: Value| {
+        let mcp = c.mcp.clone();
+        async move {
+            mcp.call_2026(
+                "tools/call",
+                json!({"name": "run_dag", "arguments": graph}),
+                tasks_client_capabilities(),
+            )
+            .await
+            .expect("reply")
+        }
+    };
+    let reply = call(json!({"nodes": [
+        {"id": "a", "kind": "noop", "dependsOn": ["b"]},
+        {"id": "b", "kind": "noop", "dependsOn": ["a"]}
+    ]}))
+    .await;
+    assert_eq!(reply.error_code(), Some(-32602), "{}", reply.raw);
+    let message = reply.message["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("cycle") && message.contains("a -> b -> a"), "{message}");
+    let reply = call(json!({"nodes": [{"id": "a", "tool": "no_such_tool"}]})).await;
+    assert!(reply.raw.contains("unknown tool `no_such_tool`"), "{}", reply.raw);
+    let reply =
+        call(json!({"nodes": [{"id": "a", "tool": "slow_compute", "arguments": {"seconds": "x"}}]})).await;
+    assert!(reply.raw.contains("node `a`") && reply.raw.contains("/seconds"), "{}", reply.raw);
+    let reply = call(json!({"nodes": [{"id": "a", "kind": "noop"}, {"id": "a", "kind": "noop"}]})).await;
+    assert!(reply.raw.contains("more than once"), "{}", reply.raw);
+    let mut conn = c.redis.connection().expect("conn");
+    let keys: Vec<String> = redis::cmd("KEYS").arg("cv:{*").query(&mut conn).expect("keys");
+    assert!(keys.is_empty(), "nothing written: {keys:?}");
+}
+
+#[tokio::test]
+async fn cancelling_a_wide_graph_stops_every_node_on_every_worker() {
+    let c = cluster(2).await;
+    let graph: Vec<Value> = (0..60)
+        .map(|i| json!({"id": format!("w{i}"), "tool": "slow_compute", "arguments": {"seconds": 5}}))
+        .collect();
+    let task = submit(&c.mcp, json!({"nodes": graph})).await;
+    let mut conn = c.redis.connection().expect("conn");
+    let running = |conn: &mut redis::Connection| -> usize {
+        let fields: std::collections::HashMap<String, String> =
+            redis::cmd("HGETALL").arg(format!("cv:{{{task}}}:nodes")).query(conn).unwrap_or_default();
+        fields.iter().filter(|(k, v)| k.ends_with(":status") && v.as_str() == "running").count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while running(&mut conn) < 20 {
+        assert!(Instant::now() < deadline, "nodes never ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let cancel_at =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_millis() as u64;
+    let ack = c
+        .mcp
+        .call_2026("tasks/cancel", json!({"taskId": task}), tasks_client_capabilities())
+        .await
+        .expect("cancel");
+    assert_eq!(ack.result()["resultType"], "complete", "{}", ack.raw);
+
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while running(&mut conn) > 0 {
+        assert!(Instant::now() < deadline, "nodes kept running after the cancel");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Give any late starter its chance to show up, then check that none started after the cancel.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let fields: std::collections::HashMap<String, String> =
+        redis::cmd("HGETALL").arg(format!("cv:{{{task}}}:nodes")).query(&mut conn).expect("nodes");
+    let late: Vec<&String> = fields
+        .iter()
+        .filter(|(k, v)| k.ends_with(":startedAt") && v.parse::<u64>().unwrap_or(0) > cancel_at + 50)
+        .map(|(k, _)| k)
+        .collect();
+    assert!(late.is_empty(), "nodes started after the cancel: {late:?}");
+    assert!(
+        !fields.iter().any(|(k, v)| k.ends_with(":status") && v == "completed"),
+        "no node finished its work"
+    );
+    let done = settle(&c.mcp, &task, Duration::from_secs(5)).await;
+    assert_eq!(done["status"], "cancelled");
+}

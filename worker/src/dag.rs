@@ -1,0 +1,103 @@
+//! The worker's side of DAG tasks: upstream values in a node's arguments, built-in nodes, and the
+//! result of a finished graph.
+
+use std::collections::HashMap;
+
+use conveyor_shared::model::{NodeRecord, RpcError, ToolOutcome};
+use conveyor_shared::{Store, StoreError, dag};
+use serde_json::{Map, Value, json};
+
+use crate::tool::ToolContext;
+
+/// The node's arguments with every `{"$from", "pointer"}` replaced by the upstream value; a
+/// reference that does not resolve fails the attempt with a message that names it.
+pub async fn resolve_arguments(
+    store: &Store,
+    task_id: &str,
+    arguments: &Value,
+) -> Result<Value, ToolOutcome> {
+    let references = dag::upstream_references(arguments);
+    if references.is_empty() {
+        return Ok(arguments.clone());
+    }
+    let mut upstream: Vec<String> = references.into_iter().map(|(from, _)| from).collect();
+    upstream.sort();
+    upstream.dedup();
+    let outputs = store
+        .node_outputs(task_id, &upstream)
+        .await
+        .map_err(|e| invalid(format!("cannot read upstream outputs: {e}")))?;
+    dag::resolve_references(arguments, &outputs).map_err(invalid)
+}
+
+fn invalid(message: String) -> ToolOutcome {
+    ToolOutcome::Error(RpcError { code: -32602, message, data: None })
+}
+
+/// Runs a built-in node (`$noop`, `$collect`); `None` for a tool.
+pub fn builtin(tool: &str, ctx: &ToolContext) -> Option<ToolOutcome> {
+    match tool {
+        "$noop" => Some(ToolOutcome::Result(json!({"content": [], "isError": false}))),
+        "$collect" => {
+            let collected = ctx.arguments.get("nodes").cloned().unwrap_or_else(|| json!({}));
+            Some(ToolOutcome::Result(json!({
+                "content": [{"type": "text", "text": collected.to_string()}],
+                "structuredContent": collected,
+                "isError": false
+            })))
+        }
+        _ => None,
+    }
+}
+
+/// Assembles a finished DAG task's result and settles the task with it (unless it already ended).
+pub async fn finalize(store: &Store, task_id: &str) -> Result<(), StoreError> {
+    let Some(task) = store.get_task(task_id).await? else { return Ok(()) };
+    if task.status.is_terminal() {
+        return Ok(());
+    }
+    let nodes = store.get_nodes(task_id).await?;
+    let (result, message) = dag_result(&nodes, task.output_node.as_deref());
+    store.settle_dag(task_id, &result, &message).await?;
+    Ok(())
+}
+
+/// The `CallToolResult` of a graph: every node's outcome in `structuredContent.nodes`, and the
+/// output node's content as the content.
+pub fn dag_result(nodes: &[NodeRecord], output: Option<&str>) -> (Value, String) {
+    let mut outcomes = Map::new();
+    let mut counts: HashMap<&str, usize> = HashMap::new();
+    for node in nodes {
+        *counts.entry(node.status.as_str()).or_default() += 1;
+        let mut outcome = json!({
+            "status": node.status,
+            "attempts": node.attempt,
+            "durationMs": match (node.started_at_ms, node.finished_at_ms) {
+                (Some(s), Some(f)) => json!(f.saturating_sub(s)),
+                _ => Value::Null,
+            },
+        });
+        if node.status == "completed" {
+            outcome["output"] = node.output.clone().unwrap_or(Value::Null);
+        } else if let Some(error) = &node.error {
+            outcome["error"] = error.clone();
+        }
+        outcomes.insert(node.node_id.clone(), outcome);
+    }
+    let mut summary: Vec<String> = counts.iter().map(|(status, n)| format!("{n} {status}")).collect();
+    summary.sort();
+    let message = format!("Completed: {}", summary.join(", "));
+    let output_node = output.and_then(|id| nodes.iter().find(|n| n.node_id == id));
+    let (content, is_error) = match output_node {
+        Some(node) if node.status == "completed" => {
+            let content = node.output.as_ref().and_then(|o| o.get("content")).cloned();
+            (content.unwrap_or_else(|| json!([{"type": "text", "text": node.output.clone().unwrap_or(Value::Null).to_string()}])), false)
+        }
+        Some(node) => (
+            json!([{"type": "text", "text": format!("output node `{}` ended {}", node.node_id, node.status)}]),
+            true,
+        ),
+        None => (json!([{"type": "text", "text": message.clone()}]), false),
+    };
+    (json!({"content": content, "structuredContent": {"nodes": outcomes}, "isError": is_error}), message)
+}
