@@ -270,6 +270,9 @@ pub enum ToolOutcome {
     Result(Value),
     /// A protocol-level error: the task fails with this JSON-RPC error.
     Error(RpcError),
+    /// The tool planned its work as a graph: the graph's nodes run as part of this task, on any
+    /// worker, and the task's result is the graph's. Only a tool called directly may plan.
+    Plan(crate::dag::DagSpec),
 }
 
 /// Builders for `CallToolResult` JSON, so that tools need no MCP library.

@@ -23,3 +23,4 @@ pub static RELEASE_NODE: LazyLock<Script> =
 pub static PROMOTE_RETRIES: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/promote_retries.lua")));
 pub static SETTLE_DAG: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/settle_dag.lua")));
+pub static EXPAND_PLAN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/expand_plan.lua")));

@@ -120,6 +120,17 @@ pub enum CompleteOutcome {
     Stale,
 }
 
+/// How a planned graph was taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExpandOutcome {
+    /// The graph's nodes joined the task.
+    Expanded(u32),
+    /// The plan cannot join this task, for the given reason.
+    Refused(String),
+    TaskAlreadyTerminal,
+    Stale,
+}
+
 /// A page of tasks and the cursor of the next one.
 #[derive(Debug, Clone)]
 pub struct TaskPage {
@@ -459,6 +470,11 @@ impl Store {
                 format!("Failed: {}", error.message),
             ),
             None => ("cancelled", "null".to_owned(), false, "Cancelled".to_owned()),
+            Some(ToolOutcome::Plan(_)) => {
+                return Err(StoreError::Corrupt(
+                    "a plan is expanded with expand_plan, not completed".to_owned(),
+                ));
+            }
         };
         let mut invocation = fenced(&scripts::COMPLETE_NODE, task_id, node_id, attempt);
         invocation
@@ -484,6 +500,36 @@ impl Store {
             "settled" => CompleteOutcome::Settled,
             "dropped" => CompleteOutcome::TaskAlreadyTerminal,
             _ => CompleteOutcome::Stale,
+        })
+    }
+
+    /// Completes a planning node and adds its planned graph to the task (one script). The plan
+    /// must have been validated.
+    pub async fn expand_plan(
+        &self,
+        task_id: &str,
+        node_id: &str,
+        attempt: u32,
+        plan: &DagSpec,
+    ) -> Result<ExpandOutcome, StoreError> {
+        let summary = crate::model::result::text(format!("planned {} nodes", plan.nodes.len()));
+        let mut invocation = fenced(&scripts::EXPAND_PLAN, task_id, node_id, attempt);
+        invocation
+            .key(keys::WORK_STREAM)
+            .arg(summary.to_string())
+            .arg(plan.output.clone().unwrap_or_default())
+            .arg(Value::Array(graph_nodes(plan)).to_string())
+            .arg(task_id)
+            .arg(keys::events(task_id));
+        let reply: Vec<redis::Value> = self.invoke(invocation).await?;
+        let text = |i: usize| -> String {
+            reply.get(i).and_then(|v| redis::from_redis_value_ref::<String>(v).ok()).unwrap_or_default()
+        };
+        Ok(match text(0).as_str() {
+            "expanded" => ExpandOutcome::Expanded(text(1).parse().unwrap_or(0)),
+            "refused" => ExpandOutcome::Refused(text(1)),
+            "dropped" => ExpandOutcome::TaskAlreadyTerminal,
+            _ => ExpandOutcome::Stale,
         })
     }
 

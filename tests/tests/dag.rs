@@ -310,3 +310,53 @@ async fn cancelling_a_wide_graph_stops_every_node_on_every_worker() {
     let done = settle(&c.mcp, &task, Duration::from_secs(5)).await;
     assert_eq!(done["status"], "cancelled");
 }
+
+#[tokio::test]
+async fn a_tool_plans_its_work_as_a_graph_that_runs_across_workers() {
+    let c = cluster(2).await;
+    let created = c
+        .mcp
+        .call_2026(
+            "tools/call",
+            json!({"name": "plan_fanout", "arguments": {"width": 40, "seconds": 0.3}}),
+            tasks_client_capabilities(),
+        )
+        .await
+        .expect("tools/call");
+    let task = created.result()["taskId"].as_str().expect("a task").to_owned();
+    let done = settle(&c.mcp, &task, Duration::from_secs(30)).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let outcomes = nodes(&done);
+    assert_eq!(outcomes.len(), 42, "the planner, forty parts and the join");
+    assert_eq!(outcomes["root"]["status"], "completed");
+    let joined = &outcomes["join"]["output"]["structuredContent"];
+    for i in 0..40 {
+        assert_eq!(joined[format!("part{i}")]["content"][0]["text"], format!("computed part{i}"));
+    }
+    // Forty parts are more than one worker runs at once (16): they spread over the workers.
+    let mut conn = c.redis.connection().expect("conn");
+    let fields: std::collections::HashMap<String, String> =
+        redis::cmd("HGETALL").arg(format!("cv:{{{task}}}:nodes")).query(&mut conn).expect("nodes");
+    let workers: std::collections::HashSet<&String> = fields
+        .iter()
+        .filter(|(k, _)| k.starts_with("part") && k.ends_with(":worker"))
+        .map(|(_, v)| v)
+        .collect();
+    assert!(workers.len() > 1, "parts ran on {workers:?}");
+
+    // `conveyor tasks show` prints the task and its nodes for a person.
+    let shown = std::process::Command::new(conveyor_tests::process::conveyor_bin())
+        .args(["tasks", "show", &task])
+        .env("REDIS_URL", c.redis.url())
+        .output()
+        .expect("conveyor runs");
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.status.success(), "{}", String::from_utf8_lossy(&shown.stderr));
+    assert!(
+        text.contains("completed")
+            && text.contains("plan_fanout")
+            && text.contains("part39")
+            && text.contains("join"),
+        "{text}"
+    );
+}

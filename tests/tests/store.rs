@@ -260,3 +260,45 @@ async fn an_owner_without_tasks_gets_an_empty_page() {
     let page = store.list_tasks("nobody", None, 50).await.expect("list").expect("no cursor");
     assert!(page.tasks.is_empty() && page.next_cursor.is_none());
 }
+
+#[tokio::test]
+async fn a_completion_from_an_attempt_that_was_already_retried_is_refused() {
+    let (_redis, store) = setup().await;
+    let mut task = new_task("t6", "alice", "2026-07-28", 60_000);
+    task.graph = Some(
+        serde_json::from_value(
+            json!({"nodes": [{"id": "f", "tool": "flaky", "retries": 2, "backoffMs": 1}]}),
+        )
+        .expect("a graph"),
+    );
+    store.create_task(&task, 60_000).await.expect("create");
+    let first = match store.start_node("t6", "f", "w1").await.expect("start") {
+        StartOutcome::Run { attempt, .. } => attempt,
+        other => panic!("{other:?}"),
+    };
+    let failure = ToolOutcome::Result(result::error_text("boom"));
+    assert!(matches!(
+        store.complete_node("t6", "f", first, Some(&failure)).await.expect("complete"),
+        CompleteOutcome::Retry { .. }
+    ));
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(store.promote_retries(10).await.expect("promote"), 1);
+    let second = match store.start_node("t6", "f", "w2").await.expect("start") {
+        StartOutcome::Run { attempt, .. } => attempt,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(second, first + 1);
+    // The first attempt's worker was slow and reports success late: refused.
+    let late = ToolOutcome::Result(result::text("late"));
+    assert_eq!(
+        store.complete_node("t6", "f", first, Some(&late)).await.expect("complete"),
+        CompleteOutcome::Stale
+    );
+    let fresh = ToolOutcome::Result(result::text("fresh"));
+    assert_eq!(
+        store.complete_node("t6", "f", second, Some(&fresh)).await.expect("complete"),
+        CompleteOutcome::Finalize
+    );
+    let nodes = store.get_nodes("t6").await.expect("nodes");
+    assert_eq!(nodes[0].output.as_ref().expect("output")["content"][0]["text"], "fresh");
+}

@@ -34,6 +34,23 @@ fn invalid(message: String) -> ToolOutcome {
     ToolOutcome::Error(RpcError { code: -32602, message, data: None })
 }
 
+/// Checks a graph a tool planned: its shape and limits, and that a worker offers each tool it
+/// calls. The error fails the planning node with the reason.
+pub async fn check_plan(store: &Store, plan: &dag::DagSpec) -> Result<(), ToolOutcome> {
+    plan.validate(&dag::DagLimits::default()).map_err(|e| invalid(format!("invalid plan: {e}")))?;
+    let published = store.tools().await.map_err(|e| invalid(format!("cannot read the tool catalog: {e}")))?;
+    for node in &plan.nodes {
+        if let Some(tool) = &node.tool
+            && !published
+                .iter()
+                .any(|t| t.definition.get("name").and_then(Value::as_str) == Some(tool.as_str()))
+        {
+            return Err(invalid(format!("invalid plan: node `{}` calls unknown tool `{tool}`", node.id)));
+        }
+    }
+    Ok(())
+}
+
 /// Runs a built-in node (`$noop`, `$collect`); `None` for a tool.
 pub fn builtin(tool: &str, ctx: &ToolContext) -> Option<ToolOutcome> {
     match tool {

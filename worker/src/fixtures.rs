@@ -246,6 +246,33 @@ pub fn register(registry: &mut ToolRegistry) {
     ));
     registry.register(FnTool::new(
         definition(
+            "plan_fanout",
+            "Plans its work as a graph: `width` slow_compute nodes of `seconds` each, joined by a collect node.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "width": {"type": "integer", "minimum": 1, "maximum": 1000},
+                    "seconds": {"type": "number", "minimum": 0, "maximum": 60}
+                },
+                "required": ["width"]
+            }),
+            "optional",
+        ),
+        |ctx| async move {
+            let width = ctx.arguments.get("width").and_then(Value::as_u64).unwrap_or(1);
+            let seconds = ctx.f64_arg("seconds").unwrap_or(0.0);
+            let mut nodes: Vec<Value> = (0..width)
+                .map(|i| json!({"id": format!("part{i}"), "tool": "slow_compute", "arguments": {"seconds": seconds, "label": format!("part{i}")}}))
+                .collect();
+            nodes.push(json!({"id": "join", "kind": "collect", "dependsOn": (0..width).map(|i| format!("part{i}")).collect::<Vec<_>>()}));
+            match serde_json::from_value(json!({"nodes": nodes, "output": "join"})) {
+                Ok(plan) => ToolOutcome::Plan(plan),
+                Err(e) => ToolOutcome::Error(RpcError { code: -32603, message: format!("bad plan: {e}"), data: None }),
+            }
+        },
+    ));
+    registry.register(FnTool::new(
+        definition(
             "slow_compute",
             "Computes for `seconds`, reporting progress every 100 ms; stops at once when cancelled.",
             json!({

@@ -376,6 +376,16 @@ impl NodeJob {
             return;
         }
         let outcome = if token.is_cancelled() && !timed_out { None } else { Some(outcome) };
+        let outcome = match outcome {
+            Some(ToolOutcome::Plan(plan)) => match crate::dag::check_plan(&self.store, &plan).await {
+                Ok(()) => {
+                    self.expand(&item, attempt, &plan).await;
+                    return;
+                }
+                Err(invalid) => Some(invalid),
+            },
+            other => other,
+        };
         match self.store.complete_node(&item.task_id, &item.node_id, attempt, outcome.as_ref()).await {
             Ok(CompleteOutcome::Stale) => {
                 tracing::info!(task = %item.task_id, attempt, "completion refused: attempt is stale");
@@ -409,6 +419,32 @@ impl NodeJob {
                 data: None,
             }),
         }
+    }
+
+    /// Adds a planning node's graph to its task, then acknowledges the entry.
+    async fn expand(&self, item: &WorkItem, attempt: u32, plan: &conveyor_shared::dag::DagSpec) {
+        use conveyor_shared::store::ExpandOutcome;
+        match self.store.expand_plan(&item.task_id, &item.node_id, attempt, plan).await {
+            Ok(ExpandOutcome::Expanded(n)) => {
+                tracing::info!(task = %item.task_id, nodes = n, "expanded a planned graph")
+            }
+            Ok(ExpandOutcome::Refused(reason)) => {
+                // The plan cannot join this task: the node fails with the reason.
+                let error = ToolOutcome::Error(RpcError { code: -32602, message: reason, data: None });
+                if let Err(e) =
+                    self.store.complete_node(&item.task_id, &item.node_id, attempt, Some(&error)).await
+                {
+                    tracing::warn!(task = %item.task_id, error = %e, "could not record a refused plan; it stays pending");
+                    return;
+                }
+            }
+            Ok(other) => tracing::info!(task = %item.task_id, outcome = ?other, "plan not expanded"),
+            Err(e) => {
+                tracing::warn!(task = %item.task_id, error = %e, "could not expand a plan; it stays pending");
+                return;
+            }
+        }
+        self.ack(item).await;
     }
 
     async fn ack(&self, item: &WorkItem) {
