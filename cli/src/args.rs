@@ -86,6 +86,9 @@ pub struct GatewayArgs {
     /// Most nodes in one `run_dag` graph.
     #[arg(long, env = "CONVEYOR_MAX_DAG_NODES", default_value_t = 10_000)]
     pub max_dag_nodes: usize,
+    /// Largest arguments of one `run_dag` node, in bytes of JSON.
+    #[arg(long, env = "CONVEYOR_MAX_DAG_NODE_BYTES", default_value_t = 64 * 1024)]
+    pub max_dag_node_bytes: usize,
     /// How long a synchronous tools/call waits for its worker, in milliseconds.
     #[arg(long, env = "CONVEYOR_SYNC_TIMEOUT_MS", default_value_t = 300_000)]
     pub sync_timeout_ms: u64,

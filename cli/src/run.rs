@@ -71,6 +71,7 @@ fn config(args: &GatewayArgs) -> Config {
         redis_timeout: Duration::from_millis(args.redis.timeout_ms),
         sync_call_timeout: Duration::from_millis(args.sync_timeout_ms),
         max_dag_nodes: args.max_dag_nodes,
+        max_dag_node_bytes: args.max_dag_node_bytes,
     }
 }
 

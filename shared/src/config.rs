@@ -24,6 +24,8 @@ pub struct Config {
     pub sync_call_timeout: Duration,
     /// Most nodes in one DAG task (`CONVEYOR_MAX_DAG_NODES`).
     pub max_dag_nodes: usize,
+    /// Largest arguments of one DAG node, in bytes of JSON (`CONVEYOR_MAX_DAG_NODE_BYTES`).
+    pub max_dag_node_bytes: usize,
 }
 
 impl Default for Config {
@@ -37,6 +39,7 @@ impl Default for Config {
             redis_timeout: Duration::from_secs(3),
             sync_call_timeout: Duration::from_secs(300),
             max_dag_nodes: 10_000,
+            max_dag_node_bytes: 64 * 1024,
         }
     }
 }
@@ -74,7 +77,11 @@ impl Config {
 
     /// The limits every submitted graph is checked against.
     pub fn dag_limits(&self) -> crate::dag::DagLimits {
-        crate::dag::DagLimits { max_nodes: self.max_dag_nodes, ..Default::default() }
+        crate::dag::DagLimits {
+            max_nodes: self.max_dag_nodes,
+            max_node_bytes: self.max_dag_node_bytes,
+            ..Default::default()
+        }
     }
 
     /// The TTL to apply for a requested one: the default when none, capped at the maximum.
