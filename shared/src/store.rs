@@ -556,7 +556,8 @@ impl Store {
             .arg(now_ms())
             .arg(result.to_string())
             .arg(message)
-            .arg(keys::events(task_id));
+            .arg(keys::events(task_id))
+            .arg(if crate::model::result::is_error(result) { "1" } else { "0" });
         Ok(self.invoke::<i64>(invocation).await? == 1)
     }
 
