@@ -109,6 +109,15 @@ pub struct WorkerArgs {
     /// handed back to the queue for another worker, in milliseconds.
     #[arg(long, env = "CONVEYOR_SHUTDOWN_GRACE_MS", default_value_t = 30_000)]
     pub shutdown_grace_ms: u64,
+    /// How long a running node's lease lasts, in milliseconds. A worker renews its leases three
+    /// times per lease; when one stops renewing (killed, hung, cut off), another worker takes its
+    /// nodes over after this long.
+    #[arg(long, env = "CONVEYOR_LEASE_MS", default_value_t = 30_000)]
+    pub lease_ms: u64,
+    /// After a node has lost its worker this many times it is not run again: it fails and goes to
+    /// the dead-letter stream.
+    #[arg(long, env = "CONVEYOR_MAX_NODE_LOSSES", default_value_t = 3)]
+    pub max_node_losses: u32,
     #[command(flatten)]
     pub redis: RedisArgs,
 }

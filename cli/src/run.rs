@@ -118,6 +118,9 @@ async fn worker(store: Store, args: WorkerArgs, shutdown: CancellationToken) -> 
     }
     let mut options = WorkerOptions::new(args.concurrency);
     options.shutdown_grace = Duration::from_millis(args.shutdown_grace_ms);
+    anyhow::ensure!(args.lease_ms >= 300, "CONVEYOR_LEASE_MS must be at least 300 ms");
+    options.lease = Duration::from_millis(args.lease_ms);
+    options.max_losses = args.max_node_losses;
     conveyor_worker::run(store, registry, options, shutdown).await.context("the worker stopped with an error")
 }
 
@@ -143,6 +146,8 @@ async fn up(mut args: UpArgs) -> anyhow::Result<()> {
             concurrency: args.concurrency,
             fixtures: args.fixtures,
             shutdown_grace_ms: 30_000,
+            lease_ms: 30_000,
+            max_node_losses: 3,
             redis: args.gateway.redis.clone(),
         };
         workers.push(tokio::spawn(worker(store.clone(), worker_args, shutdown.clone())));

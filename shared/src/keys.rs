@@ -29,6 +29,10 @@ pub const TASK_KEY_PREFIX: &str = "cv:{";
 pub const TASK_SUFFIX: &str = "}:task";
 pub const NODES_SUFFIX: &str = "}:nodes";
 
+/// Stream of nodes whose attempts are spent (or that lost their worker too often), with their
+/// last error, tool and arguments, for operators (`conveyor dlq`).
+pub const DEAD_LETTERS: &str = "cv:dead";
+
 /// The node id of the work entry that assembles a finished DAG task's result.
 pub const FINALIZE_NODE: &str = "$finalize";
 

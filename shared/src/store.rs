@@ -98,6 +98,8 @@ pub enum StartOutcome {
         progress_token: Option<Value>,
         /// Limit of this attempt.
         timeout: Option<std::time::Duration>,
+        /// How often this node's worker was lost while running it.
+        losses: u32,
     },
     /// Acknowledge the entry without running it, for the given reason.
     Skip(String),
@@ -406,8 +408,26 @@ impl Store {
         node_id: &str,
         worker: &str,
     ) -> Result<StartOutcome, StoreError> {
+        self.start_attempt(task_id, node_id, worker, false).await
+    }
+
+    /// Starts the next attempt of a node; with `reclaiming`, also one still marked running by a
+    /// worker whose lease ran out (the new attempt number fences that worker).
+    pub async fn start_attempt(
+        &self,
+        task_id: &str,
+        node_id: &str,
+        worker: &str,
+        reclaiming: bool,
+    ) -> Result<StartOutcome, StoreError> {
         let mut invocation = scripts::START_NODE.prepare_invoke();
-        invocation.key(keys::task(task_id)).key(keys::nodes(task_id)).arg(node_id).arg(now_ms()).arg(worker);
+        invocation
+            .key(keys::task(task_id))
+            .key(keys::nodes(task_id))
+            .arg(node_id)
+            .arg(now_ms())
+            .arg(worker)
+            .arg(if reclaiming { "1" } else { "0" });
         let reply: Vec<redis::Value> = self.invoke(invocation).await?;
         let text = |i: usize| -> String {
             reply.get(i).and_then(|v| redis::from_redis_value_ref::<String>(v).ok()).unwrap_or_default()
@@ -428,7 +448,8 @@ impl Store {
             )
         };
         let timeout = text(5).parse::<u64>().ok().filter(|ms| *ms > 0).map(std::time::Duration::from_millis);
-        Ok(StartOutcome::Run { attempt, tool: text(2), arguments, progress_token, timeout })
+        let losses = reply.get(6).and_then(|v| redis::from_redis_value_ref::<u32>(v).ok()).unwrap_or(0);
+        Ok(StartOutcome::Run { attempt, tool: text(2), arguments, progress_token, timeout, losses })
     }
 
     /// Records progress of a running attempt. Returns `false` when refused (stale or not live).
@@ -458,6 +479,19 @@ impl Store {
         attempt: u32,
         outcome: Option<&ToolOutcome>,
     ) -> Result<CompleteOutcome, StoreError> {
+        self.complete_attempt(task_id, node_id, attempt, outcome, false).await
+    }
+
+    /// Like [`Store::complete_node`]; with `final_failure` a failure is not retried whatever
+    /// retries are left (a node that lost its worker too often).
+    pub async fn complete_attempt(
+        &self,
+        task_id: &str,
+        node_id: &str,
+        attempt: u32,
+        outcome: Option<&ToolOutcome>,
+        final_failure: bool,
+    ) -> Result<CompleteOutcome, StoreError> {
         let (status, payload, is_error, message) = match outcome {
             Some(ToolOutcome::Result(result)) => {
                 let is_error = crate::model::result::is_error(result);
@@ -480,6 +514,7 @@ impl Store {
         invocation
             .key(keys::WORK_STREAM)
             .key(keys::DELAYED_RETRIES)
+            .key(keys::DEAD_LETTERS)
             .arg(status)
             .arg(payload)
             .arg(if is_error { "1" } else { "0" })
@@ -488,7 +523,8 @@ impl Store {
             .arg(keys::CANCEL_CHANNEL)
             .arg(task_id)
             .arg(rand::random::<f64>())
-            .arg(dag::MAX_BACKOFF_MS);
+            .arg(dag::MAX_BACKOFF_MS)
+            .arg(if final_failure { "1" } else { "0" });
         let reply: Vec<redis::Value> = self.invoke(invocation).await?;
         let text = |i: usize| -> String {
             reply.get(i).and_then(|v| redis::from_redis_value_ref::<String>(v).ok()).unwrap_or_default()
@@ -711,29 +747,60 @@ impl Store {
         let reply = tokio::time::timeout(block + Duration::from_secs(5), read)
             .await
             .map_err(|_| StoreError::Timeout(block))??;
-        let mut items = Vec::new();
-        for stream in reply.map(|r| r.keys).unwrap_or_default() {
-            for entry in stream.ids {
-                let field = |name: &str| entry.get::<String>(name).filter(|v| !v.is_empty());
-                let (Some(task_id), Some(node_id)) = (field("task"), field("node")) else {
-                    tracing::warn!(entry = %entry.id, "work entry without task or node; acknowledging it");
-                    items.push(WorkItem {
-                        entry_id: entry.id.clone(),
-                        task_id: String::new(),
-                        node_id: String::new(),
-                        traceparent: None,
-                    });
-                    continue;
-                };
-                items.push(WorkItem {
-                    entry_id: entry.id.clone(),
-                    task_id,
-                    node_id,
-                    traceparent: field("traceparent"),
-                });
-            }
+        Ok(reply
+            .map(|r| r.keys)
+            .unwrap_or_default()
+            .iter()
+            .flat_map(|s| s.ids.iter())
+            .map(work_item)
+            .collect())
+    }
+
+    /// Renews this worker's leases on the entries it runs: their idle time in the group starts
+    /// again, so that no other worker claims them.
+    pub async fn renew_leases(&self, consumer: &str, entry_ids: &[String]) -> Result<(), StoreError> {
+        if entry_ids.is_empty() {
+            return Ok(());
         }
-        Ok(items)
+        let (consumer, ids) = (consumer.to_owned(), entry_ids.to_vec());
+        self.with_conn(|mut c| async move {
+            redis::cmd("XCLAIM")
+                .arg(keys::WORK_STREAM)
+                .arg(keys::WORK_GROUP)
+                .arg(&consumer)
+                .arg(0)
+                .arg(&ids)
+                .arg("JUSTID")
+                .query_async::<redis::Value>(&mut c)
+                .await
+                .map(|_| ())
+        })
+        .await
+    }
+
+    /// Takes over up to `count` entries whose worker has not renewed its lease for `lease`.
+    pub async fn claim_abandoned(
+        &self,
+        consumer: &str,
+        lease: Duration,
+        count: usize,
+    ) -> Result<Vec<WorkItem>, StoreError> {
+        let consumer = consumer.to_owned();
+        let reply: redis::streams::StreamAutoClaimReply = self
+            .with_conn(|mut c| async move {
+                let options = redis::streams::StreamAutoClaimOptions::default().count(count);
+                c.xautoclaim_options(
+                    keys::WORK_STREAM,
+                    keys::WORK_GROUP,
+                    &consumer,
+                    lease.as_millis() as u64,
+                    "0-0",
+                    options,
+                )
+                .await
+            })
+            .await?;
+        Ok(reply.claimed.iter().map(work_item).collect())
     }
 
     /// Acknowledges a work entry so that it is never delivered again.
@@ -805,6 +872,20 @@ impl TaskEvents {
             }
         }
     }
+}
+
+/// A stream entry as a work item; an entry without task or node comes back with empty ids, for
+/// the worker to acknowledge and drop.
+fn work_item(entry: &redis::streams::StreamId) -> WorkItem {
+    let field = |name: &str| entry.get::<String>(name).filter(|v| !v.is_empty());
+    let (task_id, node_id) = match (field("task"), field("node")) {
+        (Some(task), Some(node)) => (task, node),
+        _ => {
+            tracing::warn!(entry = %entry.id, "work entry without task or node; acknowledging it");
+            (String::new(), String::new())
+        }
+    };
+    WorkItem { entry_id: entry.id.clone(), task_id, node_id, traceparent: field("traceparent") }
 }
 
 fn completion_message(is_error: bool) -> String {

@@ -273,6 +273,18 @@ pub fn register(registry: &mut ToolRegistry) {
     ));
     registry.register(FnTool::new(
         definition(
+            "crash_worker",
+            "Kills the worker process that runs it (abort), to exercise leases and dead letters. Fixture only.",
+            no_arguments(),
+            "optional",
+        ),
+        |_ctx| async {
+            tracing::error!("crash_worker: aborting this worker process on purpose");
+            std::process::abort()
+        },
+    ));
+    registry.register(FnTool::new(
+        definition(
             "slow_compute",
             "Computes for `seconds`, reporting progress every 100 ms; stops at once when cancelled.",
             json!({

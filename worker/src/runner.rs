@@ -27,6 +27,11 @@ pub struct WorkerOptions {
     /// On shutdown, how long running nodes may take to finish before they are stopped and handed
     /// back to the queue.
     pub shutdown_grace: Duration,
+    /// How long a running node's lease lasts without renewal; after that another worker takes the
+    /// node over. The worker renews its leases three times per lease.
+    pub lease: Duration,
+    /// After this many lost workers a node is not run again: it fails and is dead-lettered.
+    pub max_losses: u32,
 }
 
 impl WorkerOptions {
@@ -37,11 +42,24 @@ impl WorkerOptions {
             block: Duration::from_secs(2),
             status_recheck: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(30),
+            lease: Duration::from_secs(30),
+            max_losses: 3,
         }
     }
 }
 
 type RunningMap = HashMap<String, HashMap<u64, CancellationToken>>;
+
+/// The stream entries this worker holds, whose leases it renews.
+#[derive(Default, Clone)]
+struct Held(Arc<Mutex<std::collections::HashSet<String>>>);
+
+impl Held {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        // Single-call critical sections: a poisoned set is still whole.
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
 
 /// Cancellation tokens of the nodes this worker runs, by task id, then by registration number.
 #[derive(Default, Clone)]
@@ -96,6 +114,10 @@ pub async fn run(
     let listener = tokio::spawn(listen_for_cancels(store.clone(), running.clone(), shutdown.clone()));
     let publisher = tokio::spawn(keep_tools_published(store.clone(), registry.clone(), shutdown.clone()));
     let promoter = tokio::spawn(promote_retries(store.clone(), shutdown.clone()));
+    let held = Held::default();
+    let renewer =
+        tokio::spawn(renew_leases(store.clone(), options.name.clone(), held.clone(), options.lease));
+    let mut last_claim = tokio::time::Instant::now();
     let semaphore = Arc::new(Semaphore::new(options.concurrency));
     let mut nodes = JoinSet::new();
     let mut conn = None;
@@ -113,6 +135,28 @@ pub async fn run(
         let mut permits = vec![first];
         while let Ok(p) = semaphore.clone().try_acquire_owned() {
             permits.push(p);
+        }
+        // Take over nodes whose worker stopped renewing its lease (killed, hung, cut off).
+        if last_claim.elapsed() >= options.lease / 2 {
+            last_claim = tokio::time::Instant::now();
+            match store.claim_abandoned(&options.name, options.lease, permits.len()).await {
+                Ok(claimed) if !claimed.is_empty() => {
+                    tracing::info!(worker = %options.name, nodes = claimed.len(), "took over nodes whose lease ran out");
+                    for item in claimed {
+                        let Some(permit) = permits.pop() else { break };
+                        let job = job_for(&store, &registry, &running, &held, &options, &stop_running);
+                        nodes.spawn(async move {
+                            job.run(item, true).await;
+                            drop(permit);
+                        });
+                    }
+                    if permits.is_empty() {
+                        continue;
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => tracing::debug!(error = %e, "could not look for abandoned nodes"),
+            }
         }
         if conn.is_none() {
             match store.blocking_connection().await {
@@ -158,16 +202,9 @@ pub async fn run(
         };
         for item in items {
             let Some(permit) = permits.pop() else { break };
-            let job = NodeJob {
-                store: store.clone(),
-                registry: registry.clone(),
-                running: running.clone(),
-                worker: options.name.clone(),
-                recheck: options.status_recheck,
-                stop: stop_running.child_token(),
-            };
+            let job = job_for(&store, &registry, &running, &held, &options, &stop_running);
             nodes.spawn(async move {
-                job.run(item).await;
+                job.run(item, false).await;
                 drop(permit);
             });
         }
@@ -187,6 +224,7 @@ pub async fn run(
     listener.abort();
     publisher.abort();
     promoter.abort();
+    renewer.abort();
     tracing::info!(worker = %options.name, "worker stopped");
     Ok(())
 }
@@ -242,6 +280,17 @@ async fn promote_retries(store: Store, shutdown: CancellationToken) {
     }
 }
 
+/// Renews the leases of the entries this worker holds, three times per lease.
+async fn renew_leases(store: Store, worker: String, held: Held, lease: Duration) {
+    loop {
+        tokio::time::sleep(lease / 3).await;
+        let ids: Vec<String> = held.lock().iter().cloned().collect();
+        if let Err(e) = store.renew_leases(&worker, &ids).await {
+            tracing::warn!(error = %e, held = ids.len(), "could not renew leases");
+        }
+    }
+}
+
 /// Fires the tokens of cancelled tasks as cancel messages arrive; resubscribes after a drop.
 async fn listen_for_cancels(store: Store, running: Running, shutdown: CancellationToken) {
     let mut backoff = Backoff::default();
@@ -279,13 +328,41 @@ struct NodeJob {
     store: Store,
     registry: Arc<ToolRegistry>,
     running: Running,
+    held: Held,
     worker: String,
     recheck: Duration,
+    max_losses: u32,
     stop: CancellationToken,
 }
 
+fn job_for(
+    store: &Store,
+    registry: &Arc<ToolRegistry>,
+    running: &Running,
+    held: &Held,
+    options: &WorkerOptions,
+    stop_running: &CancellationToken,
+) -> NodeJob {
+    NodeJob {
+        store: store.clone(),
+        registry: registry.clone(),
+        running: running.clone(),
+        held: held.clone(),
+        worker: options.name.clone(),
+        recheck: options.status_recheck,
+        max_losses: options.max_losses,
+        stop: stop_running.child_token(),
+    }
+}
+
 impl NodeJob {
-    async fn run(self, item: WorkItem) {
+    async fn run(self, item: WorkItem, reclaimed: bool) {
+        self.held.lock().insert(item.entry_id.clone());
+        self.process(item.clone(), reclaimed).await;
+        self.held.lock().remove(&item.entry_id);
+    }
+
+    async fn process(&self, item: WorkItem, reclaimed: bool) {
         if item.task_id.is_empty() {
             self.ack(&item).await;
             return;
@@ -298,18 +375,39 @@ impl NodeJob {
             }
             return;
         }
-        let start = match self.store.start_node(&item.task_id, &item.node_id, &self.worker).await {
-            Ok(s) => s,
-            Err(e) => {
-                // The entry stays pending; it is delivered again once claimed.
-                tracing::warn!(task = %item.task_id, error = %e, "could not start node");
-                return;
-            }
-        };
+        let start =
+            match self.store.start_attempt(&item.task_id, &item.node_id, &self.worker, reclaimed).await {
+                Ok(s) => s,
+                Err(e) => {
+                    // The entry stays pending; it is delivered again once claimed.
+                    tracing::warn!(task = %item.task_id, error = %e, "could not start node");
+                    return;
+                }
+            };
         let (attempt, tool_name, arguments, timeout) = match start {
             StartOutcome::Skip(reason) => {
                 tracing::debug!(task = %item.task_id, node = %item.node_id, %reason, "skipping node");
                 self.ack(&item).await;
+                return;
+            }
+            StartOutcome::Run { attempt, losses, .. } if self.max_losses > 0 && losses >= self.max_losses => {
+                // This node took its worker down too often: it is not run again.
+                tracing::warn!(task = %item.task_id, node = %item.node_id, losses, "node lost its worker too often; failing it");
+                let error = ToolOutcome::Error(RpcError {
+                    code: -32603,
+                    message: format!("the node lost its worker {losses} times; it is not run again"),
+                    data: None,
+                });
+                match self
+                    .store
+                    .complete_attempt(&item.task_id, &item.node_id, attempt, Some(&error), true)
+                    .await
+                {
+                    Ok(_) => self.ack(&item).await,
+                    Err(e) => {
+                        tracing::warn!(task = %item.task_id, error = %e, "could not fail the node; it stays pending")
+                    }
+                }
                 return;
             }
             StartOutcome::Run { attempt, tool, arguments, timeout, .. } => {

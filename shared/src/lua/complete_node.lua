@@ -14,6 +14,10 @@
 -- ARGV[7] status message of a settled single-call task
 -- ARGV[8] events channel   ARGV[9] cancel channel   ARGV[10] task id
 -- ARGV[11] jitter in [0, 1) for the retry delay     ARGV[12] longest retry delay (ms)
+-- ARGV[13] "1" when the failure is final whatever retries are left (a node that lost its worker
+--          too often)
+-- KEYS[5] dead-letter stream: a node whose attempts are spent is recorded there with its last
+--         error, the tool and arguments, so that an operator can look and retry.
 -- Returns {"stale"}, {"retry", delayMs}, {"dropped"} (task already terminal), {"settled"} (the
 -- task settled), {"released", n} (n dependents queued), or {"finalize"} (last node settled).
 local node = ARGV[1]
@@ -34,7 +38,7 @@ local dag = task[2] == 'dag'
 local failed = outcome == 'failed' or (dag and outcome == 'completed' and is_error)
 local attempt = tonumber(state[2])
 
-if live and failed and attempt <= tonumber(state[3] or '0') then
+if live and failed and ARGV[13] ~= '1' and attempt <= tonumber(state[3] or '0') then
   local delay = tonumber(state[4]) * (2 ^ (attempt - 1))
   delay = math.floor(math.min(delay, tonumber(ARGV[12])) * (0.75 + 0.5 * tonumber(ARGV[11])))
   redis.call('HSET', KEYS[2], node .. ':status', 'retry_wait', node .. ':error', payload,
@@ -52,8 +56,14 @@ elseif failed then
   node_status = 'failed'
 end
 redis.call('HSET', KEYS[2], node .. ':status', node_status, node .. ':finishedAt', now)
+local dead_letter = ''
 if failed then
   redis.call('HSET', KEYS[2], node .. ':error', payload)
+  local details = redis.call('HMGET', KEYS[2], node .. ':tool', node .. ':args')
+  local owner = redis.call('HGET', KEYS[1], 'owner') or ''
+  dead_letter = redis.call('XADD', KEYS[5], 'MAXLEN', '~', 100000, '*',
+    'task', ARGV[10], 'node', node, 'tool', details[1] or '', 'arguments', details[2] or '{}',
+    'owner', owner, 'attempts', attempt, 'error', payload, 'at', now)
 end
 if node_status == 'completed' or (failed and state[5] == 'continue') then
   redis.call('HSET', KEYS[2], node .. ':output', payload)
@@ -81,16 +91,21 @@ if not dag then
   if outcome ~= 'completed' then
     field = 'error'
   end
-  settle(status, field, payload, ARGV[7])
+  local message = ARGV[7]
+  if dead_letter ~= '' then
+    message = message .. ' (dead letter ' .. dead_letter .. ')'
+  end
+  settle(status, field, payload, message)
   return {'settled'}
 end
 
 if failed and state[5] == 'fail' then
-  local reason = 'node ' .. node .. ' failed'
+  local reason = 'node ' .. node .. ' failed after ' .. attempt .. ' attempt(s)'
   local ok, decoded = pcall(cjson.decode, payload)
   if ok and type(decoded) == 'table' and type(decoded.message) == 'string' then
     reason = reason .. ': ' .. decoded.message
   end
+  reason = reason .. ' (dead letter ' .. dead_letter .. ')'
   local error = cjson.encode({code = -32603, message = reason, data = {node = node}})
   settle('failed', 'error', error, 'Failed: ' .. reason)
   -- Stop the task's other running nodes on every worker.

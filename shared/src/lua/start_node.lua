@@ -1,10 +1,15 @@
 -- start_node: a worker claims a queued node of a live task and starts its next attempt.
 --
+-- A reclaiming worker (one that took the entry over from a worker whose lease ran out) may also
+-- start a node that is still marked running: the new attempt number fences the lost worker, and
+-- the node's loss count goes up.
+--
 -- KEYS[1] task hash   KEYS[2] nodes hash
 -- ARGV[1] node id     ARGV[2] now (ms)     ARGV[3] worker name
--- Returns {"run", attempt, tool, arguments, progressToken, timeoutMs} when the worker must run
--- the node, or {"skip", reason} when it must acknowledge the entry without running it (task gone
--- or no longer working, node not queued).
+-- ARGV[4] "1" when reclaiming an entry whose worker was lost
+-- Returns {"run", attempt, tool, arguments, progressToken, timeoutMs, losses} when the worker must
+-- run the node, or {"skip", reason} when it must acknowledge the entry without running it (task
+-- gone or no longer working, node not queued).
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then
   return {'skip', 'task no longer exists'}
@@ -14,7 +19,10 @@ if status ~= 'working' then
 end
 local node = ARGV[1]
 local node_status = redis.call('HGET', KEYS[2], node .. ':status')
-if node_status ~= 'queued' then
+local losses = tonumber(redis.call('HGET', KEYS[2], node .. ':losses') or '0')
+if node_status == 'running' and ARGV[4] == '1' then
+  losses = redis.call('HINCRBY', KEYS[2], node .. ':losses', 1)
+elseif node_status ~= 'queued' then
   return {'skip', 'node is ' .. tostring(node_status)}
 end
 local attempt = redis.call('HINCRBY', KEYS[2], node .. ':attempt', 1)
@@ -29,4 +37,4 @@ if task[1] == 'dag' then
     'Running ' .. node .. ' (' .. task[3] .. ' of ' .. task[4] .. ' nodes settled)')
 end
 local fields = redis.call('HMGET', KEYS[2], node .. ':tool', node .. ':args', node .. ':timeoutMs')
-return {'run', attempt, fields[1], fields[2], task[2] or '', fields[3] or '0'}
+return {'run', attempt, fields[1], fields[2], task[2] or '', fields[3] or '0', losses}

@@ -1,0 +1,105 @@
+//! Workers that die mid-node: their leases run out, another worker takes the node over with a
+//! new attempt, and a node that keeps killing its workers ends in the dead-letter stream.
+
+use std::time::{Duration, Instant};
+
+use conveyor_tests::{Conveyor, Mcp, RedisServer};
+use serde_json::{Value, json};
+
+async fn wait_for_tools(mcp: &Mcp) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !mcp
+        .call_2025("tools/list", json!({}))
+        .await
+        .map(|r| r.raw.contains("crash_worker"))
+        .unwrap_or(false)
+    {
+        assert!(Instant::now() < deadline, "tools never appeared");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn node_field(redis: &RedisServer, task_id: &str, field: &str) -> Option<String> {
+    let mut conn = redis.connection().ok()?;
+    redis::cmd("HGET")
+        .arg(format!("cv:{{{task_id}}}:nodes"))
+        .arg(format!("root:{field}"))
+        .query(&mut conn)
+        .ok()?
+}
+
+async fn create(mcp: &Mcp, tool: &str, arguments: Value) -> String {
+    let reply = mcp
+        .call_2025("tools/call", json!({"name": tool, "arguments": arguments, "task": {"ttl": 600_000}}))
+        .await
+        .expect("tools/call");
+    reply.result()["task"]["taskId"].as_str().unwrap_or_else(|| panic!("{}", reply.raw)).to_owned()
+}
+
+const LEASE: &[&str] = &["--fixtures", "--lease-ms", "1000"];
+
+#[tokio::test]
+async fn a_node_of_a_killed_worker_is_taken_over_when_its_lease_runs_out() {
+    let redis = RedisServer::start().expect("redis");
+    let gateway = Conveyor::gateway(&redis.url(), &[]).expect("gateway");
+    let mut first = Conveyor::worker(&redis.url(), LEASE).expect("worker");
+    let mcp = Mcp::new(gateway.mcp_url());
+    wait_for_tools(&mcp).await;
+
+    let task = create(&mcp, "slow_compute", json!({"seconds": 3, "label": "survivor"})).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while node_field(&redis, &task, "status").as_deref() != Some("running") {
+        assert!(Instant::now() < deadline, "the node never ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let first_worker = node_field(&redis, &task, "worker");
+    first.signal("KILL");
+    assert!(first.wait_exit(Duration::from_secs(5)));
+    let killed_at = Instant::now();
+
+    let _second = Conveyor::worker(&redis.url(), LEASE).expect("second worker");
+    let result = mcp.call_2025("tasks/result", json!({"taskId": task})).await.expect("tasks/result");
+    assert_eq!(result.result()["content"][0]["text"], "computed survivor", "{}", result.raw);
+    println!("recovered {:?} after the kill", killed_at.elapsed());
+    assert_eq!(node_field(&redis, &task, "attempt").as_deref(), Some("2"), "the new worker ran attempt 2");
+    assert_ne!(node_field(&redis, &task, "worker"), first_worker, "another worker finished it");
+    assert_eq!(node_field(&redis, &task, "losses").as_deref(), Some("1"));
+}
+
+#[tokio::test]
+async fn a_node_that_keeps_killing_its_workers_is_dead_lettered() {
+    let redis = RedisServer::start().expect("redis");
+    let gateway = Conveyor::gateway(&redis.url(), &[]).expect("gateway");
+    let args = ["--fixtures", "--lease-ms", "1000", "--max-node-losses", "2"];
+    let mcp = Mcp::new(gateway.mcp_url());
+    let mut worker = Conveyor::worker(&redis.url(), &args).expect("worker");
+    wait_for_tools(&mcp).await;
+    let task = create(&mcp, "crash_worker", json!({})).await;
+
+    // A supervisor restarts the worker each time the node kills it.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut crashes = 0;
+    loop {
+        let status = mcp.call_2025("tasks/get", json!({"taskId": task})).await.expect("tasks/get");
+        if status.result()["status"] == "failed" {
+            let message = status.result()["statusMessage"].as_str().unwrap_or_default().to_owned();
+            assert!(message.contains("lost its worker 2 times"), "{message}");
+            assert!(message.contains("dead letter"), "{message}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the task never failed: {}", status.raw);
+        if worker.wait_exit(Duration::from_millis(100)) {
+            crashes += 1;
+            worker = Conveyor::worker(&redis.url(), &args).expect("restarted worker");
+        }
+    }
+    assert_eq!(crashes, 2, "two workers died before the node was given up");
+
+    let mut conn = redis.connection().expect("conn");
+    let dead: Vec<(String, Vec<String>)> =
+        redis::cmd("XRANGE").arg("cv:dead").arg("-").arg("+").query(&mut conn).expect("xrange");
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    let fields = &dead[0].1;
+    assert!(fields.windows(2).any(|w| w[0] == "task" && w[1] == task), "{fields:?}");
+    assert!(fields.windows(2).any(|w| w[0] == "tool" && w[1] == "crash_worker"), "{fields:?}");
+}
