@@ -30,6 +30,11 @@ pub enum Command {
         #[command(subcommand)]
         command: TasksCommand,
     },
+    /// Nodes that failed for good (attempts spent, or their worker lost too often).
+    Dlq {
+        #[command(subcommand)]
+        command: DlqCommand,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -41,6 +46,32 @@ pub enum TasksCommand {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        redis: RedisArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DlqCommand {
+    /// List dead letters, newest first: id, time, task, node, tool, attempts, last error.
+    List {
+        /// How many to show.
+        #[arg(long, default_value_t = 50)]
+        count: usize,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        redis: RedisArgs,
+    },
+    /// Run a dead-lettered node again as a new task of the same owner, and remove the dead letter.
+    /// Prints the new task's id. (The original task stays failed: a terminal task never changes.)
+    Retry {
+        /// The dead letter's id, as `dlq list` shows it.
+        id: String,
+        /// TTL of the new task, in milliseconds.
+        #[arg(long, env = "CONVEYOR_TASK_TTL_MS", default_value_t = 3_600_000)]
+        task_ttl_ms: u64,
         #[command(flatten)]
         redis: RedisArgs,
     },

@@ -9,7 +9,7 @@ use conveyor_shared::{Config, Store};
 use conveyor_worker::{ToolRegistry, WorkerOptions};
 use tokio_util::sync::CancellationToken;
 
-use crate::args::{Cli, Command, GatewayArgs, RedisArgs, TasksCommand, UpArgs, WorkerArgs};
+use crate::args::{Cli, Command, DlqCommand, GatewayArgs, RedisArgs, TasksCommand, UpArgs, WorkerArgs};
 use crate::private_redis::PrivateRedis;
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -25,6 +25,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             worker(store, args, shutdown).await
         }
         Command::Tasks { command: TasksCommand::Show { id, json, redis } } => show(&redis, &id, json).await,
+        Command::Dlq { command: DlqCommand::List { count, json, redis } } => {
+            dlq_list(&redis, count, json).await
+        }
+        Command::Dlq { command: DlqCommand::Retry { id, task_ttl_ms, redis } } => {
+            dlq_retry(&redis, &id, task_ttl_ms).await
+        }
     }
 }
 
@@ -203,4 +209,58 @@ async fn show(redis: &RedisArgs, id: &str, json: bool) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+async fn dlq_list(redis: &RedisArgs, count: usize, json: bool) -> anyhow::Result<()> {
+    let letters = store(redis)?.dead_letters(count).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&letters)?);
+        return Ok(());
+    }
+    if letters.is_empty() {
+        println!("no dead letters");
+        return Ok(());
+    }
+    println!(
+        "{:<18} {:<24} {:<32} {:<12} {:<20} {:>8}  last error",
+        "id", "at", "task", "node", "tool", "attempts"
+    );
+    for l in letters {
+        let error = l
+            .error
+            .get("message")
+            .and_then(|m| m.as_str())
+            .map(str::to_owned)
+            .unwrap_or_else(|| l.error.to_string());
+        println!(
+            "{:<18} {:<24} {:<32} {:<12} {:<20} {:>8}  {}",
+            l.id,
+            conveyor_shared::model::iso8601(l.at_ms),
+            l.task_id,
+            l.node_id,
+            l.tool,
+            l.attempts,
+            error
+        );
+    }
+    Ok(())
+}
+
+async fn dlq_retry(redis: &RedisArgs, id: &str, ttl_ms: u64) -> anyhow::Result<()> {
+    let store = store(redis)?;
+    let letter = store
+        .dead_letter(id)
+        .await?
+        .with_context(|| format!("no dead letter `{id}`; `conveyor dlq list` shows them"))?;
+    match store.retry_dead_letter(&letter, ttl_ms, 1000).await? {
+        Ok(task) => {
+            println!("{task}");
+            eprintln!(
+                "conveyor: dead letter {id} ({} of task {}) runs again as task {task}",
+                letter.node_id, letter.task_id
+            );
+            Ok(())
+        }
+        Err(reason) => anyhow::bail!("cannot retry dead letter {id}: {reason}"),
+    }
 }

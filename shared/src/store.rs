@@ -122,6 +122,21 @@ pub enum CompleteOutcome {
     Stale,
 }
 
+/// One entry of the dead-letter stream.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeadLetter {
+    pub id: String,
+    pub task_id: String,
+    pub node_id: String,
+    pub tool: String,
+    pub arguments: Value,
+    pub owner: String,
+    pub attempts: u32,
+    pub error: Value,
+    pub at_ms: u64,
+}
+
 /// How a planned graph was taken.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ExpandOutcome {
@@ -803,6 +818,71 @@ impl Store {
         Ok(reply.claimed.iter().map(work_item).collect())
     }
 
+    /// The newest `count` dead letters, newest first.
+    pub async fn dead_letters(&self, count: usize) -> Result<Vec<DeadLetter>, StoreError> {
+        let entries: redis::streams::StreamRangeReply = self
+            .with_conn(|mut c| async move { c.xrevrange_count(keys::DEAD_LETTERS, "+", "-", count).await })
+            .await?;
+        Ok(entries.ids.iter().map(dead_letter).collect())
+    }
+
+    /// One dead letter by its entry id.
+    pub async fn dead_letter(&self, id: &str) -> Result<Option<DeadLetter>, StoreError> {
+        let id = id.to_owned();
+        let entries: redis::streams::StreamRangeReply =
+            self.with_conn(|mut c| async move { c.xrange(keys::DEAD_LETTERS, &id, &id).await }).await?;
+        Ok(entries.ids.first().map(dead_letter))
+    }
+
+    /// Runs a dead-lettered node again as a new task of the same owner (a terminal task never
+    /// changes, so its own task stays failed), then removes the dead letter. Upstream values in the
+    /// node's arguments are taken from its original task while that still exists. Returns the new
+    /// task's id.
+    pub async fn retry_dead_letter(
+        &self,
+        letter: &DeadLetter,
+        ttl_ms: u64,
+        poll_interval_ms: u64,
+    ) -> Result<Result<String, String>, StoreError> {
+        let arguments = if dag::upstream_references(&letter.arguments).is_empty() {
+            letter.arguments.clone()
+        } else {
+            let upstream: Vec<String> =
+                dag::upstream_references(&letter.arguments).into_iter().map(|(from, _)| from).collect();
+            let outputs = self.node_outputs(&letter.task_id, &upstream).await?;
+            match dag::resolve_references(&letter.arguments, &outputs) {
+                Ok(resolved) => resolved,
+                Err(e) => {
+                    return Ok(Err(format!(
+                        "cannot rebuild the node's arguments: {e} (its task has expired?)"
+                    )));
+                }
+            }
+        };
+        let original = self.get_task(&letter.task_id).await?;
+        let new = NewTask {
+            task_id: crate::model::new_task_id(),
+            owner: letter.owner.clone(),
+            tool: letter.tool.clone(),
+            arguments,
+            ttl_ms,
+            poll_interval_ms,
+            wire: original.as_ref().map(|t| t.wire.clone()).unwrap_or_else(|| "2026-07-28".to_owned()),
+            progress_token: None,
+            traceparent: original.and_then(|t| t.traceparent),
+            mode: TaskMode::Task,
+            status_message: format!("Queued: retry of dead letter {}", letter.id),
+            created_at_ms: now_ms(),
+            graph: None,
+        };
+        if !self.create_task(&new, ttl_ms.saturating_mul(2)).await? {
+            return Ok(Err("task id collision; run the retry again".to_owned()));
+        }
+        let id = letter.id.clone();
+        self.with_conn(|mut c| async move { c.xdel::<_, _, ()>(keys::DEAD_LETTERS, &[id]).await }).await?;
+        Ok(Ok(new.task_id))
+    }
+
     /// Acknowledges a work entry so that it is never delivered again.
     pub async fn ack(&self, entry_id: &str) -> Result<(), StoreError> {
         let id = entry_id.to_owned();
@@ -871,6 +951,22 @@ impl TaskEvents {
                 Err(e) => tracing::warn!(error = %e, "ignoring malformed task event"),
             }
         }
+    }
+}
+
+fn dead_letter(entry: &redis::streams::StreamId) -> DeadLetter {
+    let field = |name: &str| entry.get::<String>(name).unwrap_or_default();
+    let json = |name: &str| serde_json::from_str(&field(name)).unwrap_or(Value::Null);
+    DeadLetter {
+        id: entry.id.clone(),
+        task_id: field("task"),
+        node_id: field("node"),
+        tool: field("tool"),
+        arguments: json("arguments"),
+        owner: field("owner"),
+        attempts: field("attempts").parse().unwrap_or(0),
+        error: json("error"),
+        at_ms: field("at").parse().unwrap_or(0),
     }
 }
 

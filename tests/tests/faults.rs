@@ -103,3 +103,43 @@ async fn a_node_that_keeps_killing_its_workers_is_dead_lettered() {
     assert!(fields.windows(2).any(|w| w[0] == "task" && w[1] == task), "{fields:?}");
     assert!(fields.windows(2).any(|w| w[0] == "tool" && w[1] == "crash_worker"), "{fields:?}");
 }
+
+#[tokio::test]
+async fn operators_list_and_retry_dead_letters() {
+    let redis = RedisServer::start().expect("redis");
+    let conveyor = Conveyor::up(&redis.url(), &["--fixtures"]).expect("conveyor");
+    let mcp = Mcp::new(conveyor.mcp_url());
+    wait_for_tools(&mcp).await;
+    let task = create(&mcp, "protocol_error_job", json!({})).await;
+    let failed = mcp.call_2025("tasks/result", json!({"taskId": task})).await.expect("tasks/result");
+    assert_eq!(failed.error_code(), Some(-32603), "{}", failed.raw);
+
+    let conveyor_cmd = |args: &[&str]| {
+        let output = std::process::Command::new(conveyor_tests::process::conveyor_bin())
+            .args(args)
+            .env("REDIS_URL", redis.url())
+            .output()
+            .expect("conveyor runs");
+        assert!(output.status.success(), "{}", conveyor_tests::process::output_text(&output));
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let listed: Value = serde_json::from_str(&conveyor_cmd(&["dlq", "list", "--json"])).expect("json");
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
+    assert_eq!(listed[0]["taskId"], task.as_str());
+    assert_eq!(listed[0]["error"]["message"], "protocol_error_job exploded");
+    let text = conveyor_cmd(&["dlq", "list"]);
+    assert!(text.contains("protocol_error_job") && text.contains("exploded"), "{text}");
+
+    let letter = listed[0]["id"].as_str().expect("id").to_owned();
+    let retried = conveyor_cmd(&["dlq", "retry", &letter]).trim().to_owned();
+    assert_eq!(retried.len(), 32, "prints the new task id: {retried}");
+    let again = mcp.call_2025("tasks/result", json!({"taskId": retried})).await.expect("tasks/result");
+    assert_eq!(again.error_code(), Some(-32603), "the node ran again: {}", again.raw);
+    let listed: Value = serde_json::from_str(&conveyor_cmd(&["dlq", "list", "--json"])).expect("json");
+    assert_eq!(
+        listed.as_array().map(Vec::len),
+        Some(1),
+        "the retried letter is gone, the new failure is there: {listed}"
+    );
+    assert_eq!(listed[0]["taskId"], retried.as_str());
+}
