@@ -580,6 +580,12 @@ async fn wait_terminal(
                 () = tx.closed() => {
                     return Err(RpcFailure::internal("the client went away"));
                 }
+                () = state.shutdown.cancelled() => {
+                    return Err(RpcFailure::internal(format!(
+                        "This gateway is shutting down; task `{task_id}` goes on. Ask again (tasks/get, tasks/result) on any gateway."
+                    ))
+                    .with_data(json!({"retryable": true, "taskId": task_id})));
+                }
             }
         }
     }

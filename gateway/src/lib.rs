@@ -45,5 +45,11 @@ pub async fn serve(
             tracing::debug!(error = %e, "cannot set TCP_NODELAY");
         }
     });
+    let waits = state.shutdown.clone();
+    let shutdown = async move {
+        shutdown.await;
+        // Stop accepting, and end the requests that wait on tasks: they may wait for hours.
+        waits.cancel();
+    };
     axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await
 }

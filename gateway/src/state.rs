@@ -56,11 +56,20 @@ pub struct AppState {
     pub config: Config,
     pub catalog: ToolCatalog,
     pub http: HttpPolicy,
+    /// Fires when the gateway shuts down: requests that wait on a task end with an error the
+    /// client can retry on another gateway, so that the drain does not wait for tasks to finish.
+    pub shutdown: tokio_util::sync::CancellationToken,
 }
 
 impl AppState {
     pub fn new(store: Store, config: Config, http: HttpPolicy) -> Self {
-        Self { catalog: ToolCatalog::new(store.clone()), store, config, http }
+        Self {
+            catalog: ToolCatalog::new(store.clone()),
+            store,
+            config,
+            http,
+            shutdown: tokio_util::sync::CancellationToken::new(),
+        }
     }
 }
 

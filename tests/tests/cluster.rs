@@ -307,3 +307,30 @@ async fn a_redis_that_lost_its_data_is_set_up_again_by_the_workers() {
     let result = mcp.call_2025("tasks/result", json!({"taskId": task})).await.expect("tasks/result");
     assert_eq!(result.result()["content"][0]["text"], "computed fresh", "{}", result.raw);
 }
+
+#[tokio::test]
+async fn a_gateway_that_shuts_down_ends_waits_with_an_error_the_client_retries_elsewhere() {
+    let redis = RedisServer::start().expect("redis");
+    let mut gateway_a = Conveyor::gateway(&redis.url(), &[]).expect("gateway A");
+    let gateway_b = Conveyor::gateway(&redis.url(), &[]).expect("gateway B");
+    let _worker = Conveyor::worker(&redis.url(), &["--fixtures"]).expect("worker");
+    let (a, b) = (Mcp::new(gateway_a.mcp_url()), Mcp::new(gateway_b.mcp_url()));
+    wait_for_tools(&a).await;
+
+    let task = create_2025(&a, "slow_compute", json!({"seconds": 3, "label": "outlives"})).await;
+    let waiting = tokio::spawn({
+        let a = a.clone();
+        let task = task.clone();
+        async move { a.call_2025("tasks/result", json!({"taskId": task})).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let stopping = Instant::now();
+    gateway_a.signal("TERM");
+    let reply = waiting.await.expect("joined").expect("a reply, not a cut connection");
+    assert!(stopping.elapsed() < Duration::from_secs(2), "the wait ended at once: {:?}", stopping.elapsed());
+    assert_eq!(reply.message["error"]["data"]["retryable"], true, "{}", reply.raw);
+    assert!(gateway_a.wait_exit(Duration::from_secs(5)), "gateway A exits");
+
+    let result = b.call_2025("tasks/result", json!({"taskId": task})).await.expect("tasks/result");
+    assert_eq!(result.result()["content"][0]["text"], "computed outlives", "{}", result.raw);
+}
