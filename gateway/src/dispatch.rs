@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use conveyor_shared::dag::{self, DagSpec};
 use conveyor_shared::model::{RpcError, TaskEvent, TaskMode, TaskRecord, TaskStatus, new_task_id, now_ms};
-use conveyor_shared::store::{AnswerOutcome, CancelOutcome, NewTask, TaskEvents, task_error};
+use conveyor_shared::store::{AnswerOutcome, CancelOutcome, Created, NewTask, TaskEvents, task_error};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use rmcp::model::{ErrorCode, TASKS_EXTENSION_ID};
@@ -19,6 +19,10 @@ use crate::catalog::{RUN_DAG, TaskSupport};
 use crate::rpc::{self, RpcFailure};
 use crate::state::AppState;
 use crate::wire::{self, META_CLIENT_CAPABILITIES, META_RELATED_TASK, Wire};
+
+/// `_meta` key of a `tools/call`'s idempotency key: a call retried with the same key (after a lost
+/// response, say) returns the task the first one created instead of running the work again.
+pub const IDEMPOTENCY_KEY: &str = "io.conveyor/idempotencyKey";
 
 /// Page size of `tasks/list`.
 const LIST_PAGE: usize = 50;
@@ -289,7 +293,18 @@ async fn tools_call(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, RpcF
     let progress_token =
         params.pointer("/_meta/progressToken").filter(|t| t.is_string() || t.is_number()).cloned();
     let mode = if as_task { TaskMode::Task } else { TaskMode::Sync };
-    let new = NewTask {
+    let idempotency_key = match params.pointer(&format!("/_meta/{}", IDEMPOTENCY_KEY.replace('/', "~1"))) {
+        None | Some(Value::Null) => None,
+        Some(Value::String(k)) if !k.is_empty() && k.len() <= 256 && !k.contains(char::is_whitespace) => {
+            Some(k.clone())
+        }
+        Some(_) => {
+            return Err(RpcFailure::invalid_params(format!(
+                "Invalid params: `_meta.{IDEMPOTENCY_KEY}` must be a string of 1 to 256 characters without spaces"
+            )));
+        }
+    };
+    let mut new = NewTask {
         task_id: new_task_id(),
         owner: ctx.owner.clone(),
         tool: name.to_owned(),
@@ -303,18 +318,36 @@ async fn tools_call(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, RpcF
         status_message: format!("Queued: {name}"),
         created_at_ms: now_ms(),
         graph,
+        idempotency_key,
     };
     let retention = state.config.task_ttl_max_ms + OWNER_INDEX_SLACK_MS;
     // A synchronous call relays the tool's progress: listen before the task exists, so that not
     // even its first report can be missed.
-    let events = if as_task { None } else { Some(state.store.subscribe_task(&new.task_id).await?) };
-    if !state.store.create_task(&new, retention).await? {
-        // 128 random bits collided: astronomically unlikely, and nothing was written.
-        return Err(RpcFailure::internal("task id collision; retry the call"));
+    let mut events = if as_task { None } else { Some(state.store.subscribe_task(&new.task_id).await?) };
+    let mut record = new.record();
+    match state.store.create_task(&new, retention).await? {
+        Created::Created => {
+            tracing::info!(task = %new.task_id, tool = %name, wire = ctx.wire.as_str(), mode = mode.as_str(), "task created");
+        }
+        Created::Duplicate(earlier) => {
+            // A retried call: answer with the task the first one created; nothing runs twice.
+            tracing::info!(task = %earlier, tool = %name, "idempotent retry: returning the earlier task");
+            record = state.store.get_task(&earlier).await?.ok_or_else(|| task_not_found(&earlier))?;
+            new.task_id = earlier;
+            events = None;
+        }
+        Created::Conflict(earlier) => {
+            return Err(RpcFailure::invalid_params(format!(
+                "Idempotency key already used for a different call (task `{earlier}`); use a new key for a new call"
+            )));
+        }
+        Created::IdTaken => {
+            // 128 random bits collided: astronomically unlikely, and nothing was written.
+            return Err(RpcFailure::internal("task id collision; retry the call"));
+        }
     }
-    tracing::info!(task = %new.task_id, tool = %name, wire = ctx.wire.as_str(), mode = mode.as_str(), "task created");
     if as_task {
-        return Ok(Reply::Result(wire::create_result(ctx.wire, &new.record())));
+        return Ok(Reply::Result(wire::create_result(ctx.wire, &record)));
     }
     let follow = Follow {
         task_id: new.task_id.clone(),

@@ -51,6 +51,11 @@ pub fn events(task_id: &str) -> String {
     format!("{PREFIX}:{{{task_id}}}:events")
 }
 
+/// The task an owner's call with this idempotency key created.
+pub fn idempotency(owner: &str, key: &str) -> String {
+    format!("{PREFIX}:idem:{owner}:{key}")
+}
+
 /// Sorted set of an owner's task ids, scored by creation time in milliseconds.
 pub fn owner_tasks(owner: &str) -> String {
     format!("{PREFIX}:owner:{owner}:tasks")

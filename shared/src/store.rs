@@ -36,6 +36,20 @@ pub struct NewTask {
     pub created_at_ms: u64,
     /// The graph of a DAG task; `None` for a single tool call (one node, `root`).
     pub graph: Option<DagSpec>,
+    /// The client's idempotency key: a retried call with the same key returns the same task.
+    pub idempotency_key: Option<String>,
+}
+
+/// What `create_task` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Created {
+    Created,
+    /// The id is taken (nothing written).
+    IdTaken,
+    /// The idempotency key names this earlier task of the same call (nothing written).
+    Duplicate(String),
+    /// The idempotency key names this earlier task of a different call (nothing written).
+    Conflict(String),
 }
 
 impl NewTask {
@@ -201,6 +215,10 @@ fn graph_nodes(graph: &DagSpec) -> Vec<Value> {
         .collect()
 }
 
+/// An idempotency key outlives its task's TTL by this much, so that a retry of a long-running call
+/// still finds its task.
+const IDEMPOTENCY_SLACK_MS: u64 = 24 * 60 * 60 * 1000;
+
 /// The start of every attempt-fenced node script: KEYS task and nodes hashes; ARGV node id,
 /// attempt, now. The script's own arguments follow.
 fn fenced(
@@ -278,8 +296,10 @@ impl Store {
         &self,
         new: &NewTask,
         owner_index_retention_ms: u64,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Created, StoreError> {
         let id = &new.task_id;
+        let idempotency_key =
+            new.idempotency_key.as_deref().map(|k| keys::idempotency(&new.owner, k)).unwrap_or_default();
         let (kind, output, nodes) = match &new.graph {
             None => ("single", String::new(), vec![single_node(&new.tool, &new.arguments)]),
             Some(graph) => ("dag", graph.output.clone().unwrap_or_default(), graph_nodes(graph)),
@@ -290,6 +310,7 @@ impl Store {
             .key(keys::nodes(id))
             .key(keys::owner_tasks(&new.owner))
             .key(keys::WORK_STREAM)
+            .key(idempotency_key)
             .arg(id)
             .arg(new.created_at_ms)
             .arg(&new.owner)
@@ -306,9 +327,16 @@ impl Store {
             .arg(owner_index_retention_ms)
             .arg(kind)
             .arg(output)
-            .arg(Value::Array(nodes).to_string());
-        let created: i64 = self.invoke(invocation).await?;
-        Ok(created == 1)
+            .arg(Value::Array(nodes).to_string())
+            .arg(format!("{} {}", new.tool, new.arguments))
+            .arg(new.ttl_ms.saturating_add(IDEMPOTENCY_SLACK_MS));
+        let reply: Vec<String> = self.invoke(invocation).await?;
+        Ok(match (reply.first().map(String::as_str), reply.get(1)) {
+            (Some("created"), _) => Created::Created,
+            (Some("duplicate"), Some(id)) => Created::Duplicate(id.clone()),
+            (Some("conflict"), Some(id)) => Created::Conflict(id.clone()),
+            _ => Created::IdTaken,
+        })
     }
 
     /// Reads a task; `None` when it does not exist (never created, or expired).
@@ -874,8 +902,9 @@ impl Store {
             status_message: format!("Queued: retry of dead letter {}", letter.id),
             created_at_ms: now_ms(),
             graph: None,
+            idempotency_key: None,
         };
-        if !self.create_task(&new, ttl_ms.saturating_mul(2)).await? {
+        if self.create_task(&new, ttl_ms.saturating_mul(2)).await? != Created::Created {
             return Ok(Err("task id collision; run the retry again".to_owned()));
         }
         let id = letter.id.clone();

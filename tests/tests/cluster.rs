@@ -334,3 +334,35 @@ async fn a_gateway_that_shuts_down_ends_waits_with_an_error_the_client_retries_e
     let result = b.call_2025("tasks/result", json!({"taskId": task})).await.expect("tasks/result");
     assert_eq!(result.result()["content"][0]["text"], "computed outlives", "{}", result.raw);
 }
+
+#[tokio::test]
+async fn a_call_retried_with_its_idempotency_key_returns_the_same_task_on_any_gateway() {
+    let redis = RedisServer::start().expect("redis");
+    let gateway_a = Conveyor::gateway(&redis.url(), &[]).expect("gateway A");
+    let gateway_b = Conveyor::gateway(&redis.url(), &[]).expect("gateway B");
+    let _worker = Conveyor::worker(&redis.url(), &["--fixtures"]).expect("worker");
+    let (a, b) = (Mcp::new(gateway_a.mcp_url()), Mcp::new(gateway_b.mcp_url()));
+    wait_for_tools(&a).await;
+    let call = |seconds: u64| {
+        json!({
+            "name": "slow_compute",
+            "arguments": {"seconds": seconds, "label": "once"},
+            "task": {"ttl": 60_000},
+            "_meta": {"io.conveyor/idempotencyKey": "deploy-2026-12-02"}
+        })
+    };
+    let first = a.call_2025("tools/call", call(1)).await.expect("first call");
+    let first_id = first.result()["task"]["taskId"].as_str().expect("a task").to_owned();
+    // The response was "lost"; the client retries on another gateway.
+    let retry = b.call_2025("tools/call", call(1)).await.expect("retry");
+    assert_eq!(retry.result()["task"]["taskId"], first_id.as_str(), "{}", retry.raw);
+    let different = b.call_2025("tools/call", call(2)).await.expect("a different call");
+    assert_eq!(different.error_code(), Some(-32602), "{}", different.raw);
+    assert!(different.raw.contains("Idempotency key already used"), "{}", different.raw);
+
+    let result = a.call_2025("tasks/result", json!({"taskId": first_id})).await.expect("result");
+    assert_eq!(result.result()["content"][0]["text"], "computed once");
+    let mut conn = redis.connection().expect("conn");
+    let entries: usize = redis::cmd("XLEN").arg("cv:work").query(&mut conn).expect("xlen");
+    assert_eq!(entries, 1, "the work ran once");
+}

@@ -8,7 +8,7 @@ use conveyor_shared::keys;
 use conveyor_shared::model::{
     ROOT_NODE, RpcError, TaskMode, TaskStatus, ToolOutcome, WorkItem, now_ms, result,
 };
-use conveyor_shared::store::{AnswerOutcome, CancelOutcome, CompleteOutcome, NewTask, StartOutcome};
+use conveyor_shared::store::{AnswerOutcome, CancelOutcome, CompleteOutcome, Created, NewTask, StartOutcome};
 use conveyor_tests::RedisServer;
 use serde_json::json;
 
@@ -29,6 +29,7 @@ fn new_task(id: &str, owner: &str, wire: &str, ttl_ms: u64) -> NewTask {
         status_message: "Queued".to_owned(),
         created_at_ms: now_ms(),
         graph: None,
+        idempotency_key: None,
     }
 }
 
@@ -58,11 +59,12 @@ fn item(id: &str, entry: &str) -> WorkItem {
 #[tokio::test]
 async fn a_task_settles_once_and_expires_after_its_ttl() {
     let (redis, store) = setup().await;
-    assert!(store.create_task(&new_task("t1", "alice", "2026-07-28", 400), 60_000).await.expect("create"));
-    assert!(
-        !store.create_task(&new_task("t1", "alice", "2026-07-28", 400), 60_000).await.expect("create"),
-        "ids are unique"
+    assert_eq!(
+        store.create_task(&new_task("t1", "alice", "2026-07-28", 400), 60_000).await.expect("create"),
+        Created::Created
     );
+    let again = store.create_task(&new_task("t1", "alice", "2026-07-28", 400), 60_000).await.expect("create");
+    assert_eq!(again, Created::IdTaken, "ids are unique");
 
     // The work entry carries the trace context from the start.
     let mut conn = redis.connection().expect("conn");
@@ -301,4 +303,30 @@ async fn a_completion_from_an_attempt_that_was_already_retried_is_refused() {
     );
     let nodes = store.get_nodes("t6").await.expect("nodes");
     assert_eq!(nodes[0].output.as_ref().expect("output")["content"][0]["text"], "fresh");
+}
+
+#[tokio::test]
+async fn an_idempotency_key_returns_the_first_task_and_refuses_a_different_call() {
+    let (redis, store) = setup().await;
+    let mut first = new_task("first", "alice", "2026-07-28", 60_000);
+    first.idempotency_key = Some("order-42".to_owned());
+    assert_eq!(store.create_task(&first, 60_000).await.expect("create"), Created::Created);
+    let mut retry = new_task("second", "alice", "2026-07-28", 60_000);
+    retry.idempotency_key = Some("order-42".to_owned());
+    assert_eq!(store.create_task(&retry, 60_000).await.expect("create"), Created::Duplicate("first".into()));
+    assert!(store.get_task("second").await.expect("get").is_none(), "nothing written for the retry");
+    let mut different = new_task("third", "alice", "2026-07-28", 60_000);
+    different.idempotency_key = Some("order-42".to_owned());
+    different.arguments = json!({"seconds": 99});
+    assert_eq!(
+        store.create_task(&different, 60_000).await.expect("create"),
+        Created::Conflict("first".into())
+    );
+    // Keys are per owner.
+    let mut bobs = new_task("bobs", "bob", "2026-07-28", 60_000);
+    bobs.idempotency_key = Some("order-42".to_owned());
+    assert_eq!(store.create_task(&bobs, 60_000).await.expect("create"), Created::Created);
+    let mut conn = redis.connection().expect("conn");
+    let queued: usize = redis::cmd("XLEN").arg("cv:work").query(&mut conn).expect("xlen");
+    assert_eq!(queued, 2, "only the two real tasks were enqueued");
 }

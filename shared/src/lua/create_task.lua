@@ -16,9 +16,24 @@
 -- ARGV[16] output node of a DAG ("" for none)
 -- ARGV[17] nodes: JSON array of {id, tool, args (a JSON string), deps (count), dependents (ids),
 --          retries, backoffMs, timeoutMs (0 for none), onFailure, weight}
--- Returns 1 when created, 0 when a task with this id already exists (nothing is written).
+-- KEYS[5] idempotency key of this call, or the empty string when the call carries none
+-- ARGV[18] the call's fingerprint (tool and arguments), kept under the idempotency key
+-- ARGV[19] how long the idempotency key is kept (ms)
+-- Returns {"created"}; {"exists"} when a task with this id already exists (nothing is written);
+-- {"duplicate", taskId} when the idempotency key names an earlier task of the same call (nothing
+-- is written); {"conflict", taskId} when it names an earlier task of a different call.
+if KEYS[5] ~= '' then
+  local earlier = redis.call('GET', KEYS[5])
+  if earlier then
+    local task_id, fingerprint = string.match(earlier, '^(%S+) (.*)$')
+    if fingerprint == ARGV[18] then
+      return {'duplicate', task_id}
+    end
+    return {'conflict', task_id}
+  end
+end
 if redis.call('EXISTS', KEYS[1]) == 1 then
-  return 0
+  return {'exists'}
 end
 local now = ARGV[2]
 local nodes = cjson.decode(ARGV[17])
@@ -73,4 +88,7 @@ if ARGV[12] == '1' then
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. (tonumber(now) - tonumber(ARGV[14])))
   redis.call('PEXPIRE', KEYS[3], ARGV[14])
 end
-return 1
+if KEYS[5] ~= '' then
+  redis.call('SET', KEYS[5], ARGV[1] .. ' ' .. ARGV[18], 'PX', ARGV[19])
+end
+return {'created'}
