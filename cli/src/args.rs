@@ -120,6 +120,16 @@ pub struct GatewayArgs {
     /// Largest arguments of one `run_dag` node, in bytes of JSON.
     #[arg(long, env = "CONVEYOR_MAX_DAG_NODE_BYTES", default_value_t = 64 * 1024)]
     pub max_dag_node_bytes: usize,
+    /// Most nodes waiting for a worker, over all tools; a tools/call that would queue more is
+    /// refused at once with the limit and a retry hint. 0: no limit.
+    #[arg(long, env = "CONVEYOR_MAX_QUEUED", default_value_t = 100_000)]
+    pub max_queued: u64,
+    /// Most nodes of one tool waiting for a worker. 0: no limit.
+    #[arg(long, env = "CONVEYOR_MAX_QUEUED_PER_TOOL", default_value_t = 0)]
+    pub max_queued_per_tool: u64,
+    /// Most tasks of one principal that are not yet terminal (synchronous calls included). 0: no limit.
+    #[arg(long, env = "CONVEYOR_MAX_LIVE_TASKS_PER_PRINCIPAL", default_value_t = 1_000)]
+    pub max_live_tasks_per_principal: u64,
     /// How long a synchronous tools/call waits for its worker, in milliseconds.
     #[arg(long, env = "CONVEYOR_SYNC_TIMEOUT_MS", default_value_t = 300_000)]
     pub sync_timeout_ms: u64,

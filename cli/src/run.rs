@@ -78,6 +78,11 @@ fn config(args: &GatewayArgs) -> Config {
         sync_call_timeout: Duration::from_millis(args.sync_timeout_ms),
         max_dag_nodes: args.max_dag_nodes,
         max_dag_node_bytes: args.max_dag_node_bytes,
+        limits: conveyor_shared::store::Limits {
+            max_queued: args.max_queued,
+            max_queued_per_tool: args.max_queued_per_tool,
+            max_live_per_principal: args.max_live_tasks_per_principal,
+        },
     }
 }
 

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use conveyor_shared::dag::{self, DagSpec};
 use conveyor_shared::model::{RpcError, TaskEvent, TaskMode, TaskRecord, TaskStatus, new_task_id, now_ms};
-use conveyor_shared::store::{AnswerOutcome, CancelOutcome, Created, NewTask, TaskEvents, task_error};
+use conveyor_shared::store::{
+    AnswerOutcome, CancelOutcome, Created, LimitHit, NewTask, TaskEvents, task_error,
+};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use rmcp::model::{ErrorCode, TASKS_EXTENSION_ID};
@@ -325,7 +327,7 @@ async fn tools_call(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, RpcF
     // even its first report can be missed.
     let mut events = if as_task { None } else { Some(state.store.subscribe_task(&new.task_id).await?) };
     let mut record = new.record();
-    match state.store.create_task(&new, retention).await? {
+    match state.store.create_task(&new, retention, &state.config.limits).await? {
         Created::Created => {
             tracing::info!(task = %new.task_id, tool = %name, wire = ctx.wire.as_str(), mode = mode.as_str(), "task created");
         }
@@ -341,6 +343,7 @@ async fn tools_call(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, RpcF
                 "Idempotency key already used for a different call (task `{earlier}`); use a new key for a new call"
             )));
         }
+        Created::OverLimit(hit) => return Err(over_limit(&hit)),
         Created::IdTaken => {
             // 128 random bits collided: astronomically unlikely, and nothing was written.
             return Err(RpcFailure::internal("task id collision; retry the call"));
@@ -357,6 +360,30 @@ async fn tools_call(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, RpcF
     };
     let stream = follow_task(state, follow, events, |task| sync_outcome(&task));
     reply_from(stream, ctx.accepts_sse && progress_token.is_some()).await
+}
+
+/// JSON-RPC code of a call refused because an overload limit is reached.
+pub const OVERLOADED: i32 = -32029;
+/// The retry hint of an overloaded call.
+const RETRY_AFTER_MS: u64 = 1_000;
+
+fn over_limit(hit: &LimitHit) -> RpcFailure {
+    let what = match (hit.limit.as_str(), &hit.tool) {
+        ("queued_nodes_per_tool", Some(tool)) => format!("{} queued nodes of tool `{tool}`", hit.max),
+        ("live_tasks_per_principal", _) => format!("{} unfinished tasks per principal", hit.max),
+        _ => format!("{} queued nodes", hit.max),
+    };
+    RpcFailure::new(
+        ErrorCode(OVERLOADED),
+        format!(
+            "Overloaded: the limit of {what} is reached ({} now); nothing was started. Retry in about {} s.",
+            hit.current,
+            RETRY_AFTER_MS / 1000
+        ),
+        Some(
+            json!({"limit": hit.limit, "current": hit.current, "max": hit.max, "tool": hit.tool, "retryAfterMs": RETRY_AFTER_MS}),
+        ),
+    )
 }
 
 /// A `run_dag` graph, checked before anything is written: its shape and limits, every node's tool,

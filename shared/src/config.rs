@@ -26,6 +26,9 @@ pub struct Config {
     pub max_dag_nodes: usize,
     /// Largest arguments of one DAG node, in bytes of JSON (`CONVEYOR_MAX_DAG_NODE_BYTES`).
     pub max_dag_node_bytes: usize,
+    /// Overload limits on new tasks (`CONVEYOR_MAX_QUEUED`, `CONVEYOR_MAX_QUEUED_PER_TOOL`,
+    /// `CONVEYOR_MAX_LIVE_TASKS_PER_PRINCIPAL`; 0 means no limit).
+    pub limits: crate::store::Limits,
 }
 
 impl Default for Config {
@@ -40,6 +43,11 @@ impl Default for Config {
             sync_call_timeout: Duration::from_secs(300),
             max_dag_nodes: 10_000,
             max_dag_node_bytes: 64 * 1024,
+            limits: crate::store::Limits {
+                max_queued: 100_000,
+                max_queued_per_tool: 0,
+                max_live_per_principal: 1_000,
+            },
         }
     }
 }

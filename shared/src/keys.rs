@@ -29,6 +29,10 @@ pub const TASK_KEY_PREFIX: &str = "cv:{";
 pub const TASK_SUFFIX: &str = "}:task";
 pub const NODES_SUFFIX: &str = "}:nodes";
 
+/// Hash of load counters: `queued` (nodes waiting for a worker), `queued:<tool>`, and
+/// `live:<owner>` (tasks not yet terminal). The overload limits are checked against it.
+pub const LOAD: &str = "cv:load";
+
 /// Stream of nodes whose attempts are spent (or that lost their worker too often), with their
 /// last error, tool and arguments, for operators (`conveyor dlq`).
 pub const DEAD_LETTERS: &str = "cv:dead";

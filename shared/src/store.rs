@@ -50,6 +50,27 @@ pub enum Created {
     Duplicate(String),
     /// The idempotency key names this earlier task of a different call (nothing written).
     Conflict(String),
+    /// An overload limit would be exceeded (nothing written).
+    OverLimit(LimitHit),
+}
+
+/// Which overload limit a call hit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitHit {
+    /// `queued_nodes`, `queued_nodes_per_tool` or `live_tasks_per_principal`.
+    pub limit: String,
+    pub current: u64,
+    pub max: u64,
+    /// The tool, for the per-tool limit.
+    pub tool: Option<String>,
+}
+
+/// Overload limits a new task is checked against; 0 means no limit.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Limits {
+    pub max_queued: u64,
+    pub max_queued_per_tool: u64,
+    pub max_live_per_principal: u64,
 }
 
 impl NewTask {
@@ -296,6 +317,7 @@ impl Store {
         &self,
         new: &NewTask,
         owner_index_retention_ms: u64,
+        limits: &Limits,
     ) -> Result<Created, StoreError> {
         let id = &new.task_id;
         let idempotency_key =
@@ -311,6 +333,7 @@ impl Store {
             .key(keys::owner_tasks(&new.owner))
             .key(keys::WORK_STREAM)
             .key(idempotency_key)
+            .key(keys::LOAD)
             .arg(id)
             .arg(new.created_at_ms)
             .arg(&new.owner)
@@ -329,12 +352,21 @@ impl Store {
             .arg(output)
             .arg(Value::Array(nodes).to_string())
             .arg(format!("{} {}", new.tool, new.arguments))
-            .arg(new.ttl_ms.saturating_add(IDEMPOTENCY_SLACK_MS));
+            .arg(new.ttl_ms.saturating_add(IDEMPOTENCY_SLACK_MS))
+            .arg(limits.max_queued)
+            .arg(limits.max_queued_per_tool)
+            .arg(limits.max_live_per_principal);
         let reply: Vec<String> = self.invoke(invocation).await?;
         Ok(match (reply.first().map(String::as_str), reply.get(1)) {
             (Some("created"), _) => Created::Created,
             (Some("duplicate"), Some(id)) => Created::Duplicate(id.clone()),
             (Some("conflict"), Some(id)) => Created::Conflict(id.clone()),
+            (Some("limit"), Some(limit)) => Created::OverLimit(LimitHit {
+                limit: limit.clone(),
+                current: reply.get(2).and_then(|v| v.parse().ok()).unwrap_or(0),
+                max: reply.get(3).and_then(|v| v.parse().ok()).unwrap_or(0),
+                tool: reply.get(4).filter(|t| !t.is_empty()).cloned(),
+            }),
             _ => Created::IdTaken,
         })
     }
@@ -430,6 +462,7 @@ impl Store {
         invocation
             .key(keys::task(task_id))
             .key(keys::nodes(task_id))
+            .key(keys::LOAD)
             .arg(task_id)
             .arg(now_ms())
             .arg(owner)
@@ -467,6 +500,7 @@ impl Store {
         invocation
             .key(keys::task(task_id))
             .key(keys::nodes(task_id))
+            .key(keys::LOAD)
             .arg(node_id)
             .arg(now_ms())
             .arg(worker)
@@ -558,6 +592,7 @@ impl Store {
             .key(keys::WORK_STREAM)
             .key(keys::DELAYED_RETRIES)
             .key(keys::DEAD_LETTERS)
+            .key(keys::LOAD)
             .arg(status)
             .arg(payload)
             .arg(if is_error { "1" } else { "0" })
@@ -595,6 +630,7 @@ impl Store {
         let mut invocation = fenced(&scripts::EXPAND_PLAN, task_id, node_id, attempt);
         invocation
             .key(keys::WORK_STREAM)
+            .key(keys::LOAD)
             .arg(summary.to_string())
             .arg(plan.output.clone().unwrap_or_default())
             .arg(Value::Array(graph_nodes(plan)).to_string())
@@ -618,6 +654,7 @@ impl Store {
         invocation
             .key(keys::DELAYED_RETRIES)
             .key(keys::WORK_STREAM)
+            .key(keys::LOAD)
             .arg(now_ms())
             .arg(most)
             .arg(keys::TASK_KEY_PREFIX)
@@ -632,6 +669,7 @@ impl Store {
         invocation
             .key(keys::task(task_id))
             .key(keys::nodes(task_id))
+            .key(keys::LOAD)
             .arg(now_ms())
             .arg(result.to_string())
             .arg(message)
@@ -718,6 +756,7 @@ impl Store {
             .key(keys::task(&item.task_id))
             .key(keys::nodes(&item.task_id))
             .key(keys::WORK_STREAM)
+            .key(keys::LOAD)
             .arg(&item.node_id)
             .arg(attempt)
             .arg(&item.entry_id)
@@ -904,7 +943,7 @@ impl Store {
             graph: None,
             idempotency_key: None,
         };
-        if self.create_task(&new, ttl_ms.saturating_mul(2)).await? != Created::Created {
+        if self.create_task(&new, ttl_ms.saturating_mul(2), &Limits::default()).await? != Created::Created {
             return Ok(Err("task id collision; run the retry again".to_owned()));
         }
         let id = letter.id.clone();

@@ -143,3 +143,41 @@ async fn operators_list_and_retry_dead_letters() {
     );
     assert_eq!(listed[0]["taskId"], retried.as_str());
 }
+
+#[tokio::test]
+async fn over_a_limit_a_call_fails_at_once_saying_which_limit_and_when_to_retry() {
+    let redis = RedisServer::start().expect("redis");
+    let gateway = Conveyor::gateway(&redis.url(), &["--max-queued-per-tool", "3"]).expect("gateway");
+    let mut worker = Conveyor::worker(&redis.url(), &["--fixtures"]).expect("worker");
+    let mcp = Mcp::new(gateway.mcp_url());
+    wait_for_tools(&mcp).await;
+    worker.kill(); // nothing drains the queue now
+
+    let mut tasks = Vec::new();
+    for i in 0..3 {
+        tasks.push(create(&mcp, "slow_compute", json!({"seconds": 0, "label": format!("q{i}")})).await);
+    }
+    let started = Instant::now();
+    let refused = mcp
+        .call_2025("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 0}, "task": {}}))
+        .await
+        .expect("a reply");
+    assert!(started.elapsed() < Duration::from_secs(2), "refused at once");
+    assert_eq!(refused.error_code(), Some(-32029), "{}", refused.raw);
+    let message = refused.message["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("3 queued nodes of tool `slow_compute`") && message.contains("Retry in"),
+        "{message}"
+    );
+    assert_eq!(refused.message["error"]["data"]["retryAfterMs"], 1000);
+    // Other tools are not held up by this one's queue.
+    let other = create(&mcp, "echo", json!({"x": 1})).await;
+
+    let _worker = Conveyor::worker(&redis.url(), &["--fixtures"]).expect("a new worker drains the queue");
+    for task in tasks.iter().chain([&other]) {
+        let result = mcp.call_2025("tasks/result", json!({"taskId": task})).await.expect("result");
+        assert!(result.error_code().is_none(), "{}", result.raw);
+    }
+    let accepted = create(&mcp, "slow_compute", json!({"seconds": 0})).await;
+    assert_eq!(accepted.len(), 32, "room again once the queue drained");
+}

@@ -8,7 +8,9 @@ use conveyor_shared::keys;
 use conveyor_shared::model::{
     ROOT_NODE, RpcError, TaskMode, TaskStatus, ToolOutcome, WorkItem, now_ms, result,
 };
-use conveyor_shared::store::{AnswerOutcome, CancelOutcome, CompleteOutcome, Created, NewTask, StartOutcome};
+use conveyor_shared::store::{
+    AnswerOutcome, CancelOutcome, CompleteOutcome, Created, Limits, NewTask, StartOutcome,
+};
 use conveyor_tests::RedisServer;
 use serde_json::json;
 
@@ -60,10 +62,16 @@ fn item(id: &str, entry: &str) -> WorkItem {
 async fn a_task_settles_once_and_expires_after_its_ttl() {
     let (redis, store) = setup().await;
     assert_eq!(
-        store.create_task(&new_task("t1", "alice", "2026-07-28", 400), 60_000).await.expect("create"),
+        store
+            .create_task(&new_task("t1", "alice", "2026-07-28", 400), 60_000, &Limits::default())
+            .await
+            .expect("create"),
         Created::Created
     );
-    let again = store.create_task(&new_task("t1", "alice", "2026-07-28", 400), 60_000).await.expect("create");
+    let again = store
+        .create_task(&new_task("t1", "alice", "2026-07-28", 400), 60_000, &Limits::default())
+        .await
+        .expect("create");
     assert_eq!(again, Created::IdTaken, "ids are unique");
 
     // The work entry carries the trace context from the start.
@@ -115,7 +123,10 @@ async fn a_task_settles_once_and_expires_after_its_ttl() {
 #[tokio::test]
 async fn cancellation_is_final_and_refuses_late_work() {
     let (_redis, store) = setup().await;
-    store.create_task(&new_task("t2", "alice", "2025-11-25", 60_000), 60_000).await.expect("create");
+    store
+        .create_task(&new_task("t2", "alice", "2025-11-25", 60_000), 60_000, &Limits::default())
+        .await
+        .expect("create");
     let attempt = start(&store, "t2").await;
     assert_eq!(
         store.cancel_task("t2", "bob", "x").await.expect("cancel"),
@@ -141,7 +152,10 @@ async fn cancellation_is_final_and_refuses_late_work() {
     assert!(task.result.is_none());
 
     // A queued node of a cancelled task never starts.
-    store.create_task(&new_task("t3", "alice", "2025-11-25", 60_000), 60_000).await.expect("create");
+    store
+        .create_task(&new_task("t3", "alice", "2025-11-25", 60_000), 60_000, &Limits::default())
+        .await
+        .expect("create");
     store.cancel_task("t3", "alice", "x").await.expect("cancel");
     assert!(matches!(store.start_node("t3", ROOT_NODE, "w1").await.expect("start"), StartOutcome::Skip(_)));
     assert!(matches!(store.start_node("nope", ROOT_NODE, "w1").await.expect("start"), StartOutcome::Skip(_)));
@@ -150,7 +164,10 @@ async fn cancellation_is_final_and_refuses_late_work() {
 #[tokio::test]
 async fn a_stale_attempt_cannot_complete_after_the_node_was_handed_back() {
     let (_redis, store) = setup().await;
-    store.create_task(&new_task("t4", "alice", "2026-07-28", 60_000), 60_000).await.expect("create");
+    store
+        .create_task(&new_task("t4", "alice", "2026-07-28", 60_000), 60_000, &Limits::default())
+        .await
+        .expect("create");
     let first = start(&store, "t4").await;
     assert!(store.release_node(&item("t4", "0-1"), first).await.expect("release"));
     let second = start(&store, "t4").await;
@@ -180,7 +197,10 @@ async fn a_tool_error_fails_a_2025_task_and_completes_a_2026_one() {
     for (id, wire, expected) in
         [("old", "2025-11-25", TaskStatus::Failed), ("new", "2026-07-28", TaskStatus::Completed)]
     {
-        store.create_task(&new_task(id, "alice", wire, 60_000), 60_000).await.expect("create");
+        store
+            .create_task(&new_task(id, "alice", wire, 60_000), 60_000, &Limits::default())
+            .await
+            .expect("create");
         let attempt = start(&store, id).await;
         let outcome = ToolOutcome::Result(result::error_text("nope"));
         store.complete_node(id, ROOT_NODE, attempt, Some(&outcome)).await.expect("complete");
@@ -193,7 +213,10 @@ async fn a_tool_error_fails_a_2025_task_and_completes_a_2026_one() {
 #[tokio::test]
 async fn input_requests_are_answered_key_by_key() {
     let (_redis, store) = setup().await;
-    store.create_task(&new_task("t5", "alice", "2026-07-28", 60_000), 60_000).await.expect("create");
+    store
+        .create_task(&new_task("t5", "alice", "2026-07-28", 60_000), 60_000, &Limits::default())
+        .await
+        .expect("create");
     let attempt = start(&store, "t5").await;
     let requests = json!({"a": {"method": "elicitation/create"}, "b": {"method": "elicitation/create"}});
     assert!(store.request_input("t5", ROOT_NODE, attempt, &requests, "waiting").await.expect("request"));
@@ -231,9 +254,12 @@ async fn listing_pages_through_an_owners_tasks_only() {
     for i in 0..250 {
         let mut task = new_task(&format!("a{i:03}"), "alice", "2025-11-25", 60_000);
         task.created_at_ms = created_at;
-        store.create_task(&task, 60_000).await.expect("create");
+        store.create_task(&task, 60_000, &Limits::default()).await.expect("create");
     }
-    store.create_task(&new_task("b1", "bob", "2025-11-25", 60_000), 60_000).await.expect("create");
+    store
+        .create_task(&new_task("b1", "bob", "2025-11-25", 60_000), 60_000, &Limits::default())
+        .await
+        .expect("create");
     let mut seen = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
@@ -273,7 +299,7 @@ async fn a_completion_from_an_attempt_that_was_already_retried_is_refused() {
         )
         .expect("a graph"),
     );
-    store.create_task(&task, 60_000).await.expect("create");
+    store.create_task(&task, 60_000, &Limits::default()).await.expect("create");
     let first = match store.start_node("t6", "f", "w1").await.expect("start") {
         StartOutcome::Run { attempt, .. } => attempt,
         other => panic!("{other:?}"),
@@ -310,23 +336,118 @@ async fn an_idempotency_key_returns_the_first_task_and_refuses_a_different_call(
     let (redis, store) = setup().await;
     let mut first = new_task("first", "alice", "2026-07-28", 60_000);
     first.idempotency_key = Some("order-42".to_owned());
-    assert_eq!(store.create_task(&first, 60_000).await.expect("create"), Created::Created);
+    assert_eq!(
+        store.create_task(&first, 60_000, &Limits::default()).await.expect("create"),
+        Created::Created
+    );
     let mut retry = new_task("second", "alice", "2026-07-28", 60_000);
     retry.idempotency_key = Some("order-42".to_owned());
-    assert_eq!(store.create_task(&retry, 60_000).await.expect("create"), Created::Duplicate("first".into()));
+    assert_eq!(
+        store.create_task(&retry, 60_000, &Limits::default()).await.expect("create"),
+        Created::Duplicate("first".into())
+    );
     assert!(store.get_task("second").await.expect("get").is_none(), "nothing written for the retry");
     let mut different = new_task("third", "alice", "2026-07-28", 60_000);
     different.idempotency_key = Some("order-42".to_owned());
     different.arguments = json!({"seconds": 99});
     assert_eq!(
-        store.create_task(&different, 60_000).await.expect("create"),
+        store.create_task(&different, 60_000, &Limits::default()).await.expect("create"),
         Created::Conflict("first".into())
     );
     // Keys are per owner.
     let mut bobs = new_task("bobs", "bob", "2026-07-28", 60_000);
     bobs.idempotency_key = Some("order-42".to_owned());
-    assert_eq!(store.create_task(&bobs, 60_000).await.expect("create"), Created::Created);
+    assert_eq!(store.create_task(&bobs, 60_000, &Limits::default()).await.expect("create"), Created::Created);
     let mut conn = redis.connection().expect("conn");
     let queued: usize = redis::cmd("XLEN").arg("cv:work").query(&mut conn).expect("xlen");
     assert_eq!(queued, 2, "only the two real tasks were enqueued");
+}
+
+#[tokio::test]
+async fn overload_limits_refuse_new_work_and_free_up_as_work_moves() {
+    let (redis, store) = setup().await;
+    let queued = Limits { max_queued: 2, ..Limits::default() };
+    for id in ["q1", "q2"] {
+        assert_eq!(
+            store
+                .create_task(&new_task(id, "alice", "2026-07-28", 60_000), 60_000, &queued)
+                .await
+                .expect("create"),
+            Created::Created
+        );
+    }
+    match store
+        .create_task(&new_task("q3", "alice", "2026-07-28", 60_000), 60_000, &queued)
+        .await
+        .expect("create")
+    {
+        Created::OverLimit(hit) => {
+            assert_eq!((hit.limit.as_str(), hit.current, hit.max), ("queued_nodes", 2, 2))
+        }
+        other => panic!("expected the queue limit, got {other:?}"),
+    }
+    assert!(store.get_task("q3").await.expect("get").is_none(), "nothing written over the limit");
+    start(&store, "q1").await; // one node leaves the queue
+    assert_eq!(
+        store
+            .create_task(&new_task("q3", "alice", "2026-07-28", 60_000), 60_000, &queued)
+            .await
+            .expect("create"),
+        Created::Created
+    );
+
+    let per_tool = Limits { max_queued_per_tool: 2, ..Limits::default() };
+    match store
+        .create_task(&new_task("q4", "alice", "2026-07-28", 60_000), 60_000, &per_tool)
+        .await
+        .expect("create")
+    {
+        Created::OverLimit(hit) => {
+            assert_eq!(hit.limit, "queued_nodes_per_tool");
+            assert_eq!(hit.tool.as_deref(), Some("slow_compute"));
+        }
+        other => panic!("expected the per-tool limit, got {other:?}"),
+    }
+
+    let live = Limits { max_live_per_principal: 3, ..Limits::default() };
+    match store
+        .create_task(&new_task("l1", "alice", "2026-07-28", 60_000), 60_000, &live)
+        .await
+        .expect("create")
+    {
+        Created::OverLimit(hit) => {
+            assert_eq!((hit.limit.as_str(), hit.current), ("live_tasks_per_principal", 3))
+        }
+        other => panic!("expected the live limit, got {other:?}"),
+    }
+    assert_eq!(
+        store.create_task(&new_task("b1", "bob", "2026-07-28", 60_000), 60_000, &live).await.expect("create"),
+        Created::Created,
+        "per principal"
+    );
+    store.cancel_task("q2", "alice", "x").await.expect("cancel");
+    let attempt = start(&store, "q3").await;
+    store
+        .complete_node("q3", ROOT_NODE, attempt, Some(&ToolOutcome::Result(result::text("ok"))))
+        .await
+        .expect("complete");
+    assert_eq!(
+        store
+            .create_task(&new_task("l1", "alice", "2026-07-28", 60_000), 60_000, &live)
+            .await
+            .expect("create"),
+        Created::Created
+    );
+
+    // The counters follow the work: q1 running, l1 and b1 queued, q2's cancelled node still queued
+    // until a worker drops it.
+    let mut conn = redis.connection().expect("conn");
+    let load: std::collections::HashMap<String, i64> =
+        redis::cmd("HGETALL").arg("cv:load").query(&mut conn).expect("load");
+    assert_eq!(load["queued"], 3, "{load:?}");
+    assert_eq!(load["live:alice"], 2, "q1 and l1: {load:?}");
+    assert!(matches!(store.start_node("q2", ROOT_NODE, "w").await.expect("start"), StartOutcome::Skip(_)));
+    let load: std::collections::HashMap<String, i64> =
+        redis::cmd("HGETALL").arg("cv:load").query(&mut conn).expect("load");
+    assert_eq!(load["queued"], 2, "the dropped node left the queue: {load:?}");
 }

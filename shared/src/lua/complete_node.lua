@@ -16,6 +16,8 @@
 -- ARGV[11] jitter in [0, 1) for the retry delay     ARGV[12] longest retry delay (ms)
 -- ARGV[13] "1" when the failure is final whatever retries are left (a node that lost its worker
 --          too often)
+-- KEYS[6] load hash: released dependents join the queued counts; a settled task leaves the
+--         owner's live count
 -- KEYS[5] dead-letter stream: a node whose attempts are spent is recorded there with its last
 --         error, the tool and arguments, so that an operator can look and retry.
 -- Returns {"stale"}, {"retry", delayMs}, {"dropped"} (task already terminal), {"settled"} (the
@@ -76,6 +78,7 @@ end
 
 local function settle(status, field, value, message)
   redis.call('HSET', KEYS[1], 'status', status, field, value, 'statusMessage', message, 'updatedAt', now)
+  redis.call('HINCRBY', KEYS[6], 'live:' .. (redis.call('HGET', KEYS[1], 'owner') or ''), -1)
   redis.call('PEXPIRE', KEYS[1], task[4])
   redis.call('PEXPIRE', KEYS[2], task[4])
   redis.call('PUBLISH', ARGV[8], cjson.encode({type = 'status', status = status, message = message}))
@@ -136,6 +139,8 @@ else
     local left = redis.call('HINCRBY', KEYS[2], d .. ':deps', -1)
     if left == 0 and redis.call('HGET', KEYS[2], d .. ':status') == 'pending' then
       redis.call('HSET', KEYS[2], d .. ':status', 'queued')
+      redis.call('HINCRBY', KEYS[6], 'queued', 1)
+      redis.call('HINCRBY', KEYS[6], 'queued:' .. (redis.call('HGET', KEYS[2], d .. ':tool') or ''), 1)
       redis.call('XADD', KEYS[3], '*', 'task', ARGV[10], 'node', d,
         'traceparent', redis.call('HGET', KEYS[1], 'traceparent') or '')
       released = released + 1

@@ -19,6 +19,10 @@
 -- KEYS[5] idempotency key of this call, or the empty string when the call carries none
 -- ARGV[18] the call's fingerprint (tool and arguments), kept under the idempotency key
 -- ARGV[19] how long the idempotency key is kept (ms)
+-- KEYS[6] load hash: queued nodes ("queued", "queued:<tool>") and live tasks ("live:<owner>")
+-- ARGV[20] most queued nodes overall, ARGV[21] most queued nodes per tool, ARGV[22] most live
+--          tasks per owner (0: no limit). Over a limit nothing is written and the reply is
+--          {"limit", which, current, limit, tool}.
 -- Returns {"created"}; {"exists"} when a task with this id already exists (nothing is written);
 -- {"duplicate", taskId} when the idempotency key names an earlier task of the same call (nothing
 -- is written); {"conflict", taskId} when it names an earlier task of a different call.
@@ -37,6 +41,35 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
 end
 local now = ARGV[2]
 local nodes = cjson.decode(ARGV[17])
+local function load(field)
+  return tonumber(redis.call('HGET', KEYS[6], field) or '0')
+end
+local roots, roots_by_tool = 0, {}
+for _, n in ipairs(nodes) do
+  if n.deps == 0 then
+    roots = roots + 1
+    roots_by_tool[n.tool] = (roots_by_tool[n.tool] or 0) + 1
+  end
+end
+local max_live, max_queued, max_per_tool = tonumber(ARGV[22]), tonumber(ARGV[20]), tonumber(ARGV[21])
+if max_live > 0 and load('live:' .. ARGV[3]) + 1 > max_live then
+  return {'limit', 'live_tasks_per_principal', tostring(load('live:' .. ARGV[3])), ARGV[22], ''}
+end
+if max_queued > 0 and load('queued') + roots > max_queued then
+  return {'limit', 'queued_nodes', tostring(load('queued')), ARGV[20], ''}
+end
+if max_per_tool > 0 then
+  for tool, count in pairs(roots_by_tool) do
+    if string.sub(tool, 1, 1) ~= '$' and load('queued:' .. tool) + count > max_per_tool then
+      return {'limit', 'queued_nodes_per_tool', tostring(load('queued:' .. tool)), ARGV[21], tool}
+    end
+  end
+end
+redis.call('HINCRBY', KEYS[6], 'live:' .. ARGV[3], 1)
+redis.call('HINCRBY', KEYS[6], 'queued', roots)
+for tool, count in pairs(roots_by_tool) do
+  redis.call('HINCRBY', KEYS[6], 'queued:' .. tool, count)
+end
 local weight_total = 0
 for _, n in ipairs(nodes) do
   weight_total = weight_total + n.weight

@@ -2,7 +2,7 @@
 -- DAG task, and the planned nodes join it; those that depend on nothing are queued at once.
 -- Only the node of a direct tool call (a single-call task) may plan.
 --
--- KEYS[1] task hash   KEYS[2] nodes hash   KEYS[3] work stream
+-- KEYS[1] task hash   KEYS[2] nodes hash   KEYS[3] work stream   KEYS[4] load hash
 -- ARGV[1] planning node id   ARGV[2] attempt (fencing token)   ARGV[3] now (ms)
 -- ARGV[4] the planning node's output (JSON)   ARGV[5] output node of the plan ("" for none)
 -- ARGV[6] planned nodes (JSON array, the shape create_task.lua reads)   ARGV[7] task id
@@ -48,6 +48,8 @@ for _, n in ipairs(nodes) do
     n.id .. ':onFailure', n.onFailure,
     n.id .. ':weight', n.weight)
   if n.deps == 0 then
+    redis.call('HINCRBY', KEYS[4], 'queued', 1)
+    redis.call('HINCRBY', KEYS[4], 'queued:' .. n.tool, 1)
     redis.call('XADD', KEYS[3], '*', 'task', ARGV[7], 'node', n.id, 'traceparent', task[3] or '')
   end
 end

@@ -7,18 +7,30 @@
 -- KEYS[1] task hash   KEYS[2] nodes hash
 -- ARGV[1] node id     ARGV[2] now (ms)     ARGV[3] worker name
 -- ARGV[4] "1" when reclaiming an entry whose worker was lost
+-- KEYS[3] load hash: a queued node that starts (or is dropped) leaves the queued counts
 -- Returns {"run", attempt, tool, arguments, progressToken, timeoutMs, losses} when the worker must
 -- run the node, or {"skip", reason} when it must acknowledge the entry without running it (task
 -- gone or no longer working, node not queued).
+local node = ARGV[1]
+local node_status = redis.call('HGET', KEYS[2], node .. ':status')
+if node_status == 'queued' then
+  local tool = redis.call('HGET', KEYS[2], node .. ':tool') or ''
+  redis.call('HINCRBY', KEYS[3], 'queued', -1)
+  redis.call('HINCRBY', KEYS[3], 'queued:' .. tool, -1)
+end
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then
+  if not node_status then
+    redis.call('HINCRBY', KEYS[3], 'queued', -1)
+  end
   return {'skip', 'task no longer exists'}
 end
 if status ~= 'working' then
+  if node_status == 'queued' then
+    redis.call('HSET', KEYS[2], node .. ':status', 'dropped')
+  end
   return {'skip', 'task is ' .. status}
 end
-local node = ARGV[1]
-local node_status = redis.call('HGET', KEYS[2], node .. ':status')
 local losses = tonumber(redis.call('HGET', KEYS[2], node .. ':losses') or '0')
 if node_status == 'running' and ARGV[4] == '1' then
   losses = redis.call('HINCRBY', KEYS[2], node .. ':losses', 1)
