@@ -62,8 +62,16 @@ pub fn idempotency(owner: &str, key: &str) -> String {
 
 /// Sorted set of an owner's task ids, scored by creation time in milliseconds.
 pub fn owner_tasks(owner: &str) -> String {
-    format!("{PREFIX}:owner:{owner}:tasks")
+    format!("{OWNER_PREFIX}{owner}{OWNER_SUFFIX}")
 }
+
+/// The pieces of [`owner_tasks`], for the script that reaches owners named in data (the reaper).
+pub const OWNER_PREFIX: &str = "cv:owner:";
+pub const OWNER_SUFFIX: &str = ":tasks";
+
+/// Sorted set of settled tasks (`<owner> <taskId>`) scored by the time their keys expire; the
+/// reaper removes their owner-index entries then, so indexes hold only tasks that exist.
+pub const EXPIRING: &str = "cv:expiring";
 
 #[cfg(test)]
 mod tests {

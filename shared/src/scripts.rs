@@ -23,4 +23,6 @@ pub static RELEASE_NODE: LazyLock<Script> =
 pub static PROMOTE_RETRIES: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/promote_retries.lua")));
 pub static SETTLE_DAG: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/settle_dag.lua")));
+pub static REAP_EXPIRED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/reap_expired.lua")));
 pub static EXPAND_PLAN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/expand_plan.lua")));

@@ -463,6 +463,7 @@ impl Store {
             .key(keys::task(task_id))
             .key(keys::nodes(task_id))
             .key(keys::LOAD)
+            .key(keys::EXPIRING)
             .arg(task_id)
             .arg(now_ms())
             .arg(owner)
@@ -593,6 +594,7 @@ impl Store {
             .key(keys::DELAYED_RETRIES)
             .key(keys::DEAD_LETTERS)
             .key(keys::LOAD)
+            .key(keys::EXPIRING)
             .arg(status)
             .arg(payload)
             .arg(if is_error { "1" } else { "0" })
@@ -663,6 +665,18 @@ impl Store {
         self.invoke(invocation).await
     }
 
+    /// Removes the owner-index entries of tasks whose keys have expired; returns how many.
+    pub async fn reap_expired(&self, most: usize) -> Result<u64, StoreError> {
+        let mut invocation = scripts::REAP_EXPIRED.prepare_invoke();
+        invocation
+            .key(keys::EXPIRING)
+            .arg(now_ms())
+            .arg(most)
+            .arg(keys::OWNER_PREFIX)
+            .arg(keys::OWNER_SUFFIX);
+        self.invoke(invocation).await
+    }
+
     /// Completes a DAG task with its assembled result, unless it already ended.
     pub async fn settle_dag(&self, task_id: &str, result: &Value, message: &str) -> Result<bool, StoreError> {
         let mut invocation = scripts::SETTLE_DAG.prepare_invoke();
@@ -670,11 +684,13 @@ impl Store {
             .key(keys::task(task_id))
             .key(keys::nodes(task_id))
             .key(keys::LOAD)
+            .key(keys::EXPIRING)
             .arg(now_ms())
             .arg(result.to_string())
             .arg(message)
             .arg(keys::events(task_id))
-            .arg(if crate::model::result::is_error(result) { "1" } else { "0" });
+            .arg(if crate::model::result::is_error(result) { "1" } else { "0" })
+            .arg(task_id);
         Ok(self.invoke::<i64>(invocation).await? == 1)
     }
 

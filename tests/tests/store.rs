@@ -451,3 +451,33 @@ async fn overload_limits_refuse_new_work_and_free_up_as_work_moves() {
         redis::cmd("HGETALL").arg("cv:load").query(&mut conn).expect("load");
     assert_eq!(load["queued"], 2, "the dropped node left the queue: {load:?}");
 }
+
+#[tokio::test]
+async fn owner_indexes_lose_tasks_when_their_keys_expire() {
+    let (redis, store) = setup().await;
+    for (id, ttl) in [("short", 200), ("long", 60_000)] {
+        store
+            .create_task(&new_task(id, "alice", "2026-07-28", ttl), 60_000, &Limits::default())
+            .await
+            .expect("create");
+        let attempt = start(&store, id).await;
+        store
+            .complete_node(id, ROOT_NODE, attempt, Some(&ToolOutcome::Result(result::text("ok"))))
+            .await
+            .expect("complete");
+    }
+    store
+        .create_task(&new_task("cancelled", "alice", "2026-07-28", 200), 60_000, &Limits::default())
+        .await
+        .expect("create");
+    store.cancel_task("cancelled", "alice", "x").await.expect("cancel");
+    assert_eq!(store.reap_expired(100).await.expect("reap"), 0, "nothing has expired yet");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(store.reap_expired(100).await.expect("reap"), 2);
+    let mut conn = redis.connection().expect("conn");
+    let left: Vec<String> =
+        redis::cmd("ZRANGE").arg("cv:owner:alice:tasks").arg(0).arg(-1).query(&mut conn).expect("zrange");
+    assert_eq!(left, vec!["long".to_owned()], "only the task that still exists is indexed");
+    let expiring: usize = redis::cmd("ZCARD").arg("cv:expiring").query(&mut conn).expect("zcard");
+    assert_eq!(expiring, 1);
+}

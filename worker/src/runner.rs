@@ -277,6 +277,9 @@ async fn promote_retries(store: Store, shutdown: CancellationToken) {
         if let Err(e) = store.promote_retries(256).await {
             tracing::debug!(error = %e, "could not promote retries; trying again");
         }
+        if let Err(e) = store.reap_expired(256).await {
+            tracing::debug!(error = %e, "could not reap expired index entries; trying again");
+        }
     }
 }
 

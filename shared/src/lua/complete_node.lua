@@ -18,6 +18,8 @@
 --          too often)
 -- KEYS[6] load hash: released dependents join the queued counts; a settled task leaves the
 --         owner's live count
+-- KEYS[7] expiring set: a settled task is entered with the time its keys expire, so that its
+--         owner-index entry is removed then
 -- KEYS[5] dead-letter stream: a node whose attempts are spent is recorded there with its last
 --         error, the tool and arguments, so that an operator can look and retry.
 -- Returns {"stale"}, {"retry", delayMs}, {"dropped"} (task already terminal), {"settled"} (the
@@ -78,7 +80,9 @@ end
 
 local function settle(status, field, value, message)
   redis.call('HSET', KEYS[1], 'status', status, field, value, 'statusMessage', message, 'updatedAt', now)
-  redis.call('HINCRBY', KEYS[6], 'live:' .. (redis.call('HGET', KEYS[1], 'owner') or ''), -1)
+  local owner = redis.call('HGET', KEYS[1], 'owner') or ''
+  redis.call('HINCRBY', KEYS[6], 'live:' .. owner, -1)
+  redis.call('ZADD', KEYS[7], now + tonumber(task[4]), owner .. ' ' .. ARGV[10])
   redis.call('PEXPIRE', KEYS[1], task[4])
   redis.call('PEXPIRE', KEYS[2], task[4])
   redis.call('PUBLISH', ARGV[8], cjson.encode({type = 'status', status = status, message = message}))

@@ -2,6 +2,7 @@
 -- completes with it unless it already ended (cancelled, or failed by a node's policy).
 --
 -- KEYS[1] task hash   KEYS[2] nodes hash   KEYS[3] load hash (the owner's live count drops)
+-- KEYS[4] expiring set (the task's owner-index entry goes when its keys do)   ARGV[6] task id
 -- ARGV[1] now (ms)    ARGV[2] result (CallToolResult JSON)   ARGV[3] status message
 -- ARGV[4] events channel   ARGV[5] "1" when the result reports an error (isError)
 -- Returns 1 when the task settled, 0 when it had already ended.
@@ -16,7 +17,9 @@ if ARGV[5] == '1' and state[3] == '2025-11-25' then
 end
 redis.call('HSET', KEYS[1], 'status', status, 'result', ARGV[2], 'statusMessage', ARGV[3],
   'updatedAt', ARGV[1])
-redis.call('HINCRBY', KEYS[3], 'live:' .. (redis.call('HGET', KEYS[1], 'owner') or ''), -1)
+local owner = redis.call('HGET', KEYS[1], 'owner') or ''
+redis.call('HINCRBY', KEYS[3], 'live:' .. owner, -1)
+redis.call('ZADD', KEYS[4], tonumber(ARGV[1]) + tonumber(state[2]), owner .. ' ' .. ARGV[6])
 redis.call('PEXPIRE', KEYS[1], state[2])
 redis.call('PEXPIRE', KEYS[2], state[2])
 redis.call('PUBLISH', ARGV[4], cjson.encode({type = 'status', status = status, message = ARGV[3]}))
