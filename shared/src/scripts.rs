@@ -25,4 +25,5 @@ pub static PROMOTE_RETRIES: LazyLock<Script> =
 pub static SETTLE_DAG: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/settle_dag.lua")));
 pub static REAP_EXPIRED: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/reap_expired.lua")));
+pub static TRIM_WORK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/trim_work.lua")));
 pub static EXPAND_PLAN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/expand_plan.lua")));

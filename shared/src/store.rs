@@ -665,6 +665,13 @@ impl Store {
         self.invoke(invocation).await
     }
 
+    /// Drops work-stream entries that are neither pending nor undelivered; returns how many.
+    pub async fn trim_work(&self) -> Result<u64, StoreError> {
+        let mut invocation = scripts::TRIM_WORK.prepare_invoke();
+        invocation.key(keys::WORK_STREAM).arg(keys::WORK_GROUP);
+        self.invoke(invocation).await
+    }
+
     /// Removes the owner-index entries of tasks whose keys have expired; returns how many.
     pub async fn reap_expired(&self, most: usize) -> Result<u64, StoreError> {
         let mut invocation = scripts::REAP_EXPIRED.prepare_invoke();

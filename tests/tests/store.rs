@@ -481,3 +481,28 @@ async fn owner_indexes_lose_tasks_when_their_keys_expire() {
     let expiring: usize = redis::cmd("ZCARD").arg("cv:expiring").query(&mut conn).expect("zcard");
     assert_eq!(expiring, 1);
 }
+
+#[tokio::test]
+async fn the_work_stream_keeps_only_entries_not_yet_done() {
+    let (redis, store) = setup().await;
+    for id in ["w1", "w2", "w3"] {
+        store
+            .create_task(&new_task(id, "alice", "2026-07-28", 60_000), 60_000, &Limits::default())
+            .await
+            .expect("create");
+    }
+    let mut conn = store.blocking_connection().await.expect("conn");
+    let read = Store::read_work(&mut conn, "c1", 2, Duration::from_millis(100)).await.expect("read");
+    assert_eq!(read.len(), 2);
+    store.ack(&read[0].entry_id).await.expect("ack");
+    // w1 done, w2 pending, w3 undelivered: only w1 may go.
+    assert_eq!(store.trim_work().await.expect("trim"), 1);
+    store.ack(&read[1].entry_id).await.expect("ack");
+    assert_eq!(store.trim_work().await.expect("trim"), 1, "w2 done now");
+    let mut sync = redis.connection().expect("conn");
+    let left: usize = redis::cmd("XLEN").arg("cv:work").query(&mut sync).expect("xlen");
+    assert_eq!(left, 1, "the undelivered entry stays");
+    let rest = Store::read_work(&mut conn, "c1", 5, Duration::from_millis(100)).await.expect("read");
+    assert_eq!(rest.len(), 1);
+    assert_eq!(rest[0].task_id, "w3");
+}

@@ -267,8 +267,11 @@ async fn keep_tools_published(store: Store, registry: Arc<ToolRegistry>, shutdow
 /// How often a worker moves due retries back onto the stream. Every worker does it, so retries
 /// keep flowing while any worker runs.
 const PROMOTE_EVERY: Duration = Duration::from_millis(100);
+/// How often a worker drops finished entries from the work stream.
+const TRIM_EVERY: Duration = Duration::from_secs(5);
 
 async fn promote_retries(store: Store, shutdown: CancellationToken) {
+    let mut last_trim = tokio::time::Instant::now();
     loop {
         tokio::select! {
             () = tokio::time::sleep(PROMOTE_EVERY) => {}
@@ -279,6 +282,12 @@ async fn promote_retries(store: Store, shutdown: CancellationToken) {
         }
         if let Err(e) = store.reap_expired(256).await {
             tracing::debug!(error = %e, "could not reap expired index entries; trying again");
+        }
+        if last_trim.elapsed() >= TRIM_EVERY {
+            last_trim = tokio::time::Instant::now();
+            if let Err(e) = store.trim_work().await {
+                tracing::debug!(error = %e, "could not trim the work stream; trying again");
+            }
         }
     }
 }
