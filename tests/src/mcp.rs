@@ -145,6 +145,22 @@ impl Mcp {
         self.post_raw(&headers, body.to_string()).await
     }
 
+    /// Waits until `tools/list` names `tool` (workers publish their tools when they start).
+    pub async fn wait_for_tool(&self, tool: &str, timeout: Duration) -> anyhow::Result<()> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if let Ok(reply) = self.call_2025("tools/list", json!({})).await
+                && reply.result()["tools"]
+                    .as_array()
+                    .is_some_and(|tools| tools.iter().any(|t| t["name"] == tool))
+            {
+                return Ok(());
+            }
+            anyhow::ensure!(std::time::Instant::now() < deadline, "tools/list never named `{tool}`");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// `GET <base>/<path>`'s status.
     pub async fn get_status(&self, path: &str) -> anyhow::Result<u16> {
         let base = self.url.trim_end_matches("/mcp");

@@ -129,7 +129,7 @@ async fn main() -> anyhow::Result<()> {
             worker_processes.push(Conveyor::worker(&redis.url(), &["--fixtures", "--concurrency", "64"])?);
         }
         let mcp = Mcp::new(gateway.mcp_url());
-        wait_for_noop(&mcp).await?;
+        mcp.wait_for_tool("noop", Duration::from_secs(20)).await?;
         for mode in [Mode::Sync, Mode::Task] {
             run(&mcp, mode, options.tasks / 10 + 1, options.concurrency).await?; // warm-up
             let before = command_stats(&redis)?;
@@ -181,17 +181,4 @@ fn command_stats(redis: &RedisServer) -> anyhow::Result<std::collections::HashMa
         })
         .filter(|(name, _)| name != "info")
         .collect())
-}
-
-async fn wait_for_noop(mcp: &Mcp) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        if let Ok(reply) = mcp.call_2025("tools/list", json!({})).await
-            && reply.raw.contains("\"noop\"")
-        {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    anyhow::bail!("the workers never published the noop tool")
 }

@@ -74,11 +74,7 @@ async fn main() -> anyhow::Result<()> {
             .map(|_| Conveyor::worker(&redis.url(), &["--fixtures", "--concurrency", "64"]))
             .collect::<anyhow::Result<_>>()?;
         let mcp = Mcp::new(gateway.mcp_url());
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !mcp.call_2025("tools/list", json!({})).await?.raw.contains("\"noop\"") {
-            anyhow::ensure!(Instant::now() < deadline, "the workers never published their tools");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        mcp.wait_for_tool("noop", Duration::from_secs(20)).await?;
         let before = command_stats(&redis)?;
         let started = Instant::now();
         let created = mcp
