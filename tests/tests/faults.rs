@@ -181,3 +181,38 @@ async fn over_a_limit_a_call_fails_at_once_saying_which_limit_and_when_to_retry(
     let accepted = create(&mcp, "slow_compute", json!({"seconds": 0})).await;
     assert_eq!(accepted.len(), 32, "room again once the queue drained");
 }
+
+#[tokio::test]
+async fn a_hung_worker_that_wakes_up_cannot_take_its_node_back() {
+    let redis = RedisServer::start().expect("redis");
+    let gateway = Conveyor::gateway(&redis.url(), &[]).expect("gateway");
+    let hung = Conveyor::worker(&redis.url(), LEASE).expect("worker A");
+    let mcp = Mcp::new(gateway.mcp_url());
+    wait_for_tools(&mcp).await;
+    let task = create(&mcp, "slow_compute", json!({"seconds": 4, "label": "fenced"})).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while node_field(&redis, &task, "status").as_deref() != Some("running") {
+        assert!(Instant::now() < deadline, "the node never ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    hung.signal("STOP");
+    let mut second = Conveyor::worker(&redis.url(), LEASE).expect("worker B");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while node_field(&redis, &task, "attempt").as_deref() != Some("2") {
+        assert!(Instant::now() < deadline, "worker B never took the node over");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A wakes up and finishes its (stale) attempt: refused, and B keeps the entry.
+    hung.signal("CONT");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !hung.log_text().contains("attempt is stale") {
+        assert!(Instant::now() < deadline, "worker A never reported:\n{}", hung.log_text());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // B dies too; a third worker must still find the node and finish it.
+    second.kill();
+    let _third = Conveyor::worker(&redis.url(), LEASE).expect("worker C");
+    let result = mcp.call_2025("tasks/result", json!({"taskId": task})).await.expect("tasks/result");
+    assert_eq!(result.result()["content"][0]["text"], "computed fenced", "{}", result.raw);
+    assert_eq!(node_field(&redis, &task, "attempt").as_deref(), Some("3"));
+}

@@ -496,15 +496,26 @@ impl NodeJob {
             },
             other => other,
         };
-        match self.store.complete_node(&item.task_id, &item.node_id, attempt, outcome.as_ref()).await {
-            Ok(CompleteOutcome::Stale) => {
-                tracing::info!(task = %item.task_id, attempt, "completion refused: attempt is stale");
+        // Finished work is not thrown away because Redis is briefly away: the completion is
+        // retried (the lease stays held and renewed meanwhile) until Redis takes it.
+        let mut backoff = Backoff::default();
+        let completed = loop {
+            match self.store.complete_node(&item.task_id, &item.node_id, attempt, outcome.as_ref()).await {
+                Ok(done) => break done,
+                Err(e) => {
+                    tracing::warn!(task = %item.task_id, error = %e, "could not record the node's outcome yet; retrying");
+                    if self.stop.is_cancelled() {
+                        return; // shutting down: the entry stays pending for another worker
+                    }
+                    backoff.wait(&self.stop).await;
+                }
             }
-            Ok(_) => {}
-            Err(e) => {
-                tracing::warn!(task = %item.task_id, error = %e, "could not complete node; it stays pending");
-                return;
-            }
+        };
+        if completed == CompleteOutcome::Stale {
+            // Another worker took the node over (this one was presumed lost) and now holds its
+            // entry: acknowledging it would take it from under that worker.
+            tracing::info!(task = %item.task_id, attempt, "completion refused: attempt is stale");
+            return;
         }
         self.ack(&item).await;
     }
@@ -547,6 +558,11 @@ impl NodeJob {
                     tracing::warn!(task = %item.task_id, error = %e, "could not record a refused plan; it stays pending");
                     return;
                 }
+            }
+            Ok(ExpandOutcome::Stale) => {
+                // The node was taken over; its new worker holds the entry now.
+                tracing::info!(task = %item.task_id, "plan refused: attempt is stale");
+                return;
             }
             Ok(other) => tracing::info!(task = %item.task_id, outcome = ?other, "plan not expanded"),
             Err(e) => {
