@@ -155,6 +155,32 @@ impl RedisServer {
         Ok(redis::Client::open(self.url())?.get_connection_with_timeout(Duration::from_secs(2))?)
     }
 
+    /// Calls per command from `INFO commandstats` (commands inside scripts count too; `info` is
+    /// left out), for benchmarks that count Redis commands.
+    pub fn command_stats(&self) -> anyhow::Result<std::collections::HashMap<String, u64>> {
+        let mut conn = self.connection()?;
+        let info: String = redis::cmd("INFO").arg("commandstats").query(&mut conn)?;
+        Ok(info
+            .lines()
+            .filter_map(|line| {
+                let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+                let calls = rest.split(',').find_map(|kv| kv.strip_prefix("calls="))?.parse().ok()?;
+                Some((name.to_owned(), calls))
+            })
+            .filter(|(name, _)| name != "info")
+            .collect())
+    }
+
+    /// One field of a node of a task (`<node>:<field>` in the task's nodes hash).
+    pub fn node_field(&self, task_id: &str, node_id: &str, field: &str) -> Option<String> {
+        let mut conn = self.connection().ok()?;
+        redis::cmd("HGET")
+            .arg(format!("cv:{{{task_id}}}:nodes"))
+            .arg(format!("{node_id}:{field}"))
+            .query(&mut conn)
+            .ok()?
+    }
+
     /// Kills the server with SIGKILL (nothing flushed beyond what its persistence already wrote).
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -41,15 +41,6 @@ async fn status_2025(mcp: &Mcp, task_id: &str) -> String {
     reply.result()["status"].as_str().unwrap_or_else(|| panic!("no status in {}", reply.raw)).to_owned()
 }
 
-fn node_field(redis: &RedisServer, task_id: &str, field: &str) -> Option<String> {
-    let mut conn = redis.connection().ok()?;
-    redis::cmd("HGET")
-        .arg(format!("cv:{{{task_id}}}:nodes"))
-        .arg(format!("root:{field}"))
-        .query(&mut conn)
-        .ok()?
-}
-
 #[tokio::test]
 async fn any_gateway_reads_awaits_and_cancels_any_task() {
     let redis = RedisServer::start().expect("redis");
@@ -103,7 +94,7 @@ async fn cancel_stops_the_running_tool_on_its_worker() {
 
     let task = create_2025(&mcp, "slow_compute", json!({"seconds": 60})).await;
     eventually(Duration::from_secs(10), "the node to run", async || {
-        (node_field(&redis, &task, "status").as_deref() == Some("running")).then_some(())
+        (redis.node_field(&task, "root", "status").as_deref() == Some("running")).then_some(())
     })
     .await;
     let cancelled_at = conveyor_shared_now_ms();
@@ -112,10 +103,10 @@ async fn cancel_stops_the_running_tool_on_its_worker() {
 
     // The worker records the node as stopped by cancellation once the tool has returned.
     let finished_at: u64 = eventually(Duration::from_secs(5), "the tool to stop", async || {
-        if node_field(&redis, &task, "status").as_deref() != Some("cancelled") {
+        if redis.node_field(&task, "root", "status").as_deref() != Some("cancelled") {
             return None;
         }
-        node_field(&redis, &task, "finishedAt")?.parse().ok()
+        redis.node_field(&task, "root", "finishedAt")?.parse().ok()
     })
     .await;
     let stop_ms = finished_at.saturating_sub(cancelled_at);
@@ -184,7 +175,7 @@ async fn a_worker_killed_while_idle_loses_no_queued_task() {
     })
     .await;
     assert_eq!(
-        node_field(&redis, &cancelled, "attempt").as_deref(),
+        redis.node_field(&cancelled, "root", "attempt").as_deref(),
         Some("0"),
         "the cancelled node never started"
     );
@@ -201,7 +192,7 @@ async fn sigterm_lets_a_worker_finish_its_node_and_exit() {
 
     let task = create_2025(&mcp, "slow_compute", json!({"seconds": 1, "label": "drain"})).await;
     eventually(Duration::from_secs(10), "the node to run", async || {
-        (node_field(&redis, &task, "status").as_deref() == Some("running")).then_some(())
+        (redis.node_field(&task, "root", "status").as_deref() == Some("running")).then_some(())
     })
     .await;
     worker.signal("TERM");
@@ -228,13 +219,13 @@ async fn a_worker_that_stops_hands_its_running_node_to_another() {
 
     let task = create_2025(&mcp, "slow_compute", json!({"seconds": 4, "label": "handed"})).await;
     eventually(Duration::from_secs(10), "the node to run", async || {
-        (node_field(&redis, &task, "status").as_deref() == Some("running")).then_some(())
+        (redis.node_field(&task, "root", "status").as_deref() == Some("running")).then_some(())
     })
     .await;
     first.signal("TERM");
     assert!(first.wait_exit(Duration::from_secs(5)), "the worker stops after its grace period");
     assert_eq!(
-        node_field(&redis, &task, "status").as_deref(),
+        redis.node_field(&task, "root", "status").as_deref(),
         Some("queued"),
         "handed back, not left running"
     );
@@ -242,7 +233,11 @@ async fn a_worker_that_stops_hands_its_running_node_to_another() {
     let _second = Conveyor::worker(&redis.url(), &["--fixtures"]).expect("second worker");
     let result = mcp.call_2025("tasks/result", json!({"taskId": task})).await.expect("tasks/result");
     assert_eq!(result.result()["content"][0]["text"], "computed handed", "{}", result.raw);
-    assert_eq!(node_field(&redis, &task, "attempt").as_deref(), Some("2"), "the second worker ran attempt 2");
+    assert_eq!(
+        redis.node_field(&task, "root", "attempt").as_deref(),
+        Some("2"),
+        "the second worker ran attempt 2"
+    );
 }
 
 #[tokio::test]

@@ -19,15 +19,6 @@ async fn wait_for_tools(mcp: &Mcp) {
     }
 }
 
-fn node_field(redis: &RedisServer, task_id: &str, field: &str) -> Option<String> {
-    let mut conn = redis.connection().ok()?;
-    redis::cmd("HGET")
-        .arg(format!("cv:{{{task_id}}}:nodes"))
-        .arg(format!("root:{field}"))
-        .query(&mut conn)
-        .ok()?
-}
-
 async fn create(mcp: &Mcp, tool: &str, arguments: Value) -> String {
     let reply = mcp
         .call_2025("tools/call", json!({"name": tool, "arguments": arguments, "task": {"ttl": 600_000}}))
@@ -48,11 +39,11 @@ async fn a_node_of_a_killed_worker_is_taken_over_when_its_lease_runs_out() {
 
     let task = create(&mcp, "slow_compute", json!({"seconds": 3, "label": "survivor"})).await;
     let deadline = Instant::now() + Duration::from_secs(10);
-    while node_field(&redis, &task, "status").as_deref() != Some("running") {
+    while redis.node_field(&task, "root", "status").as_deref() != Some("running") {
         assert!(Instant::now() < deadline, "the node never ran");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let first_worker = node_field(&redis, &task, "worker");
+    let first_worker = redis.node_field(&task, "root", "worker");
     first.signal("KILL");
     assert!(first.wait_exit(Duration::from_secs(5)));
     let killed_at = Instant::now();
@@ -61,9 +52,13 @@ async fn a_node_of_a_killed_worker_is_taken_over_when_its_lease_runs_out() {
     let result = mcp.call_2025("tasks/result", json!({"taskId": task})).await.expect("tasks/result");
     assert_eq!(result.result()["content"][0]["text"], "computed survivor", "{}", result.raw);
     println!("recovered {:?} after the kill", killed_at.elapsed());
-    assert_eq!(node_field(&redis, &task, "attempt").as_deref(), Some("2"), "the new worker ran attempt 2");
-    assert_ne!(node_field(&redis, &task, "worker"), first_worker, "another worker finished it");
-    assert_eq!(node_field(&redis, &task, "losses").as_deref(), Some("1"));
+    assert_eq!(
+        redis.node_field(&task, "root", "attempt").as_deref(),
+        Some("2"),
+        "the new worker ran attempt 2"
+    );
+    assert_ne!(redis.node_field(&task, "root", "worker"), first_worker, "another worker finished it");
+    assert_eq!(redis.node_field(&task, "root", "losses").as_deref(), Some("1"));
 }
 
 #[tokio::test]
@@ -191,14 +186,14 @@ async fn a_hung_worker_that_wakes_up_cannot_take_its_node_back() {
     wait_for_tools(&mcp).await;
     let task = create(&mcp, "slow_compute", json!({"seconds": 4, "label": "fenced"})).await;
     let deadline = Instant::now() + Duration::from_secs(10);
-    while node_field(&redis, &task, "status").as_deref() != Some("running") {
+    while redis.node_field(&task, "root", "status").as_deref() != Some("running") {
         assert!(Instant::now() < deadline, "the node never ran");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     hung.signal("STOP");
     let mut second = Conveyor::worker(&redis.url(), LEASE).expect("worker B");
     let deadline = Instant::now() + Duration::from_secs(15);
-    while node_field(&redis, &task, "attempt").as_deref() != Some("2") {
+    while redis.node_field(&task, "root", "attempt").as_deref() != Some("2") {
         assert!(Instant::now() < deadline, "worker B never took the node over");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -214,5 +209,5 @@ async fn a_hung_worker_that_wakes_up_cannot_take_its_node_back() {
     let _third = Conveyor::worker(&redis.url(), LEASE).expect("worker C");
     let result = mcp.call_2025("tasks/result", json!({"taskId": task})).await.expect("tasks/result");
     assert_eq!(result.result()["content"][0]["text"], "computed fenced", "{}", result.raw);
-    assert_eq!(node_field(&redis, &task, "attempt").as_deref(), Some("3"));
+    assert_eq!(redis.node_field(&task, "root", "attempt").as_deref(), Some("3"));
 }

@@ -132,9 +132,9 @@ async fn main() -> anyhow::Result<()> {
         mcp.wait_for_tool("noop", Duration::from_secs(20)).await?;
         for mode in [Mode::Sync, Mode::Task] {
             run(&mcp, mode, options.tasks / 10 + 1, options.concurrency).await?; // warm-up
-            let before = command_stats(&redis)?;
+            let before = redis.command_stats()?;
             let (elapsed, latencies) = run(&mcp, mode, options.tasks, options.concurrency).await?;
-            let after = command_stats(&redis)?;
+            let after = redis.command_stats()?;
             let calls = latencies.len().max(1) as f64;
             let mut per_command: Vec<(String, f64)> = after
                 .iter()
@@ -166,19 +166,4 @@ async fn main() -> anyhow::Result<()> {
         drop(redis);
     }
     Ok(())
-}
-
-/// Calls per command from `INFO commandstats` (scripts count as `evalsha`).
-fn command_stats(redis: &RedisServer) -> anyhow::Result<std::collections::HashMap<String, u64>> {
-    let mut conn = redis.connection()?;
-    let info: String = redis::cmd("INFO").arg("commandstats").query(&mut conn)?;
-    Ok(info
-        .lines()
-        .filter_map(|line| {
-            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = rest.split(',').find_map(|kv| kv.strip_prefix("calls="))?.parse().ok()?;
-            Some((name.to_owned(), calls))
-        })
-        .filter(|(name, _)| name != "info")
-        .collect())
 }

@@ -7,26 +7,11 @@
 //!
 //! Usage: cargo run --release -p conveyor-tests --bin dag-bench -- [--nodes N] [--workers 1,2]
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use conveyor_tests::mcp::tasks_client_capabilities;
 use conveyor_tests::{Conveyor, Mcp, RedisServer};
 use serde_json::json;
-
-fn command_stats(redis: &RedisServer) -> anyhow::Result<HashMap<String, u64>> {
-    let mut conn = redis.connection()?;
-    let info: String = redis::cmd("INFO").arg("commandstats").query(&mut conn)?;
-    Ok(info
-        .lines()
-        .filter_map(|line| {
-            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = rest.split(',').find_map(|kv| kv.strip_prefix("calls="))?.parse().ok()?;
-            Some((name.to_owned(), calls))
-        })
-        .filter(|(name, _)| name != "info")
-        .collect())
-}
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -75,7 +60,7 @@ async fn main() -> anyhow::Result<()> {
             .collect::<anyhow::Result<_>>()?;
         let mcp = Mcp::new(gateway.mcp_url());
         mcp.wait_for_tool("noop", Duration::from_secs(20)).await?;
-        let before = command_stats(&redis)?;
+        let before = redis.command_stats()?;
         let started = Instant::now();
         let created = mcp
             .call_2026(
@@ -101,7 +86,7 @@ async fn main() -> anyhow::Result<()> {
             }
         }
         let elapsed = started.elapsed();
-        let after = command_stats(&redis)?;
+        let after = redis.command_stats()?;
         let mut per_node: Vec<(String, f64)> = after
             .iter()
             .map(|(name, count)| {
