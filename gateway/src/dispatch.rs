@@ -448,7 +448,7 @@ async fn reply_from(mut stream: ReplyStream, as_sse: bool) -> Result<Reply, RpcF
 async fn owned_task(state: &AppState, ctx: &RequestCtx) -> Result<TaskRecord, RpcFailure> {
     let task_id = string_param(&ctx.params, "taskId")?;
     match state.store.get_task(task_id).await? {
-        Some(task) if task.owner == ctx.owner && !task.wire.is_empty() => Ok(task),
+        Some(task) if task.owner == ctx.owner => Ok(task),
         _ => Err(task_not_found(task_id)),
     }
 }

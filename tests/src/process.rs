@@ -90,6 +90,27 @@ pub fn example_bin(package: &str, example: &str) -> PathBuf {
     target.join("debug").join("examples").join(example)
 }
 
+/// Redis commands per unit of work between two [`RedisServer::command_stats`] readings: the total,
+/// and each command's share, busiest first.
+pub fn commands_per(
+    before: &std::collections::HashMap<String, u64>,
+    after: &std::collections::HashMap<String, u64>,
+    units: f64,
+) -> (f64, Vec<(String, f64)>) {
+    let mut per: Vec<(String, f64)> = after
+        .iter()
+        .map(|(name, count)| {
+            (
+                name.clone(),
+                count.saturating_sub(before.get(name).copied().unwrap_or(0)) as f64 / units.max(1.0),
+            )
+        })
+        .filter(|(_, n)| *n > 0.0)
+        .collect();
+    per.sort_by(|a, b| b.1.total_cmp(&a.1));
+    (per.iter().map(|(_, n)| n).sum(), per)
+}
+
 /// A `redis-server` of the test's own, on a free port.
 pub struct RedisServer {
     child: Option<Child>,
@@ -169,6 +190,25 @@ impl RedisServer {
             })
             .filter(|(name, _)| name != "info")
             .collect())
+    }
+
+    /// Waits until a node of a task has `status`, or fails after `timeout`.
+    pub async fn wait_node_status(
+        &self,
+        task_id: &str,
+        node_id: &str,
+        status: &str,
+        timeout: Duration,
+    ) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        while self.node_field(task_id, node_id, "status").as_deref() != Some(status) {
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "node {node_id} of task {task_id} never became {status}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
     }
 
     /// One field of a node of a task (`<node>:<field>` in the task's nodes hash).

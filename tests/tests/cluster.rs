@@ -93,10 +93,7 @@ async fn cancel_stops_the_running_tool_on_its_worker() {
     wait_for_tools(&mcp).await;
 
     let task = create_2025(&mcp, "slow_compute", json!({"seconds": 60})).await;
-    eventually(Duration::from_secs(10), "the node to run", async || {
-        (redis.node_field(&task, "root", "status").as_deref() == Some("running")).then_some(())
-    })
-    .await;
+    redis.wait_node_status(&task, "root", "running", Duration::from_secs(10)).await.expect("the node runs");
     let cancelled_at = conveyor_shared_now_ms();
     let reply = mcp.call_2025("tasks/cancel", json!({"taskId": task})).await.expect("tasks/cancel");
     assert_eq!(reply.result()["status"], "cancelled", "{}", reply.raw);
@@ -191,10 +188,7 @@ async fn sigterm_lets_a_worker_finish_its_node_and_exit() {
     wait_for_tools(&mcp).await;
 
     let task = create_2025(&mcp, "slow_compute", json!({"seconds": 1, "label": "drain"})).await;
-    eventually(Duration::from_secs(10), "the node to run", async || {
-        (redis.node_field(&task, "root", "status").as_deref() == Some("running")).then_some(())
-    })
-    .await;
+    redis.wait_node_status(&task, "root", "running", Duration::from_secs(10)).await.expect("the node runs");
     worker.signal("TERM");
     assert!(
         worker.wait_exit(Duration::from_secs(10)),
@@ -218,10 +212,7 @@ async fn a_worker_that_stops_hands_its_running_node_to_another() {
     wait_for_tools(&mcp).await;
 
     let task = create_2025(&mcp, "slow_compute", json!({"seconds": 4, "label": "handed"})).await;
-    eventually(Duration::from_secs(10), "the node to run", async || {
-        (redis.node_field(&task, "root", "status").as_deref() == Some("running")).then_some(())
-    })
-    .await;
+    redis.wait_node_status(&task, "root", "running", Duration::from_secs(10)).await.expect("the node runs");
     first.signal("TERM");
     assert!(first.wait_exit(Duration::from_secs(5)), "the worker stops after its grace period");
     assert_eq!(

@@ -38,11 +38,7 @@ async fn a_node_of_a_killed_worker_is_taken_over_when_its_lease_runs_out() {
     wait_for_tools(&mcp).await;
 
     let task = create(&mcp, "slow_compute", json!({"seconds": 3, "label": "survivor"})).await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while redis.node_field(&task, "root", "status").as_deref() != Some("running") {
-        assert!(Instant::now() < deadline, "the node never ran");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    redis.wait_node_status(&task, "root", "running", Duration::from_secs(10)).await.expect("the node runs");
     let first_worker = redis.node_field(&task, "root", "worker");
     first.signal("KILL");
     assert!(first.wait_exit(Duration::from_secs(5)));
@@ -185,11 +181,7 @@ async fn a_hung_worker_that_wakes_up_cannot_take_its_node_back() {
     let mcp = Mcp::new(gateway.mcp_url());
     wait_for_tools(&mcp).await;
     let task = create(&mcp, "slow_compute", json!({"seconds": 4, "label": "fenced"})).await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while redis.node_field(&task, "root", "status").as_deref() != Some("running") {
-        assert!(Instant::now() < deadline, "the node never ran");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    redis.wait_node_status(&task, "root", "running", Duration::from_secs(10)).await.expect("the node runs");
     hung.signal("STOP");
     let mut second = Conveyor::worker(&redis.url(), LEASE).expect("worker B");
     let deadline = Instant::now() + Duration::from_secs(15);

@@ -135,16 +135,8 @@ async fn main() -> anyhow::Result<()> {
             let before = redis.command_stats()?;
             let (elapsed, latencies) = run(&mcp, mode, options.tasks, options.concurrency).await?;
             let after = redis.command_stats()?;
-            let calls = latencies.len().max(1) as f64;
-            let mut per_command: Vec<(String, f64)> = after
-                .iter()
-                .map(|(name, count)| {
-                    (name.clone(), (count - before.get(name).copied().unwrap_or(0)) as f64 / calls)
-                })
-                .filter(|(_, per_call)| *per_call > 0.0)
-                .collect();
-            per_command.sort_by(|a, b| b.1.total_cmp(&a.1));
-            let total: f64 = per_command.iter().map(|(_, n)| n).sum();
+            let (total, per_command) =
+                conveyor_tests::process::commands_per(&before, &after, latencies.len() as f64);
             let busiest: Vec<String> =
                 per_command.iter().take(6).map(|(name, n)| format!("{name} {n:.1}")).collect();
             println!(

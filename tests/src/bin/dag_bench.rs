@@ -87,15 +87,7 @@ async fn main() -> anyhow::Result<()> {
         }
         let elapsed = started.elapsed();
         let after = redis.command_stats()?;
-        let mut per_node: Vec<(String, f64)> = after
-            .iter()
-            .map(|(name, count)| {
-                (name.clone(), (count - before.get(name).copied().unwrap_or(0)) as f64 / total_nodes as f64)
-            })
-            .filter(|(_, n)| *n > 0.0)
-            .collect();
-        per_node.sort_by(|a, b| b.1.total_cmp(&a.1));
-        let total: f64 = per_node.iter().map(|(_, n)| n).sum();
+        let (total, per_node) = conveyor_tests::process::commands_per(&before, &after, total_nodes as f64);
         let busiest: Vec<String> =
             per_node.iter().take(7).map(|(name, n)| format!("{name} {n:.2}")).collect();
         println!(
