@@ -30,6 +30,17 @@ pub enum Command {
         #[command(subcommand)]
         command: TasksCommand,
     },
+    /// List the live workers: their queues, tools and running nodes (read from Redis).
+    Workers {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Also list workers whose heartbeat stopped (recently dead or stopped).
+        #[arg(long)]
+        all: bool,
+        #[command(flatten)]
+        redis: RedisArgs,
+    },
     /// Nodes that failed for good (attempts spent, or their worker lost too often).
     Dlq {
         #[command(subcommand)]
@@ -79,12 +90,22 @@ pub enum DlqCommand {
 
 #[derive(Debug, Clone, Args)]
 pub struct RedisArgs {
-    /// Redis to use.
+    /// Redis to use: one server, any node of a Redis Cluster, or a comma-separated list of
+    /// cluster nodes. A cluster is recognised by itself (`cluster_enabled:1`).
     #[arg(long = "redis-url", env = "REDIS_URL", default_value = conveyor_shared::config::DEFAULT_REDIS_URL)]
     pub url: String,
-    /// How long any one Redis operation may take before it fails, in milliseconds.
+    /// How long any one Redis round trip may take before it fails, in milliseconds.
     #[arg(long = "redis-timeout-ms", env = "CONVEYOR_REDIS_TIMEOUT_MS", default_value_t = 3000)]
     pub timeout_ms: u64,
+    /// How long an operation keeps trying while Redis is out of reach (a restart, a failover)
+    /// before the request fails with a retryable error, in milliseconds.
+    #[arg(long = "redis-outage-ms", env = "CONVEYOR_REDIS_OUTAGE_MS", default_value_t = 5000)]
+    pub outage_ms: u64,
+    /// Shards of the keyspace: on a Redis Cluster each shard is one slot, so use at least twice
+    /// as many shards as primaries. Fixed when a deployment is first set up; every gateway and
+    /// worker must use the same number.
+    #[arg(long, env = "CONVEYOR_SHARDS", default_value_t = conveyor_shared::store::DEFAULT_SHARDS)]
+    pub shards: u16,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -146,6 +167,10 @@ pub struct WorkerArgs {
     /// conformance suite's test_* tools). Off by default.
     #[arg(long, env = "CONVEYOR_FIXTURES")]
     pub fixtures: bool,
+    /// Offer only these tools of the worker's registry (comma-separated), so that one binary can
+    /// serve several pools: the worker reads only the queues of the tools it offers.
+    #[arg(long, env = "CONVEYOR_TOOLS", value_delimiter = ',')]
+    pub tools: Vec<String>,
     /// On SIGINT/SIGTERM, how long running nodes may take to finish before they are stopped and
     /// handed back to the queue for another worker, in milliseconds.
     #[arg(long, env = "CONVEYOR_SHUTDOWN_GRACE_MS", default_value_t = 30_000)]
@@ -176,4 +201,7 @@ pub struct UpArgs {
     /// Also offer the fixture tools (see `conveyor worker --help`).
     #[arg(long, env = "CONVEYOR_FIXTURES")]
     pub fixtures: bool,
+    /// Offer only these tools (comma-separated; see `conveyor worker --help`).
+    #[arg(long, env = "CONVEYOR_TOOLS", value_delimiter = ',')]
+    pub tools: Vec<String>,
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use conveyor_gateway::{AppState, HttpPolicy};
+use conveyor_shared::store::StoreOptions;
 use conveyor_shared::{Config, Store};
 use conveyor_worker::{ToolRegistry, WorkerOptions};
 use tokio_util::sync::CancellationToken;
@@ -25,6 +26,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             worker(store, args, shutdown).await
         }
         Command::Tasks { command: TasksCommand::Show { id, json, redis } } => show(&redis, &id, json).await,
+        Command::Workers { json, all, redis } => workers(&redis, json, all).await,
         Command::Dlq { command: DlqCommand::List { count, json, redis } } => {
             dlq_list(&redis, count, json).await
         }
@@ -63,8 +65,17 @@ fn shutdown_on_signal() -> CancellationToken {
     token
 }
 
+fn store_options(redis: &RedisArgs) -> StoreOptions {
+    StoreOptions {
+        timeout: Duration::from_millis(redis.timeout_ms),
+        outage_wait: Duration::from_millis(redis.outage_ms),
+        shards: redis.shards,
+        process: None,
+    }
+}
+
 fn store(redis: &RedisArgs) -> anyhow::Result<Store> {
-    Store::new(&redis.url, Duration::from_millis(redis.timeout_ms)).context("cannot set up Redis")
+    Store::open(&redis.url, store_options(redis)).context("cannot set up Redis")
 }
 
 fn config(args: &GatewayArgs) -> Config {
@@ -75,6 +86,8 @@ fn config(args: &GatewayArgs) -> Config {
         poll_interval_ms: args.poll_interval_ms,
         max_body_bytes: args.max_body_bytes,
         redis_timeout: Duration::from_millis(args.redis.timeout_ms),
+        redis_outage_wait: Duration::from_millis(args.redis.outage_ms),
+        shards: args.redis.shards,
         sync_call_timeout: Duration::from_millis(args.sync_timeout_ms),
         max_dag_nodes: args.max_dag_nodes,
         max_dag_node_bytes: args.max_dag_node_bytes,
@@ -101,6 +114,7 @@ async fn gateway(args: GatewayArgs, shutdown: CancellationToken) -> anyhow::Resu
             "no API keys configured (CONVEYOR_API_KEYS): the endpoint is open and every caller shares one principal"
         );
     }
+    wait_for_layout(&store, &shutdown).await?;
     let state = Arc::new(AppState::new(store, config, policy));
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -112,16 +126,37 @@ async fn gateway(args: GatewayArgs, shutdown: CancellationToken) -> anyhow::Resu
         .context("the gateway stopped with an error")
 }
 
-fn registry(fixtures: bool) -> Arc<ToolRegistry> {
+/// Waits for Redis to answer, then checks that it agrees with this process's shard count; a
+/// disagreement is a configuration error that waiting does not cure.
+async fn wait_for_layout(store: &Store, shutdown: &CancellationToken) -> anyhow::Result<()> {
+    loop {
+        match store.check_layout().await {
+            Ok(()) => return Ok(()),
+            Err(e @ conveyor_shared::StoreError::Layout(_)) => {
+                return Err(anyhow::anyhow!("invalid configuration: {e}"));
+            }
+            Err(e) => tracing::warn!(error = %e, "waiting for Redis"),
+        }
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            () = shutdown.cancelled() => return Ok(()),
+        }
+    }
+}
+
+fn registry(fixtures: bool, only: &[String]) -> anyhow::Result<Arc<ToolRegistry>> {
     let mut registry = ToolRegistry::new();
     if fixtures {
         conveyor_worker::fixtures::register(&mut registry);
     }
-    Arc::new(registry)
+    if !only.is_empty() {
+        registry = registry.only(only).map_err(|e| anyhow::anyhow!("CONVEYOR_TOOLS: {e}"))?;
+    }
+    Ok(Arc::new(registry))
 }
 
 async fn worker(store: Store, args: WorkerArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let registry = registry(args.fixtures);
+    let registry = registry(args.fixtures, &args.tools)?;
     if registry.is_empty() {
         tracing::warn!(
             "this worker offers no tools: start it with --fixtures, or build one with your own tools"
@@ -156,6 +191,7 @@ async fn up(mut args: UpArgs) -> anyhow::Result<()> {
         let worker_args = WorkerArgs {
             concurrency: args.concurrency,
             fixtures: args.fixtures,
+            tools: args.tools.clone(),
             shutdown_grace_ms: 30_000,
             lease_ms: 30_000,
             max_node_losses: 3,
@@ -212,6 +248,42 @@ async fn show(redis: &RedisArgs, id: &str, json: bool) -> anyhow::Result<()> {
             duration,
             node.worker.unwrap_or_default()
         );
+    }
+    Ok(())
+}
+
+async fn workers(redis: &RedisArgs, json: bool, all: bool) -> anyhow::Result<()> {
+    let now = conveyor_shared::model::now_ms();
+    let workers: Vec<_> =
+        store(redis)?.workers().await?.into_iter().filter(|w| all || w.is_live(now)).collect();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&workers)?);
+        return Ok(());
+    }
+    if workers.is_empty() {
+        println!("no live workers");
+        return Ok(());
+    }
+    for w in workers {
+        let age = now.saturating_sub(w.heartbeat_ms) as f64 / 1000.0;
+        let state = if w.is_live(now) { "live" } else { "silent" };
+        println!(
+            "{}  {state}, heartbeat {age:.1} s ago, {} of {} slots busy, pid {} on {}",
+            w.name,
+            w.running.len(),
+            w.concurrency,
+            w.pid,
+            if w.host.is_empty() { "?" } else { &w.host }
+        );
+        println!("  queues  {}", w.queues.join(", "));
+        println!("  tools   {}", w.tools.join(", "));
+        for node in &w.running {
+            let secs = now.saturating_sub(node.started_at_ms) as f64 / 1000.0;
+            println!(
+                "  running {} {} ({}, attempt {}, {secs:.1} s)",
+                node.task_id, node.node_id, node.tool, node.attempt
+            );
+        }
     }
     Ok(())
 }

@@ -1,5 +1,7 @@
 //! The tools gateways offer: read from what workers publish in Redis, cached briefly, each with
-//! its input schema compiled once so that bad arguments are refused before a task exists.
+//! its input schema compiled once so that bad arguments are refused before a task exists. A tool
+//! is listed while a live worker (one whose heartbeat is recent) offers it; a call to a known tool
+//! whose workers are all gone is still taken, and waits in its queue for one.
 
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -42,11 +44,16 @@ pub struct CatalogTool {
     pub task_support: TaskSupport,
     /// Client capabilities the tool needs (a ClientCapabilities object).
     pub required_client_capabilities: Option<Value>,
+    /// The queue its nodes wait in.
+    pub queue: String,
+    /// Whether a live worker offers it now.
+    pub live: bool,
     validator: Option<Arc<jsonschema::Validator>>,
 }
 
 impl CatalogTool {
-    fn new(published: PublishedTool) -> Option<Self> {
+    fn new(published: PublishedTool, live: bool) -> Option<Self> {
+        let queue = published.queue_name()?.to_owned();
         let definition = published.definition;
         let name = definition.get("name")?.as_str()?.to_owned();
         let validator = match definition.get("inputSchema") {
@@ -62,6 +69,8 @@ impl CatalogTool {
         Some(Self {
             task_support: TaskSupport::of(&definition),
             required_client_capabilities: published.required_client_capabilities,
+            queue,
+            live,
             name,
             definition,
             validator,
@@ -145,8 +154,11 @@ fn run_dag_tool() -> CatalogTool {
         "execution": {"taskSupport": "optional"}
     });
     #[allow(clippy::expect_used)] // a constant definition with a name
-    CatalogTool::new(PublishedTool { position: u32::MAX, definition, required_client_capabilities: None })
-        .expect("run_dag has a name")
+    CatalogTool::new(
+        PublishedTool { position: u32::MAX, queue: None, definition, required_client_capabilities: None },
+        true,
+    )
+    .expect("run_dag has a name")
 }
 
 /// The cached catalog. Cheap to share.
@@ -166,8 +178,17 @@ impl ToolCatalog {
     }
 
     async fn refresh(&self) -> Result<(), StoreError> {
-        let definitions = self.store.tools().await?;
-        let mut tools: Vec<CatalogTool> = definitions.into_iter().filter_map(CatalogTool::new).collect();
+        let (definitions, workers) = self.store.catalog().await?;
+        let now = conveyor_shared::model::now_ms();
+        let offered: std::collections::HashSet<String> =
+            workers.into_iter().filter(|w| w.is_live(now)).flat_map(|w| w.tools).collect();
+        let mut tools: Vec<CatalogTool> = definitions
+            .into_iter()
+            .filter_map(|t| {
+                let live = t.name().is_some_and(|n| offered.contains(n));
+                CatalogTool::new(t, live)
+            })
+            .collect();
         tools.retain(|t| t.name != RUN_DAG);
         tools.push(run_dag_tool());
         *self.snapshot.write().unwrap_or_else(std::sync::PoisonError::into_inner) =
@@ -179,15 +200,29 @@ impl ToolCatalog {
         self.read().fetched.map(|t| t.elapsed())
     }
 
-    /// All tools, ordered by name.
+    /// The tools a live worker offers (and `run_dag`), in registration order.
     pub async fn list(&self) -> Result<Vec<CatalogTool>, StoreError> {
+        if self.age().is_none_or(|age| age > FRESH_FOR) {
+            self.refresh().await?;
+        }
+        Ok(self.read().tools.iter().filter(|t| t.live).cloned().collect())
+    }
+
+    /// Every known tool, offered by a live worker or not.
+    pub async fn known(&self) -> Result<Vec<CatalogTool>, StoreError> {
         if self.age().is_none_or(|age| age > FRESH_FOR) {
             self.refresh().await?;
         }
         Ok(self.read().tools.clone())
     }
 
-    /// One tool by name, re-reading the catalog when the name is unknown and the cache is not new.
+    /// The queue of every known tool, by name.
+    pub fn queues(&self) -> std::collections::HashMap<String, String> {
+        self.read().tools.iter().map(|t| (t.name.clone(), t.queue.clone())).collect()
+    }
+
+    /// One known tool by name (offered by a live worker or not), re-reading the catalog when the
+    /// name is unknown and the cache is not new.
     pub async fn get(&self, name: &str) -> Result<Option<CatalogTool>, StoreError> {
         let stale = self.age().is_none_or(|age| age > FRESH_FOR);
         if !stale && let Some(tool) = self.read().get(name) {
@@ -206,18 +241,22 @@ mod tests {
 
     #[test]
     fn validation_names_the_field_and_the_reason() {
-        let tool = CatalogTool::new(PublishedTool {
-            position: 0,
-            definition: json!({
-                "name": "slow_compute",
-                "inputSchema": {
-                    "type": "object",
-                    "properties": {"seconds": {"type": "number"}},
-                    "required": ["seconds"]
-                }
-            }),
-            required_client_capabilities: None,
-        })
+        let tool = CatalogTool::new(
+            PublishedTool {
+                position: 0,
+                queue: None,
+                definition: json!({
+                    "name": "slow_compute",
+                    "inputSchema": {
+                        "type": "object",
+                        "properties": {"seconds": {"type": "number"}},
+                        "required": ["seconds"]
+                    }
+                }),
+                required_client_capabilities: None,
+            },
+            true,
+        )
         .expect("valid definition");
         assert!(tool.validate(&json!({"seconds": 1})).is_ok());
         let err = tool.validate(&json!({"seconds": "soon"})).expect_err("a string is not a number");

@@ -5,10 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use conveyor_shared::dag::{self, DagSpec};
+use conveyor_shared::events::{Delivery, Waiter};
+use conveyor_shared::keys;
 use conveyor_shared::model::{RpcError, TaskEvent, TaskMode, TaskRecord, TaskStatus, new_task_id, now_ms};
-use conveyor_shared::store::{
-    AnswerOutcome, CancelOutcome, Created, LimitHit, NewTask, TaskEvents, task_error,
-};
+use conveyor_shared::store::{AnswerOutcome, CancelOutcome, Created, LimitHit, NewTask, task_error};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use rmcp::model::{ErrorCode, TASKS_EXTENSION_ID};
@@ -28,8 +28,10 @@ pub const IDEMPOTENCY_KEY: &str = "io.conveyor/idempotencyKey";
 
 /// Page size of `tasks/list`.
 const LIST_PAGE: usize = 50;
-/// How often a waiting request re-reads its task, in case an event was lost.
-const RECHECK: Duration = Duration::from_secs(2);
+/// How often a waiting request reads its task again although no event said so: events are only
+/// lost when the subscription drops, and then every waiter reads again at once; this is a last
+/// line of defence, not the way results arrive.
+const SAFETY_RECHECK: Duration = Duration::from_secs(30);
 /// Owner index entries are kept as long as the longest-lived task could be listed.
 const OWNER_INDEX_SLACK_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 
@@ -306,8 +308,28 @@ async fn tools_call(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, RpcF
             )));
         }
     };
+    // An idempotent call lands in the shard its key names, so that a retry finds the first task.
+    let shard = match &idempotency_key {
+        Some(key) => keys::shard_of_key(&ctx.owner, key, state.store.shards()),
+        None => state.store.pick_shard(),
+    };
+    let task_id = new_task_id(shard);
+    let idle = idle_tools(&tool, graph.as_ref(), &state.catalog.known().await?);
+    let status_message = if idle.is_empty() {
+        format!("Queued: {name}")
+    } else {
+        format!("Queued: no live worker offers {} now; waiting for one", idle.join(", "))
+    };
+    // A synchronous call hears of its task's progress and end in this gateway's inbox: the local
+    // waiter is registered before the task exists, so that not even its first event is missed.
+    let (waiter, inbox) = if as_task {
+        (None, None)
+    } else {
+        let hub = state.store.events().await?;
+        (Some(hub.waiter(&task_id)), Some(hub.inbox(shard)))
+    };
     let mut new = NewTask {
-        task_id: new_task_id(),
+        task_id,
         owner: ctx.owner.clone(),
         tool: name.to_owned(),
         arguments,
@@ -317,17 +339,17 @@ async fn tools_call(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, RpcF
         progress_token: progress_token.clone(),
         traceparent: ctx.traceparent.clone(),
         mode,
-        status_message: format!("Queued: {name}"),
+        status_message,
         created_at_ms: now_ms(),
         graph,
         idempotency_key,
+        queues: state.catalog.queues(),
+        waiter: inbox,
+        index_retention_ms: state.config.task_ttl_max_ms + OWNER_INDEX_SLACK_MS,
     };
-    let retention = state.config.task_ttl_max_ms + OWNER_INDEX_SLACK_MS;
-    // A synchronous call relays the tool's progress: listen before the task exists, so that not
-    // even its first report can be missed.
-    let mut events = if as_task { None } else { Some(state.store.subscribe_task(&new.task_id).await?) };
     let mut record = new.record();
-    match state.store.create_task(&new, retention, &state.config.limits).await? {
+    let mut waiter = waiter;
+    match state.store.create_task(&new, &state.config.limits).await? {
         Created::Created => {
             tracing::info!(task = %new.task_id, tool = %name, wire = ctx.wire.as_str(), mode = mode.as_str(), "task created");
         }
@@ -336,7 +358,7 @@ async fn tools_call(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, RpcF
             tracing::info!(task = %earlier, tool = %name, "idempotent retry: returning the earlier task");
             record = state.store.get_task(&earlier).await?.ok_or_else(|| task_not_found(&earlier))?;
             new.task_id = earlier;
-            events = None;
+            waiter = None;
         }
         Created::Conflict(earlier) => {
             return Err(RpcFailure::invalid_params(format!(
@@ -345,7 +367,7 @@ async fn tools_call(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, RpcF
         }
         Created::OverLimit(hit) => return Err(over_limit(&hit)),
         Created::IdTaken => {
-            // 128 random bits collided: astronomically unlikely, and nothing was written.
+            // 112 random bits collided: astronomically unlikely, and nothing was written.
             return Err(RpcFailure::internal("task id collision; retry the call"));
         }
     }
@@ -353,12 +375,12 @@ async fn tools_call(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, RpcF
         return Ok(Reply::Result(wire::create_result(ctx.wire, &record)));
     }
     let follow = Follow {
-        task_id: new.task_id.clone(),
+        task: record,
         owner: ctx.owner.clone(),
         progress_token: progress_token.clone(),
         deadline: state.config.sync_call_timeout,
     };
-    let stream = follow_task(state, follow, events, |task| sync_outcome(&task));
+    let stream = follow_task(state, follow, waiter, |task| sync_outcome(&task));
     reply_from(stream, ctx.accepts_sse && progress_token.is_some()).await
 }
 
@@ -523,12 +545,8 @@ async fn tasks_result(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, Rp
     // bounded so that no proxy cuts it silently.
     let deadline =
         if ctx.accepts_sse { Duration::from_secs(7 * 24 * 60 * 60) } else { state.config.sync_call_timeout };
-    let follow = Follow {
-        task_id: task.task_id.clone(),
-        owner: ctx.owner.clone(),
-        progress_token: task.progress_token,
-        deadline,
-    };
+    let follow =
+        Follow { progress_token: task.progress_token.clone(), task, owner: ctx.owner.clone(), deadline };
     let stream = follow_task(state, follow, None, |t| task_result_payload(&t));
     reply_from(stream, ctx.accepts_sse).await
 }
@@ -563,24 +581,26 @@ fn task_result_payload(task: &TaskRecord) -> Result<Value, RpcFailure> {
     }
 }
 
-/// Follows a task until it is terminal: relays its progress as `notifications/progress` (when the
-/// client gave a token), then yields `finish(task)`. Subscribes before it reads, so no event falls
-/// between the read and the wait, and re-reads every few seconds because pub/sub may drop one.
 /// Which task to follow, for whom, and for how long.
 struct Follow {
-    task_id: String,
+    /// The task as last known; its status, result and error are updated from events.
+    task: TaskRecord,
     owner: String,
     progress_token: Option<Value>,
     deadline: Duration,
 }
 
-fn follow_task<F>(state: Arc<AppState>, follow: Follow, events: Option<TaskEvents>, finish: F) -> ReplyStream
+/// Follows a task until it is terminal: relays its progress as `notifications/progress` (when the
+/// client gave a token), then yields `finish(task)`. `waiter` is a local waiter registered before
+/// the task was created with this gateway's inbox among its waiters; without one, the follow
+/// registers its own and watches the task (joins its waiters and reads it in one step).
+fn follow_task<F>(state: Arc<AppState>, follow: Follow, waiter: Option<Waiter>, finish: F) -> ReplyStream
 where
     F: FnOnce(TaskRecord) -> Result<Value, RpcFailure> + Send + 'static,
 {
     let (tx, rx) = mpsc::channel(64);
     tokio::spawn(async move {
-        let outcome = wait_terminal(&state, &follow, events, &tx).await;
+        let outcome = wait_terminal(&state, follow, waiter, &tx).await;
         let _ = tx.send(StreamItem::Done(outcome.and_then(finish))).await;
     });
     ReceiverStream::new(rx).boxed()
@@ -588,65 +608,115 @@ where
 
 async fn wait_terminal(
     state: &AppState,
-    follow: &Follow,
-    mut subscribed: Option<TaskEvents>,
+    follow: Follow,
+    waiter: Option<Waiter>,
     tx: &mpsc::Sender<StreamItem>,
 ) -> Result<TaskRecord, RpcFailure> {
-    let Follow { task_id, owner, progress_token, deadline } = follow;
-    let (task_id, owner, deadline) = (task_id.as_str(), owner.as_str(), *deadline);
+    let Follow { mut task, owner, progress_token, deadline } = follow;
+    let task_id = task.task_id.clone();
     let give_up = Instant::now() + deadline;
-    loop {
-        let mut events = match subscribed.take() {
-            Some(events) => events,
-            None => state.store.subscribe_task(task_id).await?,
-        };
-        let read = |task: Option<TaskRecord>| match task {
+    let hub = state.store.events().await?;
+    let shard = state.store.shard_of(&task_id).ok_or_else(|| task_not_found(&task_id))?;
+    let inbox = hub.inbox(shard);
+    let watch = async |task_id: &str| -> Result<TaskRecord, RpcFailure> {
+        match state.store.watch_task(task_id, &inbox).await? {
             Some(t) if t.owner == owner => Ok(t),
             _ => Err(task_not_found(task_id)),
-        };
-        let task = read(state.store.get_task(task_id).await?)?;
-        if task.status.is_terminal() {
-            return Ok(task);
         }
-        loop {
-            tokio::select! {
-                event = events.recv() => match event {
-                    Some(TaskEvent::Progress { progress, total, message }) => {
-                        if let Some(token) = progress_token {
-                            let mut params = json!({"progressToken": token, "progress": progress});
-                            if let Some(total) = total { params["total"] = json!(total); }
-                            if let Some(message) = message { params["message"] = json!(message); }
-                            let _ = tx.send(StreamItem::Notification(rpc::notification("notifications/progress", params))).await;
-                        }
+    };
+    let mut waiter = match waiter {
+        Some(waiter) => waiter,
+        None => {
+            let waiter = hub.waiter(&task_id);
+            task = watch(&task_id).await?;
+            if task.status.is_terminal() {
+                return Ok(task);
+            }
+            waiter
+        }
+    };
+    let mut recheck = Instant::now() + SAFETY_RECHECK;
+    loop {
+        tokio::select! {
+            delivery = waiter.recv() => match delivery {
+                Some(Delivery::Event(TaskEvent::Progress { progress, total, message })) => {
+                    if let Some(token) = &progress_token {
+                        let mut params = json!({"progressToken": token, "progress": progress});
+                        if let Some(total) = total { params["total"] = json!(total); }
+                        if let Some(message) = message { params["message"] = json!(message); }
+                        let _ = tx.send(StreamItem::Notification(rpc::notification("notifications/progress", params))).await;
                     }
-                    Some(TaskEvent::Status { status, .. }) if status.is_terminal() => {
-                        return read(state.store.get_task(task_id).await?);
+                }
+                Some(Delivery::Event(TaskEvent::Status { status, message, result, error })) if status.is_terminal() => {
+                    // The event carries the result when it is small: answer without a read.
+                    if result.is_some() || error.is_some() || status == TaskStatus::Cancelled {
+                        task.status = status;
+                        task.status_message = message;
+                        task.result = result;
+                        task.error = error;
+                        return Ok(task);
                     }
-                    Some(TaskEvent::Status { .. }) => {}
-                    // The subscription dropped (Redis restarted?): subscribe again and re-read.
-                    None => break,
-                },
-                () = tokio::time::sleep(RECHECK) => {
-                    let task = read(state.store.get_task(task_id).await?)?;
+                    return state.store.get_task(&task_id).await?.ok_or_else(|| task_not_found(&task_id));
+                }
+                Some(Delivery::Event(TaskEvent::Status { status, message, .. })) => {
+                    task.status = status;
+                    task.status_message = message;
+                }
+                Some(Delivery::Event(TaskEvent::Expired)) => return Err(task_not_found(&task_id)),
+                // Events may have been lost (the subscription dropped): read the task again.
+                Some(Delivery::Resync) => {
+                    task = watch(&task_id).await?;
                     if task.status.is_terminal() {
                         return Ok(task);
                     }
                 }
-                () = tokio::time::sleep_until(give_up) => {
-                    return Err(RpcFailure::internal(format!(
-                        "Task `{task_id}` is still running after {deadline:?}; it goes on, ask again later"
-                    )));
-                }
-                () = tx.closed() => {
-                    return Err(RpcFailure::internal("the client went away"));
-                }
-                () = state.shutdown.cancelled() => {
-                    return Err(RpcFailure::internal(format!(
-                        "This gateway is shutting down; task `{task_id}` goes on. Ask again (tasks/get, tasks/result) on any gateway."
-                    ))
-                    .with_data(json!({"retryable": true, "taskId": task_id})));
+                None => return Err(RpcFailure::internal("this gateway's event hub stopped")),
+            },
+            () = tokio::time::sleep_until(recheck) => {
+                recheck = Instant::now() + SAFETY_RECHECK;
+                task = watch(&task_id).await?;
+                if task.status.is_terminal() {
+                    return Ok(task);
                 }
             }
+            () = tokio::time::sleep_until(give_up) => {
+                return Err(RpcFailure::internal(format!(
+                    "Task `{task_id}` is still running after {deadline:?}; it goes on, ask again later"
+                )));
+            }
+            () = tx.closed() => {
+                return Err(RpcFailure::internal("the client went away"));
+            }
+            () = state.shutdown.cancelled() => {
+                return Err(RpcFailure::internal(format!(
+                    "This gateway is shutting down; task `{task_id}` goes on. Ask again (tasks/get, tasks/result) on any gateway."
+                ))
+                .with_data(json!({"retryable": true, "taskId": task_id})));
+            }
+        }
+    }
+}
+
+/// The tools of a call that no live worker offers now (the call waits in their queues).
+fn idle_tools(
+    tool: &crate::catalog::CatalogTool,
+    graph: Option<&DagSpec>,
+    catalog: &[crate::catalog::CatalogTool],
+) -> Vec<String> {
+    match graph {
+        None if tool.live => Vec::new(),
+        None => vec![format!("`{}`", tool.name)],
+        Some(graph) => {
+            let mut idle: Vec<String> = graph
+                .nodes
+                .iter()
+                .filter_map(|n| n.tool.as_deref())
+                .filter(|t| catalog.iter().any(|c| c.name == *t && !c.live))
+                .map(|t| format!("`{t}`"))
+                .collect();
+            idle.sort();
+            idle.dedup();
+            idle
         }
     }
 }

@@ -177,7 +177,7 @@ async fn post_mcp(
             // gateway accepts every id, none is ever terminated, and DELETE answers 405, so the
             // gateway stays stateless while clients that wait for an id get one.
             let mut response = json_response(StatusCode::OK, rpc::response(&id, result));
-            if let Ok(session) = header::HeaderValue::from_str(&conveyor_shared::model::new_task_id()) {
+            if let Ok(session) = header::HeaderValue::from_str(&conveyor_shared::model::random_id()) {
                 response.headers_mut().insert("mcp-session-id", session);
             }
             response
@@ -372,8 +372,8 @@ fn valid_traceparent(value: &str) -> bool {
 }
 
 fn new_traceparent() -> String {
-    let trace = conveyor_shared::model::new_task_id();
-    let span = &conveyor_shared::model::new_task_id()[..16];
+    let trace = conveyor_shared::model::random_id();
+    let span = &conveyor_shared::model::random_id()[..16];
     format!("00-{trace}-{span}-01")
 }
 

@@ -47,12 +47,23 @@ impl RpcFailure {
     }
 }
 
+/// How long a client should wait before it retries a request that failed because Redis was away.
+pub const STORE_RETRY_AFTER_MS: u64 = 1_000;
+
 impl From<conveyor_shared::StoreError> for RpcFailure {
     fn from(e: conveyor_shared::StoreError) -> Self {
         tracing::warn!(error = %e, "store operation failed");
-        // Redis trouble is the server's, not the client's; say so plainly and let clients retry.
-        Self::internal(format!("Conveyor cannot reach its task store right now: {e}"))
-            .with_status(StatusCode::SERVICE_UNAVAILABLE)
+        // A JSON-RPC error with HTTP 200, never a 5xx: some clients (the official Python SDK) end
+        // their whole session on an HTTP 5xx, while a JSON-RPC error fails only this request.
+        if e.is_transient() {
+            Self::internal(format!(
+                "Conveyor cannot reach its task store right now ({e}); nothing was lost, retry in about {} s",
+                STORE_RETRY_AFTER_MS / 1000
+            ))
+            .with_data(json!({"retryable": true, "retryAfterMs": STORE_RETRY_AFTER_MS}))
+        } else {
+            Self::internal(format!("Conveyor's task store refused the operation: {e}"))
+        }
     }
 }
 

@@ -18,8 +18,13 @@ pub struct Config {
     pub poll_interval_ms: u64,
     /// Largest accepted request body (`CONVEYOR_MAX_BODY_BYTES`).
     pub max_body_bytes: usize,
-    /// How long any one Redis operation may take before it fails (`CONVEYOR_REDIS_TIMEOUT_MS`).
+    /// How long any one Redis round trip may take before it fails (`CONVEYOR_REDIS_TIMEOUT_MS`).
     pub redis_timeout: Duration,
+    /// How long an operation keeps trying while Redis is out of reach, a restart or a failover,
+    /// before the request fails with a retryable error (`CONVEYOR_REDIS_OUTAGE_MS`).
+    pub redis_outage_wait: Duration,
+    /// Shards of the keyspace (`CONVEYOR_SHARDS`); fixed when a deployment is first set up.
+    pub shards: u16,
     /// How long a synchronous `tools/call` waits for its worker (`CONVEYOR_SYNC_TIMEOUT_MS`).
     pub sync_call_timeout: Duration,
     /// Most nodes in one DAG task (`CONVEYOR_MAX_DAG_NODES`).
@@ -40,6 +45,8 @@ impl Default for Config {
             poll_interval_ms: 1000,
             max_body_bytes: 4 * 1024 * 1024,
             redis_timeout: Duration::from_secs(3),
+            redis_outage_wait: Duration::from_secs(5),
+            shards: crate::store::DEFAULT_SHARDS,
             sync_call_timeout: Duration::from_secs(300),
             max_dag_nodes: 10_000,
             max_dag_node_bytes: 64 * 1024,
@@ -77,10 +84,27 @@ impl Config {
             return Err("timeouts (CONVEYOR_REDIS_TIMEOUT_MS, CONVEYOR_SYNC_TIMEOUT_MS) must be above zero"
                 .to_owned());
         }
+        if self.shards == 0 || self.shards > crate::keys::MAX_SHARDS {
+            return Err(format!(
+                "the shard count (CONVEYOR_SHARDS = {}) must be between 1 and {}",
+                self.shards,
+                crate::keys::MAX_SHARDS
+            ));
+        }
         if self.max_dag_nodes == 0 {
             return Err("the DAG node limit (CONVEYOR_MAX_DAG_NODES) must be at least 1".to_owned());
         }
         Ok(())
+    }
+
+    /// How a store of this deployment reaches Redis.
+    pub fn store_options(&self) -> crate::store::StoreOptions {
+        crate::store::StoreOptions {
+            timeout: self.redis_timeout,
+            outage_wait: self.redis_outage_wait,
+            shards: self.shards,
+            process: None,
+        }
     }
 
     /// The limits every submitted graph is checked against.

@@ -1,198 +1,319 @@
-//! [`EventHub`]: one Redis pub/sub connection per process, shared by every subscriber in it.
+//! [`EventHub`]: a process's one subscription connection, to its inbox in every shard (and, for a
+//! worker, to every shard's cancel channel), with sharded pub/sub (`SSUBSCRIBE`, Redis 7), which
+//! works the same on one server and on a cluster.
 //!
-//! Waiting requests (a synchronous `tools/call`, a 2025-11-25 `tasks/result`), tools waiting for
-//! input, and a worker's cancel listener all subscribe here, so a gateway holding a thousand waits
-//! holds one pub/sub connection, and a new wait costs one SUBSCRIBE, not a new connection.
-//!
-//! One actor task owns the connection and applies subscribe and release commands in order, so an
-//! UNSUBSCRIBE for a channel's last departing subscriber can never overtake the SUBSCRIBE of the
-//! next one. When the connection drops, every subscription ends (`recv` returns `None`); callers
-//! subscribe again and re-read the state they wait on, which is how they also cover messages
-//! that pub/sub dropped.
+//! A request that waits on a task never subscribes to anything: it registers a local waiter here
+//! (a channel keyed by task id) and its process's inbox channel in the task. The scripts that move
+//! the task publish to the inboxes of its waiters, and the hub hands each message to the local
+//! waiters of its task. When the connection drops or is re-established (a Redis restart, a
+//! failover), messages may have been lost, so every waiter is told to read its task again
+//! ([`Delivery::Resync`]), and cancel listeners to look at their running tasks again.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
-use redis::aio::PubSubSink;
-use tokio::sync::{mpsc, oneshot};
+use redis::{PushInfo, PushKind};
+use tokio::sync::{mpsc, watch};
 
-use crate::error::StoreError;
+use crate::conn::Backend;
+use crate::keys::Shard;
+use crate::model::{InboxMessage, TaskEvent};
 
-/// Messages buffered per subscriber; a subscriber that falls further behind loses messages and
-/// relies on re-reading the state, as with any pub/sub loss.
-const SUBSCRIBER_BUFFER: usize = 256;
+/// Messages buffered per waiter; one that falls further behind is told to read its task again.
+const WAITER_BUFFER: usize = 256;
+/// How often the single-server subscriber checks that its connection still answers.
+const KEEPALIVE: Duration = Duration::from_secs(10);
 
-type Senders = HashMap<String, HashMap<u64, mpsc::Sender<String>>>;
-
-enum Command {
-    Subscribe(String, oneshot::Sender<Result<(), StoreError>>),
-    Release(String),
-    Disconnected(u64),
+/// What a waiter receives.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Delivery {
+    Event(TaskEvent),
+    /// Events may have been lost: read the task again.
+    Resync,
 }
 
+/// What a cancel listener receives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CancelNotice {
+    /// This task was cancelled (or failed, or expired): stop its running nodes.
+    Task(String),
+    /// Notices may have been lost: check every running task's status.
+    Resync,
+}
+
+type Waiters = HashMap<String, HashMap<u64, mpsc::Sender<Delivery>>>;
+
 struct Shared {
-    senders: Mutex<Senders>,
-    commands: mpsc::UnboundedSender<Command>,
+    waiters: Mutex<Waiters>,
     next_id: std::sync::atomic::AtomicU64,
+    cancels: Mutex<Option<mpsc::UnboundedSender<CancelNotice>>>,
+    inboxes: Vec<String>,
 }
 
 impl Shared {
-    fn senders(&self) -> std::sync::MutexGuard<'_, Senders> {
+    fn waiters(&self) -> std::sync::MutexGuard<'_, Waiters> {
         // Every critical section is a single map operation, so a poisoned lock is still whole.
-        self.senders.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.waiters.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn deliver(&self, message: InboxMessage) {
+        let targets: Vec<mpsc::Sender<Delivery>> =
+            self.waiters().get(&message.task_id).map(|w| w.values().cloned().collect()).unwrap_or_default();
+        for target in targets {
+            if target.try_send(Delivery::Event(message.event.clone())).is_err() {
+                // A full buffer lost this event: the waiter reads the task again instead.
+                let _ = target.try_send(Delivery::Resync);
+            }
+        }
+    }
+
+    fn resync(&self) {
+        let targets: Vec<mpsc::Sender<Delivery>> =
+            self.waiters().values().flat_map(|w| w.values().cloned()).collect();
+        for target in targets {
+            let _ = target.try_send(Delivery::Resync);
+        }
+        self.cancel(CancelNotice::Resync);
+    }
+
+    fn cancel(&self, notice: CancelNotice) {
+        let cancels = self.cancels.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(cancels) = cancels.as_ref() {
+            let _ = cancels.send(notice);
+        }
+    }
+
+    fn handle(&self, push: PushInfo, settled: bool) -> Handled {
+        match push.kind {
+            PushKind::SMessage | PushKind::Message => {
+                let (Some(channel), Some(payload)) = (push.data.first(), push.data.get(1)) else {
+                    return Handled::Ignored;
+                };
+                let (Ok(channel), Ok(payload)) = (
+                    redis::from_redis_value_ref::<String>(channel),
+                    redis::from_redis_value_ref::<String>(payload),
+                ) else {
+                    return Handled::Ignored;
+                };
+                if self.inboxes.contains(&channel) {
+                    match InboxMessage::parse(&payload) {
+                        Ok(message) => self.deliver(message),
+                        Err(e) => tracing::warn!(error = %e, "ignoring a malformed inbox message"),
+                    }
+                } else {
+                    self.cancel(CancelNotice::Task(payload));
+                }
+                Handled::Ignored
+            }
+            PushKind::Disconnection => Handled::Disconnected,
+            // A confirmation after the first subscription is a resubscription after a reconnect
+            // or a failover: what was published meanwhile is lost.
+            PushKind::SSubscribe | PushKind::SUnsubscribe if settled => {
+                self.resync();
+                Handled::Ignored
+            }
+            _ => Handled::Ignored,
+        }
     }
 }
 
-/// What the actor needs, held until the first subscription starts it.
-struct Pending {
-    commands: mpsc::UnboundedReceiver<Command>,
-    client: redis::Client,
-    timeout: Duration,
+enum Handled {
+    Ignored,
+    Disconnected,
 }
 
-/// The process's shared subscriber. Cheap to clone.
+/// The process's subscriber. Cheap to clone.
 #[derive(Clone)]
 pub struct EventHub {
     shared: Arc<Shared>,
-    pending: Arc<Mutex<Option<Pending>>>,
+    process: Arc<str>,
+    shards: u16,
+    ready: watch::Receiver<bool>,
+    start: Arc<Mutex<Option<Starter>>>,
 }
 
-/// One subscriber's messages on one channel; dropping it releases the channel.
-pub struct Subscription {
-    receiver: mpsc::Receiver<String>,
-    channel: String,
+struct Starter {
+    backend: Backend,
+    channels: Vec<String>,
+    ready: watch::Sender<bool>,
+}
+
+/// One waiter's deliveries for one task; dropping it unregisters the waiter.
+pub struct Waiter {
+    receiver: mpsc::Receiver<Delivery>,
+    task_id: String,
     id: u64,
     shared: Arc<Shared>,
 }
 
-impl Subscription {
-    /// The next message, or `None` once the connection dropped (subscribe again and re-read).
-    pub async fn recv(&mut self) -> Option<String> {
+impl Waiter {
+    /// The next delivery. `None` only when the hub is gone.
+    pub async fn recv(&mut self) -> Option<Delivery> {
         self.receiver.recv().await
     }
 }
 
-impl Drop for Subscription {
+impl Drop for Waiter {
     fn drop(&mut self) {
-        let mut senders = self.shared.senders();
-        if let Some(channel) = senders.get_mut(&self.channel) {
-            channel.remove(&self.id);
-            if channel.is_empty() {
-                senders.remove(&self.channel);
+        let mut waiters = self.shared.waiters();
+        if let Some(task) = waiters.get_mut(&self.task_id) {
+            task.remove(&self.id);
+            if task.is_empty() {
+                waiters.remove(&self.task_id);
             }
         }
-        drop(senders);
-        let _ = self.shared.commands.send(Command::Release(self.channel.clone()));
     }
 }
 
 impl EventHub {
-    /// A hub for `client`; its connection is made on the first subscription.
-    pub fn new(client: redis::Client, timeout: Duration) -> Self {
-        let (commands, receiver) = mpsc::unbounded_channel();
+    /// A hub for process `process` over `shards` shards: its inbox and the cancel channel of
+    /// every shard. Nothing connects until [`EventHub::start`].
+    pub fn new(backend: Backend, shards: u16, process: &str) -> Self {
+        let inboxes: Vec<String> = (0..shards).map(|s| Shard(s).inbox(process)).collect();
+        let mut channels = inboxes.clone();
+        channels.extend((0..shards).map(|s| Shard(s).cancel_channel()));
+        let (ready_tx, ready) = watch::channel(false);
         Self {
-            shared: Arc::new(Shared { senders: Mutex::default(), commands, next_id: Default::default() }),
-            pending: Arc::new(Mutex::new(Some(Pending { commands: receiver, client, timeout }))),
+            shared: Arc::new(Shared {
+                waiters: Mutex::default(),
+                next_id: Default::default(),
+                cancels: Mutex::new(None),
+                inboxes,
+            }),
+            process: process.into(),
+            shards,
+            ready,
+            start: Arc::new(Mutex::new(Some(Starter { backend, channels, ready: ready_tx }))),
         }
     }
 
-    /// Subscribes to `channel`. When this returns, Redis has confirmed the subscription, so state
-    /// read afterwards cannot miss a message published after that read.
-    pub async fn subscribe(&self, channel: &str) -> Result<Subscription, StoreError> {
-        self.start_actor();
-        let (sender, receiver) = mpsc::channel(SUBSCRIBER_BUFFER);
+    /// The inbox channel of this process in `shard`, as waiters register it in tasks.
+    pub fn inbox(&self, shard: Shard) -> String {
+        shard.inbox(&self.process)
+    }
+
+    pub fn shards(&self) -> u16 {
+        self.shards
+    }
+
+    /// Starts the subscriber (once) and waits up to `timeout` until its subscriptions are live.
+    /// Waiters registered while it is not live are told to resync when it is.
+    pub async fn start(&self, timeout: Duration) -> bool {
+        let starter = self.start.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        if let Some(starter) = starter {
+            tokio::spawn(run(self.shared.clone(), starter));
+        }
+        let mut ready = self.ready.clone();
+        let live = tokio::time::timeout(timeout, ready.wait_for(|live| *live)).await;
+        matches!(live, Ok(Ok(_)))
+    }
+
+    /// Cancellations of any shard's tasks from now on (one listener per process; a second call
+    /// replaces the first).
+    pub fn cancel_notices(&self) -> mpsc::UnboundedReceiver<CancelNotice> {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        *self.shared.cancels.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(sender);
+        receiver
+    }
+
+    /// Registers a local waiter for `task_id`'s events. Register before the Redis step that makes
+    /// the task publish to this process (creating it, watching it), so that nothing is missed.
+    pub fn waiter(&self, task_id: &str) -> Waiter {
+        let (sender, receiver) = mpsc::channel(WAITER_BUFFER);
         let id = self.shared.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.shared.senders().entry(channel.to_owned()).or_default().insert(id, sender);
-        let subscription =
-            Subscription { receiver, channel: channel.to_owned(), id, shared: self.shared.clone() };
-        let (reply, confirmed) = oneshot::channel();
-        self.shared
-            .commands
-            .send(Command::Subscribe(channel.to_owned(), reply))
-            .map_err(|_| StoreError::Unavailable("the event hub has stopped".to_owned()))?;
-        confirmed.await.map_err(|_| StoreError::Unavailable("the event hub has stopped".to_owned()))??;
-        Ok(subscription)
-    }
-
-    fn start_actor(&self) {
-        let pending = self.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
-        if let Some(Pending { commands, client, timeout }) = pending {
-            tokio::spawn(run(self.shared.clone(), commands, client, timeout));
-        }
+        self.shared.waiters().entry(task_id.to_owned()).or_default().insert(id, sender);
+        Waiter { receiver, task_id: task_id.to_owned(), id, shared: self.shared.clone() }
     }
 }
 
-/// The actor: owns the connection, applies commands in order.
-async fn run(
-    shared: Arc<Shared>,
-    mut commands: mpsc::UnboundedReceiver<Command>,
-    client: redis::Client,
-    timeout: Duration,
-) {
-    let mut sink: Option<PubSubSink> = None;
-    let mut generation = 0u64;
-    while let Some(command) = commands.recv().await {
-        match command {
-            Command::Subscribe(channel, reply) => {
-                if sink.is_none() {
-                    match tokio::time::timeout(timeout, client.get_async_pubsub()).await {
-                        Ok(Ok(pubsub)) => {
-                            generation += 1;
-                            let (new_sink, stream) = pubsub.split();
-                            tokio::spawn(forward(shared.clone(), stream, generation));
-                            sink = Some(new_sink);
-                        }
-                        Ok(Err(e)) => {
-                            let _ = reply.send(Err(e.into()));
-                            continue;
-                        }
-                        Err(_) => {
-                            let _ = reply.send(Err(StoreError::Timeout(timeout)));
-                            continue;
+/// The subscriber: connects, subscribes to every channel, hands out messages, and starts again
+/// (telling everyone to resync) whenever the connection is lost.
+async fn run(shared: Arc<Shared>, starter: Starter) {
+    let Starter { backend, channels, ready } = starter;
+    let mut failures = 0u32;
+    loop {
+        let (push_tx, mut pushes) = mpsc::unbounded_channel::<PushInfo>();
+        let subscribed = if backend.cluster {
+            subscribe_cluster(&backend, &channels, push_tx).await.map(Connection::Cluster)
+        } else {
+            subscribe_single(&backend, &channels, push_tx).await.map(Connection::Single)
+        };
+        let mut connection = match subscribed {
+            Ok(c) => c,
+            Err(e) => {
+                failures += 1;
+                if failures == 1 || failures.is_multiple_of(20) {
+                    tracing::warn!(error = %e, "cannot subscribe to events; retrying");
+                }
+                tokio::time::sleep(Duration::from_millis(100u64 << failures.min(4))).await;
+                continue;
+            }
+        };
+        failures = 0;
+        let _ = ready.send(true);
+        // Whatever was published while no subscription was live is lost: everyone reads again.
+        shared.resync();
+        let mut keepalive = tokio::time::interval(KEEPALIVE);
+        keepalive.tick().await;
+        loop {
+            tokio::select! {
+                push = pushes.recv() => match push {
+                    Some(push) => {
+                        if let Handled::Disconnected = shared.handle(push, true) {
+                            if let Connection::Single(_) = connection { break; }
+                            // The cluster client reconnects and resubscribes by itself.
+                            shared.resync();
                         }
                     }
-                }
-                let Some(active) = sink.as_mut() else { continue };
-                let outcome = match tokio::time::timeout(timeout, active.subscribe(&channel)).await {
-                    Ok(Ok(())) => Ok(()),
-                    Ok(Err(e)) => Err(StoreError::from(e)),
-                    Err(_) => Err(StoreError::Timeout(timeout)),
-                };
-                if outcome.is_err() {
-                    // The connection is unusable: the next subscription makes a new one.
-                    sink = None;
-                }
-                let _ = reply.send(outcome);
-            }
-            Command::Release(channel) => {
-                let still_wanted = shared.senders().contains_key(&channel);
-                if !still_wanted && let Some(active) = sink.as_mut() {
-                    let _ = tokio::time::timeout(timeout, active.unsubscribe(&channel)).await;
-                }
-            }
-            Command::Disconnected(lost) => {
-                if lost == generation {
-                    sink = None;
-                    // Ending every subscription tells each waiter to subscribe again and re-read.
-                    shared.senders().clear();
+                    None => break,
+                },
+                _ = keepalive.tick() => {
+                    if let Connection::Single(c) = &mut connection
+                        && redis::cmd("PING").query_async::<()>(c).await.is_err()
+                    {
+                        break;
+                    }
                 }
             }
         }
+        let _ = ready.send(false);
+        tracing::info!("event subscription lost; subscribing again");
     }
 }
 
-/// Hands each message to the subscribers of its channel until the connection drops.
-async fn forward(shared: Arc<Shared>, mut stream: redis::aio::PubSubStream, generation: u64) {
-    while let Some(message) = stream.next().await {
-        let Ok(payload) = message.get_payload::<String>() else { continue };
-        let channel = message.get_channel_name().to_owned();
-        let targets: Vec<mpsc::Sender<String>> =
-            shared.senders().get(&channel).map(|s| s.values().cloned().collect()).unwrap_or_default();
-        for target in targets {
-            let _ = target.try_send(payload.clone());
-        }
+enum Connection {
+    Single(redis::aio::MultiplexedConnection),
+    // Held so that the cluster client keeps its subscriptions alive.
+    Cluster(#[allow(dead_code)] redis::cluster_async::ClusterConnection),
+}
+
+/// On one server: a RESP3 connection whose pushes reach `push`. `SSUBSCRIBE` is sent without
+/// waiting for a reply (its confirmations arrive as pushes), then a `PING`, whose reply comes after
+/// those confirmations: once it is back, every subscription is live.
+async fn subscribe_single(
+    backend: &Backend,
+    channels: &[String],
+    push: mpsc::UnboundedSender<PushInfo>,
+) -> Result<redis::aio::MultiplexedConnection, crate::StoreError> {
+    let mut conn = backend.single_push_connection(push).await?;
+    for channel in channels {
+        let mut cmd = redis::cmd("SSUBSCRIBE");
+        cmd.arg(channel).set_no_response(true);
+        conn.send_packed_command(&cmd).await?;
     }
-    let _ = shared.commands.send(Command::Disconnected(generation));
+    redis::cmd("PING").query_async::<()>(&mut conn).await?;
+    Ok(conn)
+}
+
+async fn subscribe_cluster(
+    backend: &Backend,
+    channels: &[String],
+    push: mpsc::UnboundedSender<PushInfo>,
+) -> Result<redis::cluster_async::ClusterConnection, crate::StoreError> {
+    let mut conn = backend.cluster_connection(Some(backend.timeout()), Some(push)).await?;
+    for channel in channels {
+        conn.ssubscribe(channel).await?;
+    }
+    Ok(conn)
 }

@@ -1,102 +1,183 @@
 //! Every Redis key and channel name Conveyor uses, and nothing else.
 //!
-//! Keys that belong to one task carry the hash tag `{<taskId>}` so that a later move to Redis Cluster
-//! keeps each task's keys in one slot and every per-task script stays single-slot.
+//! The keyspace is cut into shards. Every key of shard `k` carries the hash tag `{cv.k}`, so on
+//! Redis Cluster a shard is one slot and every script, which touches the keys of one shard only,
+//! runs on one node. A task lives in one shard, and its id says which ([`shard_of`]). Keys outside
+//! the shards (the worker catalog, the deployment's layout) are never touched by a per-task script.
+//!
+//! Scripts never build a key or channel name: every name is built here and passed in `KEYS`, or
+//! stored as data by the Rust side (a waiter's inbox channel) and read back by the script.
+
+use std::fmt;
 
 /// Prefix of every key, so that Conveyor can share a Redis database with other software.
 pub const PREFIX: &str = "cv";
 
-/// The stream that holds runnable nodes. Workers read it through [`WORK_GROUP`].
-pub const WORK_STREAM: &str = "cv:work";
-
-/// The consumer group of all workers on [`WORK_STREAM`].
+/// The consumer group of all workers on every queue stream.
 pub const WORK_GROUP: &str = "workers";
 
-/// Channel on which `tasks/cancel` announces a cancelled task id to every worker.
-pub const CANCEL_CHANNEL: &str = "cv:cancel";
-
-/// Hash of tool name to tool definition (JSON), written by workers, read by gateways.
-pub const TOOLS: &str = "cv:tools";
-
-/// Sorted set of failed attempts waiting out their backoff: members `<taskId> <nodeId>`, scored by
-/// the time they are due again.
-pub const DELAYED_RETRIES: &str = "cv:retries";
-
-/// The pieces of a task's key names, for the one script that reaches tasks named in data (the
-/// retry promoter): `<TASK_KEY_PREFIX><taskId><TASK_SUFFIX>` is [`task`], and with
-/// [`NODES_SUFFIX`] it is [`nodes`].
-pub const TASK_KEY_PREFIX: &str = "cv:{";
-pub const TASK_SUFFIX: &str = "}:task";
-pub const NODES_SUFFIX: &str = "}:nodes";
-
-/// Hash of load counters: `queued` (nodes waiting for a worker), `queued:<tool>`, and
-/// `live:<owner>` (tasks not yet terminal). The overload limits are checked against it.
-pub const LOAD: &str = "cv:load";
-
-/// Stream of nodes whose attempts are spent (or that lost their worker too often), with their
-/// last error, tool and arguments, for operators (`conveyor dlq`).
-pub const DEAD_LETTERS: &str = "cv:dead";
+/// The queue of built-in nodes (`$noop`, `$collect`, the `$finalize` entry of a DAG): every
+/// worker reads it, whatever tools it offers.
+pub const BUILTIN_QUEUE: &str = "$builtin";
 
 /// The node id of the work entry that assembles a finished DAG task's result.
 pub const FINALIZE_NODE: &str = "$finalize";
 
-/// Hash of a task: status, timestamps, TTL, owner, tool, arguments, result or error.
-pub fn task(task_id: &str) -> String {
-    format!("{PREFIX}:{{{task_id}}}:task")
+/// Most shards a deployment may have: a task id spends four hex digits on its shard.
+pub const MAX_SHARDS: u16 = 4096;
+
+/// One shard of the keyspace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Shard(pub u16);
+
+impl fmt::Display for Shard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
 }
 
-/// Hash of a task's nodes, with fields `<nodeId>:<field>` (status, attempt, tool, args, ...).
-pub fn nodes(task_id: &str) -> String {
-    format!("{PREFIX}:{{{task_id}}}:nodes")
+impl Shard {
+    /// The hash tag all of this shard's keys share.
+    fn tag(self) -> String {
+        format!("{PREFIX}:{{cv.{}}}", self.0)
+    }
+
+    /// Hash of a task: status, timestamps, TTL, owner, tool, arguments, result or error, waiters.
+    pub fn task(self, task_id: &str) -> String {
+        format!("{}:t:{task_id}", self.tag())
+    }
+
+    /// Hash of a task's nodes, with fields `<nodeId>:<field>`.
+    pub fn nodes(self, task_id: &str) -> String {
+        format!("{}:n:{task_id}", self.tag())
+    }
+
+    /// The stream of runnable nodes of one queue in this shard (consumer group [`WORK_GROUP`]).
+    pub fn queue(self, queue: &str) -> String {
+        format!("{}:q:{queue}", self.tag())
+    }
+
+    /// Hash of load counters: `queued`, `queued:<tool>`, `live:<owner>`.
+    pub fn load(self) -> String {
+        format!("{}:load", self.tag())
+    }
+
+    /// Sorted set of failed attempts waiting out their backoff, scored by the time they are due.
+    pub fn retries(self) -> String {
+        format!("{}:retries", self.tag())
+    }
+
+    /// Sorted set of unsettled tasks (`<taskId>`), scored by the time their TTL runs out.
+    pub fn expiring(self) -> String {
+        format!("{}:expiring", self.tag())
+    }
+
+    /// Stream of nodes whose attempts are spent, for operators (`conveyor dlq`).
+    pub fn dead_letters(self) -> String {
+        format!("{}:dead", self.tag())
+    }
+
+    /// Sorted set of an owner's tasks in this shard, scored by creation time.
+    pub fn owner_tasks(self, owner: &str) -> String {
+        format!("{}:owner:{owner}", self.tag())
+    }
+
+    /// The task an owner's call with this idempotency key created.
+    pub fn idempotency(self, owner: &str, key: &str) -> String {
+        format!("{}:idem:{owner}:{key}", self.tag())
+    }
+
+    /// Who runs this shard's maintenance (retries, expiries, lost workers): a lease string.
+    pub fn maintenance_lease(self) -> String {
+        format!("{}:maint", self.tag())
+    }
+
+    /// Sharded channel on which cancellations of this shard's tasks reach every worker.
+    pub fn cancel_channel(self) -> String {
+        format!("{}:cancel", self.tag())
+    }
+
+    /// Sharded channel of one process's inbox in this shard: events of the tasks it waits on.
+    pub fn inbox(self, process: &str) -> String {
+        format!("{}:inbox:{process}", self.tag())
+    }
 }
 
-/// Channel for a task's progress and status events.
-pub fn events(task_id: &str) -> String {
-    format!("{PREFIX}:{{{task_id}}}:events")
+/// The shard a task id names: its first four hex digits. `None` for an id that names no shard of
+/// a deployment with `shards` shards (such a task does not exist).
+pub fn shard_of(task_id: &str, shards: u16) -> Option<Shard> {
+    let digits = task_id.get(..4)?;
+    let shard = u16::from_str_radix(digits, 16).ok()?;
+    (task_id.len() == 32 && shard < shards && task_id.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then_some(Shard(shard))
 }
 
-/// The task an owner's call with this idempotency key created.
-pub fn idempotency(owner: &str, key: &str) -> String {
-    format!("{PREFIX}:idem:{owner}:{key}")
+/// The shard of an idempotent call: its key decides, so that a retry finds the first task.
+pub fn shard_of_key(owner: &str, key: &str, shards: u16) -> Shard {
+    // FNV-1a: stable across processes and builds, unlike std's hasher.
+    let mut hash: u32 = 0x811c_9dc5;
+    for byte in owner.bytes().chain([0]).chain(key.bytes()) {
+        hash ^= u32::from(byte);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    Shard((hash % u32::from(shards.max(1))) as u16)
 }
 
-/// Sorted set of an owner's task ids, scored by creation time in milliseconds.
-pub fn owner_tasks(owner: &str) -> String {
-    format!("{OWNER_PREFIX}{owner}{OWNER_SUFFIX}")
-}
+/// The deployment's layout (shard count), fixed when it is first set up.
+pub const LAYOUT: &str = "cv:{cv.meta}:layout";
 
-/// The pieces of [`owner_tasks`], for the script that reaches owners named in data (the reaper).
-pub const OWNER_PREFIX: &str = "cv:owner:";
-pub const OWNER_SUFFIX: &str = ":tasks";
+/// Hash of worker name to its heartbeat record (queues, tools, running nodes, time).
+pub const WORKERS: &str = "cv:{cv.catalog}:workers";
 
-/// Sorted set of settled tasks (`<owner> <taskId>`) scored by the time their keys expire; the
-/// reaper removes their owner-index entries then, so indexes hold only tasks that exist.
-pub const EXPIRING: &str = "cv:expiring";
+/// Hash of tool name to the tool as workers publish it (definition, queue, position).
+pub const TOOLS: &str = "cv:{cv.catalog}:tools";
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn task_keys_share_one_hash_tag() {
-        let id = "0123abcd";
-        for key in [task(id), nodes(id), events(id)] {
-            assert!(key.contains("{0123abcd}"), "{key} lacks the task's hash tag");
+    fn keys_of_a_shard_share_one_hash_tag() {
+        let s = Shard(3);
+        for key in [
+            s.task("x"),
+            s.nodes("x"),
+            s.queue("greet"),
+            s.load(),
+            s.retries(),
+            s.expiring(),
+            s.dead_letters(),
+            s.owner_tasks("alice"),
+            s.idempotency("alice", "k"),
+            s.maintenance_lease(),
+            s.cancel_channel(),
+            s.inbox("g1"),
+        ] {
+            assert!(key.starts_with("cv:{cv.3}:"), "{key} lacks the shard's hash tag");
         }
-    }
-
-    #[test]
-    fn key_pieces_build_the_same_names() {
-        assert_eq!(format!("{TASK_KEY_PREFIX}abc{TASK_SUFFIX}"), task("abc"));
-        assert_eq!(format!("{TASK_KEY_PREFIX}abc{NODES_SUFFIX}"), nodes("abc"));
     }
 
     #[test]
     fn key_names_are_stable() {
         // Gateways and workers of different builds meet in Redis: renaming a key is a migration.
-        assert_eq!(task("x"), "cv:{x}:task");
-        assert_eq!(nodes("x"), "cv:{x}:nodes");
-        assert_eq!(events("x"), "cv:{x}:events");
-        assert_eq!(owner_tasks("alice"), "cv:owner:alice:tasks");
+        assert_eq!(Shard(0).task("x"), "cv:{cv.0}:t:x");
+        assert_eq!(Shard(12).queue("research"), "cv:{cv.12}:q:research");
+    }
+
+    #[test]
+    fn a_task_id_names_its_shard() {
+        assert_eq!(shard_of("000a0123456789abcdef0123456789ab", 16), Some(Shard(10)));
+        assert_eq!(shard_of("000a0123456789abcdef0123456789ab", 8), None, "shard beyond the layout");
+        assert_eq!(shard_of("zzzz0123456789abcdef0123456789ab", 16), None);
+        assert_eq!(shard_of("000a", 16), None);
+        assert_eq!(shard_of("000a0123456789abcdef0123456789a!", 16), None);
+    }
+
+    #[test]
+    fn an_idempotency_key_always_picks_the_same_shard() {
+        let a = shard_of_key("alice", "k1", 16);
+        assert_eq!(a, shard_of_key("alice", "k1", 16));
+        assert!(a.0 < 16);
+        assert_eq!(shard_of_key("alice", "k1", 1), Shard(0));
     }
 }

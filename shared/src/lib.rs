@@ -4,19 +4,24 @@
 //!
 //! # Layout
 //!
-//! - [`keys`]: every Redis key and channel name, in one place.
-//! - [`scripts`]: one static `redis::Script` per file in `src/lua/`, one file per atomic transition
-//!   (create, start node, report progress, complete node, cancel).
+//! - [`keys`]: every Redis key and channel name, in one place; the shards of the keyspace.
+//! - [`scripts`]: one static `redis::Script` per file in `src/lua/`, one file per atomic transition,
+//!   each behind the shared helpers of `lua/prelude.lua`.
 //! - [`model`]: task status, task and node records as stored, events, work items, tool outcomes,
 //!   and builders for `CallToolResult` JSON so that tools need no MCP library.
-//! - [`store`]: [`Store`], the typed operations over a connection pool: every read and every
-//!   script call goes through it, each bounded by a timeout so that nothing hangs on a dead Redis.
-//! - [`events`]: [`events::EventHub`], the one pub/sub connection a process shares among all
-//!   its subscribers (task events, cancellations).
+//! - [`conn`]: one server or a Redis Cluster, told apart once; the shared command connection and
+//!   the dedicated ones for blocking reads and subscriptions.
+//! - [`store`]: [`Store`], the typed operations, one module per concern (tasks, nodes, queues,
+//!   maintenance, catalog, dead letters, listing); each is bounded in time and rides out a short
+//!   Redis outage.
+//! - [`events`]: [`events::EventHub`], a process's one subscription: its inbox in every shard and
+//!   every shard's cancel channel, handed out to local waiters by task id.
+//! - [`dag`]: the graph of a DAG task, its validation and upstream references.
 //! - [`config`]: [`Config`], the settings of a deployment.
 //! - [`error`] holds [`StoreError`], what a failed store operation tells its caller.
 
 pub mod config;
+pub mod conn;
 pub mod dag;
 pub mod error;
 pub mod events;

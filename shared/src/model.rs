@@ -218,7 +218,7 @@ impl NodeRecord {
     }
 }
 
-/// An event on a task's channel.
+/// An event of one task, as it reaches the inbox of a process that waits on the task.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum TaskEvent {
@@ -233,12 +233,44 @@ pub enum TaskEvent {
         status: TaskStatus,
         #[serde(default)]
         message: Option<String>,
+        /// The task's result, when it settled with one small enough to travel with the event.
+        #[serde(default)]
+        result: Option<Value>,
+        /// The task's error, when it failed with one small enough to travel with the event.
+        #[serde(default)]
+        error: Option<RpcError>,
     },
+    /// The task's TTL ran out before it finished: it no longer exists.
+    Expired,
 }
 
-/// A runnable node, as carried by one entry of the work stream.
+/// A message on an inbox channel: the task it is about, and the event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InboxMessage {
+    pub task_id: String,
+    pub event: TaskEvent,
+}
+
+impl InboxMessage {
+    /// Parses a message as the Lua scripts publish it: `{"task": id, "type": ..., ...}`.
+    pub fn parse(payload: &str) -> Result<Self, String> {
+        let mut value: Value = serde_json::from_str(payload).map_err(|e| e.to_string())?;
+        let task_id = match value.as_object_mut().and_then(|o| o.remove("task")) {
+            Some(Value::String(id)) => id,
+            _ => return Err("an inbox message without a task id".to_owned()),
+        };
+        let event = serde_json::from_value(value).map_err(|e| e.to_string())?;
+        Ok(Self { task_id, event })
+    }
+}
+
+/// A runnable node, as carried by one entry of a queue's work stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkItem {
+    /// The shard of the stream (and of the task).
+    pub shard: crate::keys::Shard,
+    /// The stream's key.
+    pub stream: String,
     pub entry_id: String,
     pub task_id: String,
     pub node_id: String,
@@ -255,12 +287,28 @@ pub type ToolDefinition = Value;
 pub struct PublishedTool {
     /// Where the tool stands in `tools/list`: the worker's registration order.
     pub position: u32,
+    /// The queue its nodes wait in; the tool's own name when it declares none. Workers read only
+    /// the queues of the tools they offer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
     /// The MCP `Tool` object.
     pub definition: ToolDefinition,
     /// Client capabilities the tool needs (for example `{"sampling": {}}`); a 2026-07-28 client
     /// that does not declare them gets `-32021` instead of a run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub required_client_capabilities: Option<Value>,
+}
+
+impl PublishedTool {
+    /// The tool's name (`definition.name`).
+    pub fn name(&self) -> Option<&str> {
+        self.definition.get("name").and_then(Value::as_str)
+    }
+
+    /// The queue the tool's nodes wait in.
+    pub fn queue_name(&self) -> Option<&str> {
+        self.queue.as_deref().or_else(|| self.name())
+    }
 }
 
 /// How a tool call ended, as the worker reports it.
@@ -326,8 +374,15 @@ pub fn iso8601(ms: u64) -> String {
         .unwrap_or_else(|| "1970-01-01T00:00:00.000Z".to_owned())
 }
 
-/// A new task id: 128 random bits from the operating system's CSPRNG, as 32 hex digits.
-pub fn new_task_id() -> String {
+/// A new task id in `shard`: 32 hex digits, the first four naming the shard and the other 112
+/// bits random from the operating system's CSPRNG, so that ids stay unguessable.
+pub fn new_task_id(shard: crate::keys::Shard) -> String {
+    let random = format!("{:032x}", rand::random::<u128>());
+    format!("{:04x}{}", shard.0, &random[4..])
+}
+
+/// 128 random bits as 32 hex digits, for ids that name no shard (processes, sessions, traces).
+pub fn random_id() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 
@@ -336,11 +391,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn task_ids_are_128_bit_hex_and_distinct() {
-        let a = new_task_id();
-        let b = new_task_id();
+    fn task_ids_are_hex_name_their_shard_and_are_distinct() {
+        let a = new_task_id(crate::keys::Shard(5));
+        let b = new_task_id(crate::keys::Shard(5));
         assert_eq!(a.len(), 32);
         assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_eq!(crate::keys::shard_of(&a, 8), Some(crate::keys::Shard(5)));
         assert_ne!(a, b);
     }
 
@@ -374,10 +430,21 @@ mod tests {
             progress,
             TaskEvent::Progress { progress: 2.0, total: Some(4.0), message: Some("half".into()) }
         );
-        let status: TaskEvent =
-            serde_json::from_str(r#"{"type":"status","status":"cancelled","message":"x"}"#)
-                .expect("valid status event");
-        assert_eq!(status, TaskEvent::Status { status: TaskStatus::Cancelled, message: Some("x".into()) });
+        let status = InboxMessage::parse(
+            r#"{"task":"t1","type":"status","status":"completed","message":"x","result":{"content":[]}}"#,
+        )
+        .expect("valid status event");
+        assert_eq!(status.task_id, "t1");
+        assert_eq!(
+            status.event,
+            TaskEvent::Status {
+                status: TaskStatus::Completed,
+                message: Some("x".into()),
+                result: Some(serde_json::json!({"content": []})),
+                error: None
+            }
+        );
+        assert!(InboxMessage::parse(r#"{"type":"expired"}"#).is_err(), "a message names its task");
     }
 
     #[test]

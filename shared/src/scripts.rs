@@ -1,29 +1,35 @@
-//! The Lua scripts of every atomic transition, each loaded from its own file in `lua/`.
+//! The Lua scripts of every atomic transition, each from its own file in `lua/`, each behind the
+//! shared helpers of `lua/prelude.lua` (how a node joins and leaves its queue, how an entry is
+//! acknowledged, how a task settles and who hears of it).
 //!
-//! `redis::Script` sends `EVALSHA` and loads the script once per server on `NOSCRIPT`, so a
-//! restarted Redis gets the scripts back without anyone noticing.
+//! Every script takes the keys it touches in `KEYS`, all of one shard, and its arguments as one
+//! JSON record in `ARGV[1]`; it answers with JSON that decodes to a Rust enum in `store`.
+//! `redis::Script` sends `EVALSHA` and loads the script on `NOSCRIPT`, so a restarted or
+//! failed-over Redis gets the scripts back without anyone noticing.
 
 use std::sync::LazyLock;
 
 use redis::Script;
 
-pub static CREATE_TASK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/create_task.lua")));
-pub static START_NODE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/start_node.lua")));
-pub static REPORT_PROGRESS: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/report_progress.lua")));
-pub static COMPLETE_NODE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/complete_node.lua")));
-pub static CANCEL_TASK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/cancel_task.lua")));
-pub static REQUEST_INPUT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/request_input.lua")));
-pub static ANSWER_INPUT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/answer_input.lua")));
-pub static RELEASE_NODE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/release_node.lua")));
-pub static PROMOTE_RETRIES: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/promote_retries.lua")));
-pub static SETTLE_DAG: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/settle_dag.lua")));
-pub static REAP_EXPIRED: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/reap_expired.lua")));
-pub static TRIM_WORK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/trim_work.lua")));
-pub static EXPAND_PLAN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/expand_plan.lua")));
+macro_rules! script {
+    ($name:ident, $file:literal) => {
+        pub static $name: LazyLock<Script> =
+            LazyLock::new(|| Script::new(concat!(include_str!("lua/prelude.lua"), include_str!($file))));
+    };
+}
+
+script!(CREATE_TASK, "lua/create_task.lua");
+script!(START_NODES, "lua/start_nodes.lua");
+script!(REPORT_PROGRESS, "lua/report_progress.lua");
+script!(COMPLETE_NODE, "lua/complete_node.lua");
+script!(CANCEL_TASK, "lua/cancel_task.lua");
+script!(REQUEST_INPUT, "lua/request_input.lua");
+script!(ANSWER_INPUT, "lua/answer_input.lua");
+script!(RELEASE_NODE, "lua/release_node.lua");
+script!(RECLAIM_NODE, "lua/reclaim_node.lua");
+script!(PROMOTE_RETRY, "lua/promote_retry.lua");
+script!(EXPIRE_TASK, "lua/expire_task.lua");
+script!(SETTLE_DAG, "lua/settle_dag.lua");
+script!(EXPAND_PLAN, "lua/expand_plan.lua");
+script!(MAINTAIN, "lua/maintain.lua");
+script!(WATCH_TASK, "lua/watch_task.lua");

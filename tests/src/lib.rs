@@ -8,8 +8,11 @@
 //! - [`mcp`]: [`Mcp`], a plain HTTP JSON-RPC client that speaks 2025-11-25 and 2026-07-28 and reads
 //!   SSE replies, for checks that need the raw wire.
 
+pub mod bullmq;
 pub mod mcp;
+pub mod monitor;
 pub mod process;
+pub mod redis_cluster;
 
 pub use mcp::Mcp;
 pub use process::{Conveyor, RedisServer, free_port};

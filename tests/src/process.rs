@@ -7,6 +7,22 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
+/// The shard a task id names (whatever the deployment's shard count).
+pub fn shard_of(task_id: &str) -> conveyor_shared::keys::Shard {
+    conveyor_shared::keys::shard_of(task_id, conveyor_shared::keys::MAX_SHARDS)
+        .unwrap_or(conveyor_shared::keys::Shard(0))
+}
+
+/// The key of a task's hash.
+pub fn task_key(task_id: &str) -> String {
+    shard_of(task_id).task(task_id)
+}
+
+/// The key of a task's nodes hash.
+pub fn nodes_key(task_id: &str) -> String {
+    shard_of(task_id).nodes(task_id)
+}
+
 /// A free TCP port on the loopback interface.
 pub fn free_port() -> u16 {
     #[allow(clippy::expect_used)] // tests cannot run at all without a local port
@@ -214,11 +230,7 @@ impl RedisServer {
     /// One field of a node of a task (`<node>:<field>` in the task's nodes hash).
     pub fn node_field(&self, task_id: &str, node_id: &str, field: &str) -> Option<String> {
         let mut conn = self.connection().ok()?;
-        redis::cmd("HGET")
-            .arg(format!("cv:{{{task_id}}}:nodes"))
-            .arg(format!("{node_id}:{field}"))
-            .query(&mut conn)
-            .ok()?
+        redis::cmd("HGET").arg(nodes_key(task_id)).arg(format!("{node_id}:{field}")).query(&mut conn).ok()?
     }
 
     /// Kills the server with SIGKILL (nothing flushed beyond what its persistence already wrote).

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use conveyor_shared::model::{NodeRecord, RpcError, ToolOutcome};
+use conveyor_shared::model::{NodeRecord, RpcError, ToolOutcome, WorkItem};
 use conveyor_shared::{Store, StoreError, dag};
 use serde_json::{Map, Value, json};
 
@@ -67,15 +67,19 @@ pub fn builtin(tool: &str, ctx: &ToolContext) -> Option<ToolOutcome> {
     }
 }
 
-/// Assembles a finished DAG task's result and settles the task with it (unless it already ended).
-pub async fn finalize(store: &Store, task_id: &str) -> Result<(), StoreError> {
-    let Some(task) = store.get_task(task_id).await? else { return Ok(()) };
-    if task.status.is_terminal() {
-        return Ok(());
-    }
-    let nodes = store.get_nodes(task_id).await?;
-    let (result, message) = dag_result(&nodes, task.output_node.as_deref());
-    store.settle_dag(task_id, &result, &message).await?;
+/// Assembles a finished DAG task's result and settles the task with it (unless it already
+/// ended), acknowledging the finalize entry `item` in the same script.
+pub async fn finalize(store: &Store, item: &WorkItem) -> Result<(), StoreError> {
+    let Some(task) = store.get_task(&item.task_id).await? else {
+        return store.drop_entry(item).await;
+    };
+    let (result, message) = if task.status.is_terminal() {
+        (json!({"content": [], "isError": false}), String::new())
+    } else {
+        let nodes = store.get_nodes(&item.task_id).await?;
+        dag_result(&nodes, task.output_node.as_deref())
+    };
+    store.settle_dag(item, &result, &message).await?;
     Ok(())
 }
 

@@ -1,12 +1,16 @@
-//! The worker: reads runnable nodes from the work stream through the workers' consumer group, runs
-//! the tool each names with a context (cancellation token, progress reporter, task metadata), and
-//! settles the node with one script. Start as many as the queue needs; they share nothing but Redis.
+//! The worker: reads runnable nodes from the streams of the queues its tools wait in (in every
+//! shard, through the workers' consumer group), starts each batch in one script, runs the tool each
+//! node names with a context (cancellation token, progress reporter, task metadata), and settles
+//! the node with one script that also acknowledges its entry. Start as many as the queues need;
+//! they share nothing but Redis.
 //!
 //! # Layout
 //!
 //! - [`tool`]: the [`Tool`] trait, [`ToolContext`] handed to a running tool, and [`ToolRegistry`].
-//! - [`runner`]: [`run`], the consumer loop: bounded concurrency, cancellation over pub/sub with a
-//!   status re-check as a safety net, graceful shutdown.
+//! - [`runner`]: [`run`], the worker: batched reads and starts, bounded concurrency, lease renewal,
+//!   cancellation over sharded pub/sub, the maintenance of the shards whose lease it holds,
+//!   heartbeats, graceful shutdown.
+//! - [`dag`]: upstream values in a node's arguments, built-in nodes, a finished graph's result.
 //! - [`fixtures`]: the tools the MCP conformance suite and Conveyor's own tests call
 //!   (`--fixtures`; off by default).
 

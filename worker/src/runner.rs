@@ -1,15 +1,32 @@
 //! The consumer loop of one worker process.
+//!
+//! - Readers ([`read_loop`]) read batches from the queues this worker serves (one reader on a
+//!   single server, one per shard on a cluster) and start each batch in one script per shard.
+//! - Each started attempt runs as a [`NodeJob`]; it completes with one script that also
+//!   acknowledges its entry.
+//! - [`renew_leases`] renews the entries of running attempts in one command per stream, and stops
+//!   an attempt whose entry another worker took over.
+//! - [`listen_for_cancels`] stops running attempts of cancelled tasks (sharded pub/sub), and
+//!   re-checks them all once whenever cancel messages may have been lost.
+//! - [`maintain`] runs the maintenance of the shards whose lease this worker holds.
+//! - [`heartbeat`] announces the worker, its queues, tools and running nodes.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use conveyor_shared::model::{RpcError, TaskStatus, ToolOutcome, WorkItem};
-use conveyor_shared::store::{CompleteOutcome, StartOutcome};
-use conveyor_shared::{Store, StoreError, keys};
-use tokio::sync::Semaphore;
-use tokio::task::JoinSet;
+use conveyor_shared::events::CancelNotice;
+use conveyor_shared::keys::{self, Shard};
+use conveyor_shared::model::{RpcError, TaskStatus, ToolOutcome, WorkItem, now_ms};
+use conveyor_shared::store::{
+    Attempt, CompleteOutcome, ExpandOutcome, MaintainOutcome, ReclaimOutcome, RunningNode, StartOutcome,
+    WorkReader, WorkerRecord,
+};
+use conveyor_shared::{Store, StoreError};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::tool::{ToolContext, ToolRegistry};
 
@@ -22,16 +39,17 @@ pub struct WorkerOptions {
     pub concurrency: usize,
     /// How long one stream read blocks waiting for work.
     pub block: Duration,
-    /// How often a running node re-checks its task's status, in case a cancel message was lost.
-    pub status_recheck: Duration,
     /// On shutdown, how long running nodes may take to finish before they are stopped and handed
     /// back to the queue.
     pub shutdown_grace: Duration,
-    /// How long a running node's lease lasts without renewal; after that another worker takes the
-    /// node over. The worker renews its leases three times per lease.
+    /// How long a running node's lease lasts without renewal; after that the shard's maintenance
+    /// queues the node again for another worker. The worker renews its leases three times per
+    /// lease.
     pub lease: Duration,
     /// After this many lost workers a node is not run again: it fails and is dead-lettered.
     pub max_losses: u32,
+    /// How often the worker announces itself (its queues, tools and running nodes).
+    pub heartbeat: Duration,
 }
 
 impl WorkerOptions {
@@ -40,147 +58,276 @@ impl WorkerOptions {
             name: format!("worker-{}", uuid::Uuid::new_v4().simple()),
             concurrency: concurrency.max(1),
             block: Duration::from_secs(2),
-            status_recheck: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(30),
             lease: Duration::from_secs(30),
             max_losses: 3,
+            heartbeat: Duration::from_secs(5),
         }
     }
 }
 
-type RunningMap = HashMap<String, HashMap<u64, CancellationToken>>;
+/// Why a running attempt was told to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum StopReason {
+    Running = 0,
+    /// Its task was cancelled, failed or expired.
+    Task = 1,
+    /// The worker shuts down: the node goes back to its queue.
+    Shutdown = 2,
+    /// Another worker took the node over (this one was presumed lost).
+    Lost = 3,
+    /// The attempt ran out of time.
+    Timeout = 4,
+}
 
-/// The stream entries this worker holds, whose leases it renews.
-#[derive(Default, Clone)]
-struct Held(Arc<Mutex<std::collections::HashSet<String>>>);
+/// One running attempt, as the worker tracks it.
+struct Run {
+    attempt: Attempt,
+    tool: String,
+    started_at_ms: u64,
+    token: CancellationToken,
+    reason: Arc<AtomicU8>,
+}
 
-impl Held {
-    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
-        // Single-call critical sections: a poisoned set is still whole.
-        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+impl Run {
+    fn stop(&self, reason: StopReason) {
+        // The first reason wins: a node stopped for its task stays stopped for its task.
+        let _ = self.reason.compare_exchange(
+            StopReason::Running as u8,
+            reason as u8,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        );
+        self.token.cancel();
     }
 }
 
-/// Cancellation tokens of the nodes this worker runs, by task id, then by registration number.
-#[derive(Default, Clone)]
-struct Running {
-    map: Arc<Mutex<RunningMap>>,
-    next: Arc<std::sync::atomic::AtomicU64>,
+fn reason_of(cell: &AtomicU8) -> StopReason {
+    match cell.load(Ordering::SeqCst) {
+        1 => StopReason::Task,
+        2 => StopReason::Shutdown,
+        3 => StopReason::Lost,
+        4 => StopReason::Timeout,
+        _ => StopReason::Running,
+    }
 }
+
+/// The attempts this worker runs, by entry id.
+#[derive(Default, Clone)]
+struct Running(Arc<Mutex<HashMap<String, Run>>>);
 
 impl Running {
-    fn insert(&self, task_id: &str, token: CancellationToken) -> u64 {
-        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.lock().entry(task_id.to_owned()).or_default().insert(id, token);
-        id
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Run>> {
+        // Every operation on the map is a single call, so a panic elsewhere cannot leave it
+        // half-updated and a poisoned lock is safe to keep using.
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn remove(&self, task_id: &str, id: u64) {
-        let mut map = self.lock();
-        if let Some(tokens) = map.get_mut(task_id) {
-            tokens.remove(&id);
-            if tokens.is_empty() {
-                map.remove(task_id);
+    fn stop_task(&self, task_id: &str, reason: StopReason) -> usize {
+        let runs = self.lock();
+        let mut stopped = 0;
+        for run in runs.values().filter(|r| r.attempt.task_id == task_id) {
+            run.stop(reason);
+            stopped += 1;
+        }
+        stopped
+    }
+
+    fn stop_entries(&self, entries: &[String], reason: StopReason) {
+        let runs = self.lock();
+        for entry in entries {
+            if let Some(run) = runs.get(entry) {
+                run.stop(reason);
             }
         }
     }
 
-    fn cancel(&self, task_id: &str) -> usize {
-        let map = self.lock();
-        let Some(tokens) = map.get(task_id) else { return 0 };
-        tokens.values().for_each(CancellationToken::cancel);
-        tokens.len()
+    fn held(&self) -> Vec<(String, String)> {
+        self.lock().values().map(|r| (r.attempt.stream.clone(), r.attempt.entry_id.clone())).collect()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, RunningMap> {
-        // Every operation on the map is a single call, so a panic elsewhere cannot leave it
-        // half-updated and a poisoned lock is safe to keep using.
-        self.map.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn tasks(&self) -> Vec<String> {
+        let mut tasks: Vec<String> = self.lock().values().map(|r| r.attempt.task_id.clone()).collect();
+        tasks.sort();
+        tasks.dedup();
+        tasks
+    }
+
+    fn report(&self) -> Vec<RunningNode> {
+        self.lock()
+            .values()
+            .map(|r| RunningNode {
+                task_id: r.attempt.task_id.clone(),
+                node_id: r.attempt.node_id.clone(),
+                tool: r.tool.clone(),
+                attempt: r.attempt.attempt,
+                started_at_ms: r.started_at_ms,
+            })
+            .collect()
     }
 }
 
-/// Runs a worker until `shutdown` fires: publishes the registry's tools, then consumes work.
+/// What every part of a running worker shares.
+#[derive(Clone)]
+struct Worker {
+    store: Store,
+    registry: Arc<ToolRegistry>,
+    options: Arc<WorkerOptions>,
+    queues: Arc<Vec<String>>,
+    running: Running,
+    /// Fires when running nodes must stop and go back to their queue (end of the grace period).
+    stop_running: CancellationToken,
+}
+
+/// Runs a worker until `shutdown` fires: announces itself and its tools, then consumes work.
 /// On shutdown it stops reading, lets running nodes finish within the grace period, then stops
-/// them and hands them back to the queue for another worker.
+/// them and hands them back to their queue for another worker.
 pub async fn run(
     store: Store,
     registry: Arc<ToolRegistry>,
     options: WorkerOptions,
     shutdown: CancellationToken,
 ) -> Result<(), StoreError> {
-    let running = Running::default();
-    let stop_running = CancellationToken::new();
-    wait_for_redis(&store, &registry, &shutdown).await;
-    let listener = tokio::spawn(listen_for_cancels(store.clone(), running.clone(), shutdown.clone()));
-    let publisher = tokio::spawn(keep_tools_published(store.clone(), registry.clone(), shutdown.clone()));
-    let promoter = tokio::spawn(promote_retries(store.clone(), shutdown.clone()));
-    let held = Held::default();
-    let renewer =
-        tokio::spawn(renew_leases(store.clone(), options.name.clone(), held.clone(), options.lease));
-    let mut last_claim = tokio::time::Instant::now();
-    let semaphore = Arc::new(Semaphore::new(options.concurrency));
-    let mut nodes = JoinSet::new();
-    let mut conn = None;
-    let mut backoff = Backoff::default();
-    tracing::info!(worker = %options.name, concurrency = options.concurrency, "worker started");
+    let queues = registry.queues();
+    let worker = Worker {
+        store: store.clone(),
+        registry,
+        options: Arc::new(options),
+        queues: Arc::new(queues),
+        running: Running::default(),
+        stop_running: CancellationToken::new(),
+    };
+    let name = worker.options.name.clone();
+    if !wait_for_redis(&worker, &shutdown).await? {
+        return Ok(());
+    }
+    let semaphore = Arc::new(Semaphore::new(worker.options.concurrency));
+    let jobs = TaskTracker::new();
+    let background = [
+        tokio::spawn(listen_for_cancels(worker.clone(), shutdown.clone())),
+        tokio::spawn(heartbeat(worker.clone(), shutdown.clone())),
+        tokio::spawn(renew_leases(worker.clone())),
+        tokio::spawn(maintain(worker.clone(), shutdown.clone())),
+    ];
+    let readers = loop {
+        match store.work_readers(&worker.queues).await {
+            Ok(readers) => break readers,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot set up work readers; retrying");
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    () = shutdown.cancelled() => return Ok(()),
+                }
+            }
+        }
+    };
+    tracing::info!(
+        worker = %name, concurrency = worker.options.concurrency, queues = ?worker.queues,
+        readers = readers.len(), "worker started"
+    );
+    let reading: Vec<_> = readers
+        .into_iter()
+        .map(|reader| {
+            tokio::spawn(read_loop(worker.clone(), reader, semaphore.clone(), jobs.clone(), shutdown.clone()))
+        })
+        .collect();
+    for reader in reading {
+        let _ = reader.await;
+    }
 
+    jobs.close();
+    tracing::info!(worker = %name, running = jobs.len(), "worker stopping: no new work is read");
+    if tokio::time::timeout(worker.options.shutdown_grace, jobs.wait()).await.is_err() {
+        tracing::warn!(worker = %name, "grace period over: stopping running nodes and handing them back");
+        worker.stop_running.cancel();
+        for run in worker.running.lock().values() {
+            run.stop(StopReason::Shutdown);
+        }
+        jobs.wait().await;
+    }
+    for task in background {
+        task.abort();
+    }
+    if let Err(e) = store.forget_worker(&name).await {
+        tracing::debug!(error = %e, "could not remove this worker from the catalog");
+    }
+    tracing::info!(worker = %name, "worker stopped");
+    Ok(())
+}
+
+/// Waits until Redis answers and the deployment's layout agrees, then sets up the consumer
+/// groups and announces the worker. `false` when shutdown came first.
+async fn wait_for_redis(worker: &Worker, shutdown: &CancellationToken) -> Result<bool, StoreError> {
+    let mut backoff = Backoff::default();
     while !shutdown.is_cancelled() {
+        let ready = async {
+            worker.store.check_layout().await?;
+            worker.store.ensure_groups(&worker.queues).await?;
+            announce(worker).await
+        };
+        match ready.await {
+            Ok(()) => return Ok(true),
+            Err(e @ StoreError::Layout(_)) => return Err(e),
+            Err(e) => {
+                tracing::warn!(error = %e, "waiting for Redis");
+                backoff.wait(shutdown).await;
+            }
+        }
+    }
+    Ok(false)
+}
+
+async fn announce(worker: &Worker) -> Result<(), StoreError> {
+    let record = WorkerRecord {
+        name: worker.options.name.clone(),
+        queues: worker.queues.to_vec(),
+        tools: worker.registry.names().to_vec(),
+        concurrency: worker.options.concurrency,
+        running: worker.running.report(),
+        heartbeat_ms: now_ms(),
+        host: std::env::var("HOSTNAME").unwrap_or_default(),
+        pid: std::process::id(),
+    };
+    worker.store.heartbeat(&record, &worker.registry.published()).await
+}
+
+/// Announces the worker every heartbeat; a Redis that lost its data gets the consumer groups back.
+async fn heartbeat(worker: Worker, shutdown: CancellationToken) {
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(worker.options.heartbeat) => {}
+            () = shutdown.cancelled() => return,
+        }
+        if let Err(e) = announce(&worker).await {
+            tracing::debug!(error = %e, "could not send a heartbeat; trying again later");
+        }
+    }
+}
+
+/// One reader: takes free slots, reads a batch for them, starts it, runs what started.
+async fn read_loop(
+    worker: Worker,
+    mut reader: WorkReader,
+    semaphore: Arc<Semaphore>,
+    jobs: TaskTracker,
+    shutdown: CancellationToken,
+) {
+    let mut backoff = Backoff::default();
+    loop {
         let first = tokio::select! {
             permit = semaphore.clone().acquire_owned() => match permit {
                 Ok(p) => p,
-                Err(_) => break,
+                Err(_) => return,
             },
-            () = shutdown.cancelled() => break,
+            () = shutdown.cancelled() => return,
         };
         let mut permits = vec![first];
         while let Ok(p) = semaphore.clone().try_acquire_owned() {
             permits.push(p);
         }
-        // Take over nodes whose worker stopped renewing its lease (killed, hung, cut off).
-        if last_claim.elapsed() >= options.lease / 2 {
-            last_claim = tokio::time::Instant::now();
-            match store.claim_abandoned(&options.name, options.lease, permits.len()).await {
-                Ok(claimed) if !claimed.is_empty() => {
-                    tracing::info!(worker = %options.name, nodes = claimed.len(), "took over nodes whose lease ran out");
-                    for item in claimed {
-                        let Some(permit) = permits.pop() else { break };
-                        let job = job_for(&store, &registry, &running, &held, &options, &stop_running);
-                        nodes.spawn(async move {
-                            job.run(item, true).await;
-                            drop(permit);
-                        });
-                    }
-                    if permits.is_empty() {
-                        continue;
-                    }
-                }
-                Ok(_) => {}
-                Err(e) => tracing::debug!(error = %e, "could not look for abandoned nodes"),
-            }
-        }
-        if conn.is_none() {
-            match store.blocking_connection().await {
-                Ok(c) => conn = Some(c),
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot reach Redis; retrying");
-                    backoff.wait(&shutdown).await;
-                    continue;
-                }
-            }
-        }
-        let Some(c) = conn.as_mut() else { continue };
-        // The read is never abandoned half-way: Redis would still deliver an entry to a read the
-        // worker stopped waiting for, and that entry would sit with a consumer that is gone. It
-        // blocks for at most `options.block`; what it returns after shutdown goes back to the queue.
-        let read = Store::read_work(c, &options.name, permits.len(), options.block).await;
-        if shutdown.is_cancelled() {
-            for item in read.unwrap_or_default() {
-                if let Err(e) = store.requeue(&item).await {
-                    tracing::warn!(entry = %item.entry_id, error = %e, "could not requeue an unstarted entry");
-                }
-            }
-            break;
-        }
+        let read =
+            reader.read(&worker.store, &worker.options.name, permits.len(), worker.options.block).await;
         let items = match read {
             Ok(items) => {
                 backoff.reset();
@@ -188,273 +335,353 @@ pub async fn run(
             }
             Err(e) => {
                 if e.to_string().contains("NOGROUP") {
-                    // Redis lost its data (restarted without persistence): set the group and the
-                    // tool catalog up again.
-                    let _ = store.ensure_work_group().await;
-                    let _ = store.publish_tools(&registry.published()).await;
+                    // Redis lost its data (restarted without persistence): set the groups up again.
+                    let _ = worker.store.ensure_groups(&worker.queues).await;
                 } else {
                     tracing::warn!(error = %e, "reading work failed; reconnecting");
-                    conn = None;
                     backoff.wait(&shutdown).await;
                 }
                 continue;
             }
         };
-        for item in items {
-            let Some(permit) = permits.pop() else { break };
-            let job = job_for(&store, &registry, &running, &held, &options, &stop_running);
-            nodes.spawn(async move {
-                job.run(item, false).await;
-                drop(permit);
+        // After shutdown nothing read is run: it goes back to its queue.
+        if shutdown.is_cancelled() {
+            permits.clear();
+        }
+        dispatch(&worker, items, permits, &jobs).await;
+        if shutdown.is_cancelled() {
+            return;
+        }
+    }
+}
+
+/// Starts what was read: finalize entries at once, nodes up to the free slots (one script per
+/// shard), the rest handed back to their queue.
+async fn dispatch(
+    worker: &Worker,
+    items: Vec<WorkItem>,
+    mut permits: Vec<OwnedSemaphorePermit>,
+    jobs: &TaskTracker,
+) {
+    let mut by_shard: HashMap<Shard, (Vec<WorkItem>, usize)> = HashMap::new();
+    for item in items {
+        if item.task_id.is_empty() {
+            if let Err(e) = worker.store.drop_entry(&item).await {
+                tracing::warn!(entry = %item.entry_id, error = %e, "could not drop an empty entry");
+            }
+        } else if item.node_id == keys::FINALIZE_NODE {
+            let store = worker.store.clone();
+            jobs.spawn(async move {
+                if let Err(e) = crate::dag::finalize(&store, &item).await {
+                    // The entry stays pending; maintenance queues it again after the lease.
+                    tracing::warn!(task = %item.task_id, error = %e, "could not finalize the task");
+                }
             });
+        } else {
+            let batch = by_shard.entry(item.shard).or_default();
+            batch.0.push(item);
         }
-        // Reap finished nodes so the set does not grow.
-        while nodes.try_join_next().is_some() {}
     }
-
-    tracing::info!(worker = %options.name, running = nodes.len(), "worker stopping: no new work is read");
-    let drained =
-        tokio::time::timeout(options.shutdown_grace, async { while nodes.join_next().await.is_some() {} })
-            .await;
-    if drained.is_err() {
-        tracing::warn!(worker = %options.name, "grace period over: stopping running nodes and handing them back");
-        stop_running.cancel();
-        while nodes.join_next().await.is_some() {}
+    // Free slots go to the entries in the order they came, shard by shard.
+    let mut free = permits.len();
+    for (items, run) in by_shard.values_mut() {
+        *run = free.min(items.len());
+        free -= *run;
     }
-    listener.abort();
-    publisher.abort();
-    promoter.abort();
-    renewer.abort();
-    tracing::info!(worker = %options.name, "worker stopped");
-    Ok(())
-}
-
-/// Waits until Redis answers, then publishes the tools and makes sure the consumer group exists.
-async fn wait_for_redis(store: &Store, registry: &ToolRegistry, shutdown: &CancellationToken) {
-    let mut backoff = Backoff::default();
-    while !shutdown.is_cancelled() {
-        let ready = async {
-            store.ensure_work_group().await?;
-            store.publish_tools(&registry.published()).await
-        };
-        match ready.await {
-            Ok(()) => return,
+    let starts = futures::future::join_all(by_shard.into_iter().map(|(shard, (items, run))| async move {
+        let outcomes = worker.store.start_batch(shard, &items, run, &worker.options.name).await;
+        (items, outcomes)
+    }))
+    .await;
+    for (items, outcomes) in starts {
+        let outcomes = match outcomes {
+            Ok(outcomes) => outcomes,
             Err(e) => {
-                tracing::warn!(error = %e, "waiting for Redis");
-                backoff.wait(shutdown).await;
-            }
-        }
-    }
-}
-
-/// How often a worker republishes its tools, so that a Redis that lost its data (restarted without
-/// persistence) lists them again without a worker restart.
-const REPUBLISH_EVERY: Duration = Duration::from_secs(10);
-
-async fn keep_tools_published(store: Store, registry: Arc<ToolRegistry>, shutdown: CancellationToken) {
-    let published = registry.published();
-    loop {
-        tokio::select! {
-            () = tokio::time::sleep(REPUBLISH_EVERY) => {}
-            () = shutdown.cancelled() => return,
-        }
-        if let Err(e) = store.publish_tools(&published).await {
-            tracing::debug!(error = %e, "could not republish tools; trying again later");
-        }
-    }
-}
-
-/// How often a worker moves due retries back onto the stream. Every worker does it, so retries
-/// keep flowing while any worker runs.
-const PROMOTE_EVERY: Duration = Duration::from_millis(100);
-/// How often a worker drops finished entries from the work stream.
-const TRIM_EVERY: Duration = Duration::from_secs(5);
-
-async fn promote_retries(store: Store, shutdown: CancellationToken) {
-    let mut last_trim = tokio::time::Instant::now();
-    loop {
-        tokio::select! {
-            () = tokio::time::sleep(PROMOTE_EVERY) => {}
-            () = shutdown.cancelled() => return,
-        }
-        if let Err(e) = store.promote_retries(256).await {
-            tracing::debug!(error = %e, "could not promote retries; trying again");
-        }
-        if let Err(e) = store.reap_expired(256).await {
-            tracing::debug!(error = %e, "could not reap expired index entries; trying again");
-        }
-        if last_trim.elapsed() >= TRIM_EVERY {
-            last_trim = tokio::time::Instant::now();
-            if let Err(e) = store.trim_work().await {
-                tracing::debug!(error = %e, "could not trim the work stream; trying again");
-            }
-        }
-    }
-}
-
-/// Renews the leases of the entries this worker holds, three times per lease.
-async fn renew_leases(store: Store, worker: String, held: Held, lease: Duration) {
-    loop {
-        tokio::time::sleep(lease / 3).await;
-        let ids: Vec<String> = held.lock().iter().cloned().collect();
-        if let Err(e) = store.renew_leases(&worker, &ids).await {
-            tracing::warn!(error = %e, held = ids.len(), "could not renew leases");
-        }
-    }
-}
-
-/// Fires the tokens of cancelled tasks as cancel messages arrive; resubscribes after a drop.
-async fn listen_for_cancels(store: Store, running: Running, shutdown: CancellationToken) {
-    let mut backoff = Backoff::default();
-    while !shutdown.is_cancelled() {
-        let mut messages = match store.subscribe(keys::CANCEL_CHANNEL).await {
-            Ok(m) => {
-                backoff.reset();
-                m
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot subscribe to cancellations; retrying");
-                backoff.wait(&shutdown).await;
+                // The entries stay pending with this worker, unrenewed: maintenance queues them
+                // again once their lease runs out.
+                tracing::warn!(entries = items.len(), error = %e, "could not start a batch");
                 continue;
             }
         };
-        loop {
-            tokio::select! {
-                message = messages.recv() => match message {
-                    Some(task_id) => {
-                        let stopped = running.cancel(&task_id);
-                        if stopped > 0 {
-                            tracing::info!(task = %task_id, nodes = stopped, "cancelling running nodes");
-                        }
-                    }
-                    None => break,
-                },
-                () = shutdown.cancelled() => return,
+        for (item, outcome) in items.into_iter().zip(outcomes) {
+            match outcome {
+                StartOutcome::Run { attempt, tool, arguments, timeout, losses, .. } => {
+                    let Some(permit) = permits.pop() else { continue };
+                    let job = NodeJob {
+                        worker: worker.clone(),
+                        attempt: *attempt,
+                        tool,
+                        arguments,
+                        timeout,
+                        losses,
+                    };
+                    jobs.spawn(async move {
+                        job.run().await;
+                        drop(permit);
+                    });
+                }
+                StartOutcome::HandedBack => {}
+                StartOutcome::Skip(reason) => {
+                    tracing::debug!(task = %item.task_id, node = %item.node_id, %reason, "skipped an entry");
+                }
             }
         }
     }
 }
 
-/// One work item, from start script to acknowledgement.
-struct NodeJob {
-    store: Store,
-    registry: Arc<ToolRegistry>,
-    running: Running,
-    held: Held,
-    worker: String,
-    recheck: Duration,
-    max_losses: u32,
-    stop: CancellationToken,
+/// Renews the leases of the entries this worker runs, three times per lease; stops the runs whose
+/// entry is gone (another worker took the node over).
+async fn renew_leases(worker: Worker) {
+    loop {
+        tokio::time::sleep(worker.options.lease / 3).await;
+        let held = worker.running.held();
+        if held.is_empty() {
+            continue;
+        }
+        match worker.store.renew_leases(&worker.options.name, &held).await {
+            Ok(lost) if !lost.is_empty() => {
+                tracing::warn!(entries = ?lost, "lost running nodes to another worker; stopping them");
+                worker.running.stop_entries(&lost, StopReason::Lost);
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, held = held.len(), "could not renew leases"),
+        }
+    }
 }
 
-fn job_for(
-    store: &Store,
-    registry: &Arc<ToolRegistry>,
-    running: &Running,
-    held: &Held,
-    options: &WorkerOptions,
-    stop_running: &CancellationToken,
-) -> NodeJob {
-    NodeJob {
-        store: store.clone(),
-        registry: registry.clone(),
-        running: running.clone(),
-        held: held.clone(),
-        worker: options.name.clone(),
-        recheck: options.status_recheck,
-        max_losses: options.max_losses,
-        stop: stop_running.child_token(),
+/// Stops running nodes of cancelled tasks as notices arrive; after a possible loss of notices,
+/// checks every running task's status once.
+async fn listen_for_cancels(worker: Worker, shutdown: CancellationToken) {
+    let hub = loop {
+        match worker.store.events().await {
+            Ok(hub) => break hub,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot subscribe to cancellations; retrying");
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    () = shutdown.cancelled() => return,
+                }
+            }
+        }
+    };
+    let mut notices = hub.cancel_notices();
+    // Notices sent before the listener was registered: look once.
+    recheck_running(&worker).await;
+    loop {
+        tokio::select! {
+            notice = notices.recv() => match notice {
+                Some(CancelNotice::Task(task_id)) => {
+                    let stopped = worker.running.stop_task(&task_id, StopReason::Task);
+                    if stopped > 0 {
+                        tracing::info!(task = %task_id, nodes = stopped, "cancelling running nodes");
+                    }
+                }
+                Some(CancelNotice::Resync) => recheck_running(&worker).await,
+                None => return,
+            },
+            () = shutdown.cancelled() => return,
+        }
     }
+}
+
+async fn recheck_running(worker: &Worker) {
+    for task_id in worker.running.tasks() {
+        match worker.store.get_task(&task_id).await {
+            Ok(Some(task)) if !task.status.is_terminal() => {}
+            Ok(_) => {
+                worker.running.stop_task(&task_id, StopReason::Task);
+            }
+            Err(_) => {} // Redis is away; the next resync looks again.
+        }
+    }
+}
+
+/// How long the maintenance holder of a shard waits at most between two looks.
+const MAINTAIN_EVERY: Duration = Duration::from_millis(500);
+/// How often a worker that does not hold a shard's maintenance lease tries to take it.
+const MAINTAIN_TRY_EVERY: Duration = Duration::from_secs(5);
+/// How long a shard's maintenance lease lasts without renewal.
+const MAINTENANCE_LEASE: Duration = Duration::from_secs(10);
+/// Most due items handled per shard per look.
+const MAINTAIN_BATCH: usize = 256;
+
+/// Runs the maintenance of every shard whose lease this worker holds (or can take): due retries,
+/// expiries, and entries of lost workers. The pace is per shard, whatever the number of workers.
+async fn maintain(worker: Worker, shutdown: CancellationToken) {
+    let store = &worker.store;
+    let shards: Vec<Shard> = store.all_shards().collect();
+    let now = tokio::time::Instant::now();
+    let mut next_look: HashMap<Shard, tokio::time::Instant> = shards.iter().map(|s| (*s, now)).collect();
+    let mut last_reclaim: HashMap<Shard, tokio::time::Instant> = HashMap::new();
+    let mut cursors: HashMap<String, String> = HashMap::new();
+    let mut last_prune = tokio::time::Instant::now();
+    loop {
+        let now = tokio::time::Instant::now();
+        for &shard in &shards {
+            if next_look[&shard] > now {
+                continue;
+            }
+            let look = store.maintain(shard, &worker.options.name, MAINTENANCE_LEASE, MAINTAIN_BATCH).await;
+            let next = match look {
+                Ok(MaintainOutcome::HeldElsewhere) => now + MAINTAIN_TRY_EVERY,
+                Ok(MaintainOutcome::Due { retries, expired, next_due_ms }) => {
+                    let busy = !retries.is_empty() || !expired.is_empty();
+                    for member in &retries {
+                        if let Err(e) = store.promote_retry(shard, member).await {
+                            tracing::warn!(error = %e, "could not queue a retry again");
+                        }
+                    }
+                    for task_id in &expired {
+                        match store.expire_task(shard, task_id).await {
+                            Ok(true) => tracing::info!(task = %task_id, "task expired"),
+                            Ok(false) => {}
+                            Err(e) => tracing::warn!(task = %task_id, error = %e, "could not expire a task"),
+                        }
+                    }
+                    if last_reclaim.get(&shard).is_none_or(|t| t.elapsed() >= worker.options.lease / 4) {
+                        last_reclaim.insert(shard, now);
+                        reclaim_shard(&worker, shard, &mut cursors).await;
+                    }
+                    if shard == Shard(0) && last_prune.elapsed() >= Duration::from_secs(60) {
+                        last_prune = now;
+                        let _ = store.prune_workers(now_ms()).await;
+                    }
+                    let until_due = next_due_ms
+                        .map(|due| Duration::from_millis(due.saturating_sub(now_ms())))
+                        .unwrap_or(MAINTAIN_EVERY);
+                    if busy { now } else { now + until_due.min(MAINTAIN_EVERY) }
+                }
+                Err(e) => {
+                    tracing::debug!(shard = %shard, error = %e, "shard maintenance failed; trying again");
+                    now + Duration::from_secs(1)
+                }
+            };
+            next_look.insert(shard, next);
+        }
+        let wake = next_look.values().min().copied().unwrap_or(now + MAINTAIN_EVERY);
+        tokio::select! {
+            () = tokio::time::sleep_until(wake) => {}
+            () = shutdown.cancelled() => return,
+        }
+    }
+}
+
+/// Takes over the entries of `shard` whose worker stopped renewing its lease, every queue that
+/// the catalog knows, each scan going on from where the last one stopped.
+async fn reclaim_shard(worker: &Worker, shard: Shard, cursors: &mut HashMap<String, String>) {
+    let store = &worker.store;
+    let mut queues: Vec<String> = match store.tools().await {
+        Ok(tools) => tools.iter().filter_map(|t| t.queue_name().map(str::to_owned)).collect(),
+        Err(_) => return,
+    };
+    queues.push(keys::BUILTIN_QUEUE.to_owned());
+    queues.sort();
+    queues.dedup();
+    for queue in queues {
+        let stream = shard.queue(&queue);
+        let cursor = cursors.get(&stream).cloned().unwrap_or_else(|| "0-0".to_owned());
+        let claimed = store
+            .claim_abandoned(shard, &stream, &worker.options.name, worker.options.lease, &cursor, 100)
+            .await;
+        let (items, next) = match claimed {
+            Ok(claimed) => claimed,
+            Err(e) => {
+                if !e.to_string().contains("NOGROUP") {
+                    tracing::debug!(stream = %stream, error = %e, "could not look for abandoned entries");
+                }
+                continue;
+            }
+        };
+        cursors.insert(stream.clone(), next);
+        for item in items {
+            if item.task_id.is_empty() {
+                let _ = store.drop_entry(&item).await;
+                continue;
+            }
+            if item.node_id == keys::FINALIZE_NODE {
+                // A finalize entry names no node: its lost worker's work is simply done again.
+                if let Err(e) = crate::dag::finalize(store, &item).await {
+                    tracing::warn!(task = %item.task_id, error = %e, "could not finalize a taken-over task");
+                }
+                continue;
+            }
+            match store.reclaim(&item).await {
+                Ok(ReclaimOutcome::Requeued { losses }) => {
+                    tracing::info!(task = %item.task_id, node = %item.node_id, losses, "took over a node whose lease ran out");
+                }
+                Ok(ReclaimOutcome::Dropped(reason)) => {
+                    tracing::debug!(task = %item.task_id, node = %item.node_id, %reason, "dropped a stale entry");
+                }
+                Err(e) => tracing::warn!(task = %item.task_id, error = %e, "could not take over a node"),
+            }
+        }
+    }
+}
+
+/// One started attempt, from the tool call to its completion.
+struct NodeJob {
+    worker: Worker,
+    attempt: Attempt,
+    tool: String,
+    arguments: serde_json::Value,
+    timeout: Option<Duration>,
+    losses: u32,
 }
 
 impl NodeJob {
-    async fn run(self, item: WorkItem, reclaimed: bool) {
-        self.held.lock().insert(item.entry_id.clone());
-        self.process(item.clone(), reclaimed).await;
-        self.held.lock().remove(&item.entry_id);
-    }
-
-    async fn process(&self, item: WorkItem, reclaimed: bool) {
-        if item.task_id.is_empty() {
-            self.ack(&item).await;
+    async fn run(self) {
+        let store = &self.worker.store;
+        let attempt = &self.attempt;
+        let max_losses = self.worker.options.max_losses;
+        if max_losses > 0 && self.losses >= max_losses {
+            // This node took its worker down too often: it is not run again.
+            tracing::warn!(task = %attempt.task_id, node = %attempt.node_id, losses = self.losses, "node lost its worker too often; failing it");
+            let error = ToolOutcome::Error(RpcError {
+                code: -32603,
+                message: format!("the node lost its worker {} times; it is not run again", self.losses),
+                data: None,
+            });
+            self.settle(Some(error), true).await;
             return;
         }
-        if item.node_id == keys::FINALIZE_NODE {
-            match crate::dag::finalize(&self.store, &item.task_id).await {
-                Ok(()) => self.ack(&item).await,
-                // The entry stays pending; it is delivered again once claimed.
-                Err(e) => tracing::warn!(task = %item.task_id, error = %e, "could not finalize the task"),
-            }
-            return;
-        }
-        let start =
-            match self.store.start_attempt(&item.task_id, &item.node_id, &self.worker, reclaimed).await {
-                Ok(s) => s,
-                Err(e) => {
-                    // The entry stays pending; it is delivered again once claimed.
-                    tracing::warn!(task = %item.task_id, error = %e, "could not start node");
-                    return;
-                }
-            };
-        let (attempt, tool_name, arguments, timeout) = match start {
-            StartOutcome::Skip(reason) => {
-                tracing::debug!(task = %item.task_id, node = %item.node_id, %reason, "skipping node");
-                self.ack(&item).await;
-                return;
-            }
-            StartOutcome::Run { attempt, losses, .. } if self.max_losses > 0 && losses >= self.max_losses => {
-                // This node took its worker down too often: it is not run again.
-                tracing::warn!(task = %item.task_id, node = %item.node_id, losses, "node lost its worker too often; failing it");
-                let error = ToolOutcome::Error(RpcError {
-                    code: -32603,
-                    message: format!("the node lost its worker {losses} times; it is not run again"),
-                    data: None,
-                });
-                match self
-                    .store
-                    .complete_attempt(&item.task_id, &item.node_id, attempt, Some(&error), true)
-                    .await
-                {
-                    Ok(_) => self.ack(&item).await,
-                    Err(e) => {
-                        tracing::warn!(task = %item.task_id, error = %e, "could not fail the node; it stays pending")
-                    }
-                }
-                return;
-            }
-            StartOutcome::Run { attempt, tool, arguments, timeout, .. } => {
-                (attempt, tool, arguments, timeout)
-            }
-        };
-        let token = self.stop.child_token();
-        let registration = self.running.insert(&item.task_id, token.clone());
-        let mut timed_out = false;
-        let outcome = match crate::dag::resolve_arguments(&self.store, &item.task_id, &arguments).await {
+        let token = self.worker.stop_running.child_token();
+        let reason = Arc::new(AtomicU8::new(StopReason::Running as u8));
+        self.worker.running.lock().insert(
+            attempt.entry_id.clone(),
+            Run {
+                attempt: attempt.clone(),
+                tool: self.tool.clone(),
+                started_at_ms: now_ms(),
+                token: token.clone(),
+                reason: reason.clone(),
+            },
+        );
+        let outcome = match crate::dag::resolve_arguments(store, &attempt.task_id, &self.arguments).await {
             Err(outcome) => outcome,
             Ok(arguments) => {
                 let ctx = ToolContext {
-                    task_id: item.task_id.clone(),
-                    node_id: item.node_id.clone(),
-                    attempt,
+                    task_id: attempt.task_id.clone(),
+                    node_id: attempt.node_id.clone(),
+                    attempt: attempt.attempt,
                     arguments,
                     cancel: token.clone(),
-                    traceparent: item.traceparent.clone(),
-                    store: self.store.clone(),
+                    traceparent: attempt.traceparent.clone(),
+                    store: store.clone(),
+                    lease: attempt.clone(),
                 };
-                let watcher = tokio::spawn(watch_status(
-                    self.store.clone(),
-                    item.task_id.clone(),
-                    token.clone(),
-                    self.recheck,
-                ));
-                let call = self.call(&tool_name, ctx);
-                let outcome = match timeout {
+                let call = self.call(ctx);
+                match self.timeout {
                     None => call.await,
                     Some(limit) => match tokio::time::timeout(limit, call).await {
                         Ok(outcome) => outcome,
                         Err(_) => {
                             // The tool is told to stop; the attempt counts as failed.
-                            timed_out = true;
+                            let _ = reason.compare_exchange(
+                                0,
+                                StopReason::Timeout as u8,
+                                Ordering::SeqCst,
+                                Ordering::SeqCst,
+                            );
                             token.cancel();
                             ToolOutcome::Error(RpcError {
                                 code: -32001,
@@ -463,143 +690,132 @@ impl NodeJob {
                             })
                         }
                     },
-                };
-                watcher.abort();
-                outcome
+                }
             }
         };
-        self.running.remove(&item.task_id, registration);
-        if self.stop.is_cancelled() && !token_cancelled_by_task(&self.store, &item.task_id).await {
-            // Stopped by shutdown, not by the task: hand the node back so another worker starts
-            // it at once.
-            match self.store.release_node(&item, attempt).await {
-                Ok(true) => {
-                    tracing::info!(task = %item.task_id, node = %item.node_id, "handed the node back to the queue")
-                }
-                Ok(false) => {
-                    tracing::info!(task = %item.task_id, "node already settled elsewhere; nothing to hand back")
-                }
-                Err(e) => {
-                    tracing::warn!(task = %item.task_id, error = %e, "could not hand the node back; it stays pending")
-                }
+        self.worker.running.lock().remove(&attempt.entry_id);
+        match reason_of(&reason) {
+            StopReason::Lost => {
+                // Another worker runs the node now; this attempt's completion would be refused.
+                tracing::info!(task = %attempt.task_id, node = %attempt.node_id, "stopped a node another worker took over");
             }
-            return;
-        }
-        let outcome = if token.is_cancelled() && !timed_out { None } else { Some(outcome) };
-        let outcome = match outcome {
-            Some(ToolOutcome::Plan(plan)) => match crate::dag::check_plan(&self.store, &plan).await {
-                Ok(()) => {
-                    self.expand(&item, attempt, &plan).await;
-                    return;
-                }
-                Err(invalid) => Some(invalid),
+            StopReason::Shutdown if !cancelled_by_task(store, &attempt.task_id).await => {
+                self.hand_back().await
+            }
+            StopReason::Task | StopReason::Shutdown => self.settle(None, false).await,
+            StopReason::Running | StopReason::Timeout => match outcome {
+                ToolOutcome::Plan(plan) => match crate::dag::check_plan(store, &plan).await {
+                    Ok(()) => self.expand(&plan).await,
+                    Err(invalid) => self.settle(Some(invalid), false).await,
+                },
+                outcome => self.settle(Some(outcome), false).await,
             },
-            other => other,
-        };
-        // Finished work is not thrown away because Redis is briefly away: the completion is
-        // retried (the lease stays held and renewed meanwhile) until Redis takes it.
-        let mut backoff = Backoff::default();
-        let completed = loop {
-            match self.store.complete_node(&item.task_id, &item.node_id, attempt, outcome.as_ref()).await {
-                Ok(done) => break done,
-                Err(e) => {
-                    tracing::warn!(task = %item.task_id, error = %e, "could not record the node's outcome yet; retrying");
-                    if self.stop.is_cancelled() {
-                        return; // shutting down: the entry stays pending for another worker
-                    }
-                    backoff.wait(&self.stop).await;
-                }
-            }
-        };
-        if completed == CompleteOutcome::Stale {
-            // Another worker took the node over (this one was presumed lost) and now holds its
-            // entry: acknowledging it would take it from under that worker.
-            tracing::info!(task = %item.task_id, attempt, "completion refused: attempt is stale");
-            return;
         }
-        self.ack(&item).await;
     }
 
     /// Runs one attempt of a tool or a built-in node. A panicking tool must not take the worker
     /// down: it fails its attempt instead.
-    async fn call(&self, tool_name: &str, ctx: ToolContext) -> ToolOutcome {
-        if let Some(outcome) = crate::dag::builtin(tool_name, &ctx) {
+    async fn call(&self, ctx: ToolContext) -> ToolOutcome {
+        if let Some(outcome) = crate::dag::builtin(&self.tool, &ctx) {
             return outcome;
         }
-        match self.registry.get(tool_name) {
+        match self.worker.registry.get(&self.tool) {
             Some(tool) => tokio::spawn(tool.call(ctx)).await.unwrap_or_else(|e| {
                 ToolOutcome::Error(RpcError {
                     code: -32603,
-                    message: format!("tool `{tool_name}` crashed: {e}"),
+                    message: format!("tool `{}` crashed: {e}", self.tool),
                     data: None,
                 })
             }),
             None => ToolOutcome::Error(RpcError {
                 code: -32601,
-                message: format!("tool `{tool_name}` is not registered on worker {}", self.worker),
+                message: format!(
+                    "tool `{}` is not registered on worker {}",
+                    self.tool, self.worker.options.name
+                ),
                 data: None,
             }),
         }
     }
 
-    /// Adds a planning node's graph to its task, then acknowledges the entry.
-    async fn expand(&self, item: &WorkItem, attempt: u32, plan: &conveyor_shared::dag::DagSpec) {
-        use conveyor_shared::store::ExpandOutcome;
-        match self.store.expand_plan(&item.task_id, &item.node_id, attempt, plan).await {
+    /// Records the attempt's outcome (`None`: cancelled). Finished work is not thrown away because
+    /// Redis is briefly away: the completion is tried again until Redis takes it (the lease stays
+    /// held meanwhile); a repeat after a lost reply is refused as stale and changes nothing.
+    async fn settle(&self, outcome: Option<ToolOutcome>, final_failure: bool) {
+        let attempt = &self.attempt;
+        let mut backoff = Backoff::default();
+        loop {
+            match self.worker.store.complete(attempt, outcome.as_ref(), final_failure).await {
+                Ok(CompleteOutcome::Stale) => {
+                    tracing::info!(task = %attempt.task_id, attempt = attempt.attempt, "completion refused: attempt is stale");
+                    return;
+                }
+                Ok(done) => {
+                    tracing::debug!(task = %attempt.task_id, node = %attempt.node_id, outcome = ?done, "node completed");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(task = %attempt.task_id, error = %e, "could not record the node's outcome yet; retrying");
+                    if self.worker.stop_running.is_cancelled() {
+                        return; // shutting down: the entry stays pending for another worker
+                    }
+                    backoff.wait(&self.worker.stop_running).await;
+                }
+            }
+        }
+    }
+
+    /// Hands the node back so that another worker starts it at once.
+    async fn hand_back(&self) {
+        let attempt = &self.attempt;
+        match self.worker.store.release(attempt).await {
+            Ok(true) => {
+                tracing::info!(task = %attempt.task_id, node = %attempt.node_id, "handed the node back to its queue")
+            }
+            Ok(false) => {
+                tracing::info!(task = %attempt.task_id, "node already settled elsewhere; nothing to hand back")
+            }
+            Err(e) => {
+                tracing::warn!(task = %attempt.task_id, error = %e, "could not hand the node back; it stays pending")
+            }
+        }
+    }
+
+    /// Adds a planning node's graph to its task.
+    async fn expand(&self, plan: &conveyor_shared::dag::DagSpec) {
+        let store = &self.worker.store;
+        let attempt = &self.attempt;
+        let queues = match store.tool_queues().await {
+            Ok(queues) => queues,
+            Err(e) => {
+                tracing::warn!(task = %attempt.task_id, error = %e, "cannot read tool queues; the plan stays pending");
+                return;
+            }
+        };
+        match store.expand_plan(attempt, plan, &queues).await {
             Ok(ExpandOutcome::Expanded(n)) => {
-                tracing::info!(task = %item.task_id, nodes = n, "expanded a planned graph")
+                tracing::info!(task = %attempt.task_id, nodes = n, "expanded a planned graph")
             }
             Ok(ExpandOutcome::Refused(reason)) => {
                 // The plan cannot join this task: the node fails with the reason.
                 let error = ToolOutcome::Error(RpcError { code: -32602, message: reason, data: None });
-                if let Err(e) =
-                    self.store.complete_node(&item.task_id, &item.node_id, attempt, Some(&error)).await
-                {
-                    tracing::warn!(task = %item.task_id, error = %e, "could not record a refused plan; it stays pending");
-                    return;
-                }
+                self.settle(Some(error), false).await;
             }
             Ok(ExpandOutcome::Stale) => {
-                // The node was taken over; its new worker holds the entry now.
-                tracing::info!(task = %item.task_id, "plan refused: attempt is stale");
-                return;
+                tracing::info!(task = %attempt.task_id, "plan refused: attempt is stale")
             }
-            Ok(other) => tracing::info!(task = %item.task_id, outcome = ?other, "plan not expanded"),
+            Ok(ExpandOutcome::TaskAlreadyTerminal) => {
+                // The task ended meanwhile: record the node as cancelled so its entry is done with.
+                self.settle(None, false).await;
+            }
             Err(e) => {
-                tracing::warn!(task = %item.task_id, error = %e, "could not expand a plan; it stays pending");
-                return;
+                tracing::warn!(task = %attempt.task_id, error = %e, "could not expand a plan; it stays pending")
             }
         }
-        self.ack(item).await;
-    }
-
-    async fn ack(&self, item: &WorkItem) {
-        if let Err(e) = self.store.ack(&item.entry_id).await {
-            tracing::warn!(entry = %item.entry_id, error = %e, "could not acknowledge entry");
-        }
     }
 }
 
-/// Re-reads the task's status every `every`, firing `token` once the task is no longer working:
-/// pub/sub may drop a cancel message, the hash never does. Runs until aborted.
-async fn watch_status(store: Store, task_id: String, token: CancellationToken, every: Duration) {
-    let mut tick = tokio::time::interval(every);
-    tick.tick().await;
-    loop {
-        tick.tick().await;
-        if token.is_cancelled() {
-            continue;
-        }
-        match store.get_task(&task_id).await {
-            Ok(Some(task))
-                if task.status == TaskStatus::Working || task.status == TaskStatus::InputRequired => {}
-            Ok(_) => token.cancel(),
-            Err(_) => {} // Redis is away; the tool keeps running and we look again.
-        }
-    }
-}
-
-async fn token_cancelled_by_task(store: &Store, task_id: &str) -> bool {
+async fn cancelled_by_task(store: &Store, task_id: &str) -> bool {
     matches!(store.get_task(task_id).await, Ok(Some(t)) if t.status == TaskStatus::Cancelled)
 }
 

@@ -3,8 +3,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use conveyor_shared::events::Delivery;
 use conveyor_shared::model::{PublishedTool, TaskEvent, TaskStatus, ToolDefinition, ToolOutcome};
-use conveyor_shared::{Store, StoreError};
+use conveyor_shared::store::Attempt;
+use conveyor_shared::{Store, StoreError, keys};
 use futures::future::BoxFuture;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -19,6 +21,11 @@ pub trait Tool: Send + Sync + 'static {
     fn required_client_capabilities(&self) -> Option<Value> {
         None
     }
+    /// The queue the tool's nodes wait in; the tool's own name when `None`. Tools that share a
+    /// queue share the workers that read it: give a pool of workers its own queue.
+    fn queue(&self) -> Option<String> {
+        None
+    }
     /// Runs one attempt. The future should return soon after `ctx.cancel` fires.
     fn call(&self, ctx: ToolContext) -> BoxFuture<'static, ToolOutcome>;
 }
@@ -27,6 +34,7 @@ pub trait Tool: Send + Sync + 'static {
 pub struct FnTool<F> {
     definition: ToolDefinition,
     required_client_capabilities: Option<Value>,
+    queue: Option<String>,
     run: F,
 }
 
@@ -36,7 +44,13 @@ where
     Fut: std::future::Future<Output = ToolOutcome> + Send + 'static,
 {
     pub fn new(definition: ToolDefinition, run: F) -> Self {
-        Self { definition, required_client_capabilities: None, run }
+        Self { definition, required_client_capabilities: None, queue: None, run }
+    }
+
+    /// Puts the tool's nodes in `queue` instead of a queue of the tool's own name.
+    pub fn on_queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = Some(queue.into());
+        self
     }
 
     /// Declares client capabilities the tool needs (see [`Tool::required_client_capabilities`]).
@@ -57,6 +71,9 @@ where
     fn required_client_capabilities(&self) -> Option<Value> {
         self.required_client_capabilities.clone()
     }
+    fn queue(&self) -> Option<String> {
+        self.queue.clone()
+    }
     fn call(&self, ctx: ToolContext) -> BoxFuture<'static, ToolOutcome> {
         Box::pin((self.run)(ctx))
     }
@@ -75,6 +92,8 @@ pub struct ToolContext {
     /// W3C trace context of the request that created the task.
     pub traceparent: Option<String>,
     pub(crate) store: Store,
+    /// The started attempt, whose keys and fencing token progress and input requests use.
+    pub(crate) lease: Attempt,
 }
 
 impl ToolContext {
@@ -82,11 +101,7 @@ impl ToolContext {
     /// when the report was refused because the task is no longer live or the attempt is stale,
     /// which a tool may take as a sign to stop.
     pub async fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) -> bool {
-        match self
-            .store
-            .report_progress(&self.task_id, &self.node_id, self.attempt, progress, total, message)
-            .await
-        {
+        match self.store.report_progress(&self.lease, progress, total, message).await {
             Ok(taken) => taken,
             Err(e) => {
                 tracing::warn!(task = %self.task_id, error = %e, "progress report failed");
@@ -99,38 +114,39 @@ impl ToolContext {
     /// these requests (key -> an `elicitation/create` or `sampling/createMessage` request) until
     /// the client answers them with `tasks/update`. Returns the answers by key.
     pub async fn request_input(&self, requests: Value) -> Result<Value, InputError> {
-        // Subscribe first, so that an answer arriving right after the script cannot be missed.
-        let mut events = self.store.subscribe_task(&self.task_id).await.map_err(InputError::Store)?;
+        // Wait locally first, so that an answer arriving right after the script cannot be missed.
+        let hub = self.store.events().await.map_err(InputError::Store)?;
+        let mut waiter = hub.waiter(&self.task_id);
         let keys = requests
             .as_object()
             .map(|o| o.keys().cloned().collect::<Vec<_>>().join(", "))
             .unwrap_or_default();
         let message = format!("Waiting for input: {keys}");
+        let inbox = hub.inbox(self.lease.shard);
         let taken = self
             .store
-            .request_input(&self.task_id, &self.node_id, self.attempt, &requests, &message)
+            .request_input(&self.lease, &requests, &message, &inbox)
             .await
             .map_err(InputError::Store)?;
         if !taken {
             return Err(InputError::NotLive);
         }
-        let mut recheck = tokio::time::interval(std::time::Duration::from_secs(1));
         loop {
             tokio::select! {
                 () = self.cancel.cancelled() => return Err(InputError::Cancelled),
-                event = events.recv() => match event {
-                    Some(TaskEvent::Status { status: TaskStatus::Working, .. }) => break,
-                    Some(TaskEvent::Status { status, .. }) if status.is_terminal() => return Err(InputError::NotLive),
-                    Some(_) => {}
-                    None => {
-                        events = self.store.subscribe_task(&self.task_id).await.map_err(InputError::Store)?;
+                delivery = waiter.recv() => match delivery {
+                    Some(Delivery::Event(TaskEvent::Status { status: TaskStatus::Working, .. })) => break,
+                    Some(Delivery::Event(TaskEvent::Status { status, .. })) if status.is_terminal() => {
+                        return Err(InputError::NotLive);
                     }
-                },
-                _ = recheck.tick() => match self.store.get_task(&self.task_id).await {
-                    Ok(Some(task)) if task.status == TaskStatus::Working => break,
-                    Ok(Some(task)) if task.status == TaskStatus::InputRequired => {}
-                    Ok(_) => return Err(InputError::NotLive),
-                    Err(_) => {} // Redis is away; keep waiting.
+                    Some(Delivery::Event(TaskEvent::Expired)) | None => return Err(InputError::NotLive),
+                    Some(Delivery::Event(_)) => {}
+                    Some(Delivery::Resync) => match self.store.watch_task(&self.task_id, &inbox).await {
+                        Ok(Some(task)) if task.status == TaskStatus::Working => break,
+                        Ok(Some(task)) if task.status == TaskStatus::InputRequired => {}
+                        Ok(_) => return Err(InputError::NotLive),
+                        Err(_) => {} // Redis is away; the hub resyncs again once it is back.
+                    },
                 },
             }
         }
@@ -183,6 +199,46 @@ impl ToolRegistry {
         self.tools.get(name).cloned()
     }
 
+    /// Only the named tools of this registry, in its order (`conveyor worker --tools`), so that
+    /// one binary can serve several pools. The error names the tools it does not have.
+    pub fn only(&self, names: &[String]) -> Result<Self, String> {
+        let unknown: Vec<&str> =
+            names.iter().filter(|n| !self.tools.contains_key(n.as_str())).map(String::as_str).collect();
+        if !unknown.is_empty() {
+            return Err(format!(
+                "this worker has no tool named {}; it has: {}",
+                unknown.join(", "),
+                self.order.join(", ")
+            ));
+        }
+        let mut only = Self::new();
+        for name in self.order.iter().filter(|n| names.contains(n)) {
+            if let Some(tool) = self.tools.get(name) {
+                only.tools.insert(name.clone(), tool.clone());
+                only.order.push(name.clone());
+            }
+        }
+        Ok(only)
+    }
+
+    /// The queues this registry's tools wait in, and the built-in queue every worker serves.
+    pub fn queues(&self) -> Vec<String> {
+        let mut queues = vec![keys::BUILTIN_QUEUE.to_owned()];
+        for tool in self.published() {
+            if let Some(queue) = tool.queue_name()
+                && !queues.iter().any(|q| q == queue)
+            {
+                queues.push(queue.to_owned());
+            }
+        }
+        queues
+    }
+
+    /// The names of the tools, in registration order.
+    pub fn names(&self) -> &[String] {
+        &self.order
+    }
+
     /// The tools as gateways see them, in registration order.
     pub fn published(&self) -> Vec<PublishedTool> {
         self.order
@@ -192,6 +248,7 @@ impl ToolRegistry {
                 let tool = self.tools.get(name)?;
                 Some(PublishedTool {
                     position: position as u32,
+                    queue: tool.queue(),
                     definition: tool.definition(),
                     required_client_capabilities: tool.required_client_capabilities(),
                 })

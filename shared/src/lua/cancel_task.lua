@@ -1,24 +1,40 @@
--- cancel_task: move a live task to "cancelled" and tell every worker.
--- A terminal task never changes; the caller learns its status instead.
+-- cancel_task: move a live task to "cancelled", take its queued nodes out of the load counts, and
+-- tell its waiters and every worker of the shard. A terminal task never changes; the caller
+-- learns its status instead.
 --
--- KEYS[1] task hash   KEYS[2] nodes hash   KEYS[3] load hash (the owner's live count drops)
--- KEYS[4] expiring set (the task's owner-index entry goes when its keys do)
--- ARGV[1] task id     ARGV[2] now (ms)   ARGV[3] owner asking ("" skips the check)
--- ARGV[4] status message   ARGV[5] events channel   ARGV[6] cancel channel
--- Returns {"cancelled"} when this call cancelled the task, {"terminal", status} when it was
--- already terminal, {"missing"} when there is no such task for this owner.
-local state = redis.call('HMGET', KEYS[1], 'status', 'owner', 'ttlMs')
-if not state[1] or (ARGV[3] ~= '' and state[2] ~= ARGV[3]) then
-  return {'missing'}
+-- KEYS[1] task hash   KEYS[2] nodes hash   KEYS[3] load hash   KEYS[4] expiring zset
+-- ARGV[1] the record (JSON): task, now, owner ("" skips the check), message, cancelChannel
+-- Returns JSON: {"outcome":"cancelled"} | {"outcome":"terminal","status":s} | {"outcome":"missing"}
+local r = cjson.decode(ARGV[1])
+local t = redis.call('HMGET', KEYS[1], 'status', 'owner', 'ttlMs', 'createdAt')
+if not t[1] or (r.owner ~= '' and t[2] ~= r.owner) then
+  return cjson.encode({outcome = 'missing'})
 end
-if state[1] ~= 'working' and state[1] ~= 'input_required' then
-  return {'terminal', state[1]}
+if not is_live(t[1]) then
+  return cjson.encode({outcome = 'terminal', status = t[1]})
 end
-redis.call('HSET', KEYS[1], 'status', 'cancelled', 'statusMessage', ARGV[4], 'updatedAt', ARGV[2])
-redis.call('HINCRBY', KEYS[3], 'live:' .. state[2], -1)
-redis.call('ZADD', KEYS[4], tonumber(ARGV[2]) + tonumber(state[3]), state[2] .. ' ' .. ARGV[1])
-redis.call('PEXPIRE', KEYS[1], state[3])
-redis.call('PEXPIRE', KEYS[2], state[3])
-redis.call('PUBLISH', ARGV[5], cjson.encode({type = 'status', status = 'cancelled', message = ARGV[4]}))
-redis.call('PUBLISH', ARGV[6], ARGV[1])
-return {'cancelled'}
+-- Queued nodes will never start: they leave the queue counts now, and their entries are dropped
+-- when a worker reads them.
+local fields = redis.call('HGETALL', KEYS[2])
+local tools = {}
+for i = 1, #fields, 2 do
+  local name = fields[i]
+  if fields[i + 1] == 'queued' and string.sub(name, -7) == ':status' then
+    local node = string.sub(name, 1, -8)
+    tools[node] = true
+  end
+end
+for i = 1, #fields, 2 do
+  local name = fields[i]
+  if string.sub(name, -5) == ':tool' then
+    local node = string.sub(name, 1, -6)
+    if tools[node] then
+      dequeued(KEYS[3], fields[i + 1])
+      redis.call('HSET', KEYS[2], nf(node, 'status'), 'cancelled')
+    end
+  end
+end
+settle({task = KEYS[1], nodes = KEYS[2], load = KEYS[3], expiring = KEYS[4]}, r.task,
+  {owner = t[2], createdAt = t[4], ttlMs = t[3]}, 'cancelled', nil, nil, r.message, r.now, 0)
+redis.call('SPUBLISH', r.cancelChannel, r.task)
+return cjson.encode({outcome = 'cancelled'})

@@ -1,27 +1,25 @@
--- report_progress: record a running node's progress on its task and announce it.
+-- report_progress: record a running node's progress on its task and tell the task's waiters.
 --
 -- KEYS[1] task hash   KEYS[2] nodes hash
--- ARGV[1] node id     ARGV[2] attempt (fencing token)   ARGV[3] now (ms)
--- ARGV[4] progress    ARGV[5] total ("" when unknown)    ARGV[6] message ("" when none)
--- ARGV[7] events channel
--- Returns 1 when recorded, 0 when refused (task not working, or a stale attempt).
-if redis.call('HGET', KEYS[1], 'status') ~= 'working' then
-  return 0
+-- ARGV[1] the record (JSON): task, node, attempt, now, progress, total (or null), message (or null)
+-- Returns JSON: {"outcome": "recorded" | "refused"} (refused: task over, or a stale attempt)
+local r = cjson.decode(ARGV[1])
+if not is_live(redis.call('HGET', KEYS[1], 'status')) then
+  return cjson.encode({outcome = 'refused'})
 end
-local node = ARGV[1]
-local state = redis.call('HMGET', KEYS[2], node .. ':status', node .. ':attempt')
-if state[1] ~= 'running' or state[2] ~= ARGV[2] then
-  return 0
+local state = redis.call('HMGET', KEYS[2], nf(r.node, 'status'), nf(r.node, 'attempt'))
+if state[1] ~= 'running' or tonumber(state[2]) ~= r.attempt then
+  return cjson.encode({outcome = 'refused'})
 end
-redis.call('HSET', KEYS[1], 'progress', ARGV[4], 'updatedAt', ARGV[3])
-local event = {type = 'progress', progress = tonumber(ARGV[4])}
-if ARGV[5] ~= '' then
-  redis.call('HSET', KEYS[1], 'total', ARGV[5])
-  event.total = tonumber(ARGV[5])
+redis.call('HSET', KEYS[1], 'progress', r.progress, 'updatedAt', r.now)
+local event = {task = r.task, type = 'progress', progress = tonumber(r.progress)}
+if r.total ~= cjson.null then
+  redis.call('HSET', KEYS[1], 'total', r.total)
+  event.total = tonumber(r.total)
 end
-if ARGV[6] ~= '' then
-  redis.call('HSET', KEYS[1], 'statusMessage', ARGV[6])
-  event.message = ARGV[6]
+if r.message ~= cjson.null then
+  redis.call('HSET', KEYS[1], 'statusMessage', r.message)
+  event.message = r.message
 end
-redis.call('PUBLISH', ARGV[7], cjson.encode(event))
-return 1
+notify(KEYS[1], cjson.encode(event))
+return cjson.encode({outcome = 'recorded'})

@@ -1,23 +1,28 @@
--- request_input: a running node asks the client for input; the task moves to "input_required".
+-- request_input: a running node asks the client for input; the task moves to "input_required",
+-- and the asking worker joins the task's waiters so that the answer reaches its inbox.
 --
 -- KEYS[1] task hash   KEYS[2] nodes hash
--- ARGV[1] node id     ARGV[2] attempt (fencing token)   ARGV[3] now (ms)
--- ARGV[4] input requests (JSON object: key -> elicitation/create or sampling request)
--- ARGV[5] status message   ARGV[6] events channel
--- Returns 1 when the task now waits for input, 0 when refused (task not working, stale attempt).
-if redis.call('HGET', KEYS[1], 'status') ~= 'working' then
-  return 0
+-- ARGV[1] the record (JSON): task, node, attempt, now, requests (JSON text: key -> request),
+--   message, waiter (the worker's inbox channel)
+-- Returns JSON: {"outcome": "waiting" | "refused"} (refused: task not working, or a stale attempt)
+local r = cjson.decode(ARGV[1])
+local t = redis.call('HMGET', KEYS[1], 'status', 'waiters')
+if t[1] ~= 'working' then
+  return cjson.encode({outcome = 'refused'})
 end
-local node = ARGV[1]
-local state = redis.call('HMGET', KEYS[2], node .. ':status', node .. ':attempt')
-if state[1] ~= 'running' or state[2] ~= ARGV[2] then
-  return 0
+local state = redis.call('HMGET', KEYS[2], nf(r.node, 'status'), nf(r.node, 'attempt'))
+if state[1] ~= 'running' or tonumber(state[2]) ~= r.attempt then
+  return cjson.encode({outcome = 'refused'})
 end
-redis.call('HSET', KEYS[1],
-  'status', 'input_required',
-  'inputRequests', ARGV[4],
-  'inputResponses', '{}',
-  'statusMessage', ARGV[5],
-  'updatedAt', ARGV[3])
-redis.call('PUBLISH', ARGV[6], cjson.encode({type = 'status', status = 'input_required', message = ARGV[5]}))
-return 1
+local waiters = cjson.decode(t[2] or '[]')
+local known = false
+for _, w in ipairs(waiters) do
+  known = known or w == r.waiter
+end
+if not known then
+  waiters[#waiters + 1] = r.waiter
+end
+redis.call('HSET', KEYS[1], 'status', 'input_required', 'inputRequests', r.requests, 'inputResponses', '{}',
+  'statusMessage', r.message, 'updatedAt', r.now, 'waiters', cjson.encode(waiters))
+notify(KEYS[1], status_event(r.task, 'input_required', r.message))
+return cjson.encode({outcome = 'waiting'})

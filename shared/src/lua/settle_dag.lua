@@ -1,26 +1,22 @@
 -- settle_dag: a worker has assembled a DAG task's result after its last node settled; the task
--- completes with it unless it already ended (cancelled, or failed by a node's policy).
+-- completes with it unless it already ended (cancelled, or failed by a node's policy). The
+-- finalize entry is acknowledged either way.
 --
--- KEYS[1] task hash   KEYS[2] nodes hash   KEYS[3] load hash (the owner's live count drops)
--- KEYS[4] expiring set (the task's owner-index entry goes when its keys do)   ARGV[6] task id
--- ARGV[1] now (ms)    ARGV[2] result (CallToolResult JSON)   ARGV[3] status message
--- ARGV[4] events channel   ARGV[5] "1" when the result reports an error (isError)
--- Returns 1 when the task settled, 0 when it had already ended.
-local state = redis.call('HMGET', KEYS[1], 'status', 'ttlMs', 'wire')
-if state[1] ~= 'working' and state[1] ~= 'input_required' then
-  return 0
+-- KEYS[1] task hash   KEYS[2] nodes hash   KEYS[3] load hash   KEYS[4] expiring zset
+-- KEYS[5] the built-in queue's stream (where the finalize entry is)
+-- ARGV[1] the record (JSON): task, now, result (JSON text), isError, message, entry, inlineMax
+-- Returns JSON: {"outcome": "settled" | "dropped"}
+local r = cjson.decode(ARGV[1])
+ack(KEYS[5], r.entry)
+local t = redis.call('HMGET', KEYS[1], 'status', 'ttlMs', 'wire', 'owner', 'createdAt')
+if not is_live(t[1]) then
+  return cjson.encode({outcome = 'dropped'})
 end
 local status = 'completed'
-if ARGV[5] == '1' and state[3] == '2025-11-25' then
+if r.isError and t[3] == '2025-11-25' then
   -- That revision's rule: a tool error fails the task (its result is still kept).
   status = 'failed'
 end
-redis.call('HSET', KEYS[1], 'status', status, 'result', ARGV[2], 'statusMessage', ARGV[3],
-  'updatedAt', ARGV[1])
-local owner = redis.call('HGET', KEYS[1], 'owner') or ''
-redis.call('HINCRBY', KEYS[3], 'live:' .. owner, -1)
-redis.call('ZADD', KEYS[4], tonumber(ARGV[1]) + tonumber(state[2]), owner .. ' ' .. ARGV[6])
-redis.call('PEXPIRE', KEYS[1], state[2])
-redis.call('PEXPIRE', KEYS[2], state[2])
-redis.call('PUBLISH', ARGV[4], cjson.encode({type = 'status', status = status, message = ARGV[3]}))
-return 1
+settle({task = KEYS[1], nodes = KEYS[2], load = KEYS[3], expiring = KEYS[4]}, r.task,
+  {owner = t[4] or '', createdAt = t[5], ttlMs = t[2]}, status, 'result', r.result, r.message, r.now, r.inlineMax)
+return cjson.encode({outcome = 'settled'})

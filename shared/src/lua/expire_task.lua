@@ -1,0 +1,41 @@
+-- expire_task: a task's TTL, counted from its creation, has run out. An unsettled task gives back
+-- its load (its owner's live count, its queued nodes), its running nodes are told to stop, and
+-- its waiters hear that it is gone. Its keys are deleted and it leaves its owner's index.
+--
+-- KEYS[1] task hash   KEYS[2] nodes hash   KEYS[3] load hash   KEYS[4] expiring zset
+-- KEYS[5] the owner's task index
+-- ARGV[1] the record (JSON): task, now, cancelChannel
+-- Returns JSON: {"outcome": "expired" | "notYet" | "gone"}
+local r = cjson.decode(ARGV[1])
+local t = redis.call('HMGET', KEYS[1], 'status', 'owner', 'createdAt', 'ttlMs')
+if not t[1] then
+  redis.call('ZREM', KEYS[4], r.task)
+  redis.call('ZREM', KEYS[5], r.task)
+  return cjson.encode({outcome = 'gone'})
+end
+local expires = tonumber(t[3]) + tonumber(t[4])
+if expires > r.now then
+  redis.call('ZADD', KEYS[4], expires, r.task)
+  return cjson.encode({outcome = 'notYet'})
+end
+if is_live(t[1]) then
+  redis.call('HINCRBY', KEYS[3], 'live:' .. t[2], -1)
+  local fields = redis.call('HGETALL', KEYS[2])
+  local queued = {}
+  for i = 1, #fields, 2 do
+    if fields[i + 1] == 'queued' and string.sub(fields[i], -7) == ':status' then
+      queued[string.sub(fields[i], 1, -8)] = true
+    end
+  end
+  for i = 1, #fields, 2 do
+    if string.sub(fields[i], -5) == ':tool' and queued[string.sub(fields[i], 1, -6)] then
+      dequeued(KEYS[3], fields[i + 1])
+    end
+  end
+  notify(KEYS[1], cjson.encode({task = r.task, type = 'expired'}))
+  redis.call('SPUBLISH', r.cancelChannel, r.task)
+end
+redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('ZREM', KEYS[4], r.task)
+redis.call('ZREM', KEYS[5], r.task)
+return cjson.encode({outcome = 'expired'})

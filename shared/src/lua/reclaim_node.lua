@@ -1,0 +1,29 @@
+-- reclaim_node: the shard's maintenance took over a work entry whose worker stopped renewing its
+-- lease (killed, hung, cut off). If the entry is still its node's current one, the node is queued
+-- again under a new entry (a running node counts one more lost worker); the old entry is
+-- acknowledged either way, so the lost worker, when it renews, learns that it lost the node.
+--
+-- KEYS[1] task hash   KEYS[2] nodes hash   KEYS[3] load hash   KEYS[4] the entry's work stream
+-- ARGV[1] the record (JSON): task, node, entry, trace
+-- Returns JSON: {"outcome": "requeued" (with losses) | "dropped" (with reason)}
+local r = cjson.decode(ARGV[1])
+local status = redis.call('HGET', KEYS[1], 'status')
+local n = node_state(KEYS[2], r.node)
+ack(KEYS[4], r.entry)
+if not status then
+  return cjson.encode({outcome = 'dropped', reason = 'task no longer exists'})
+end
+if n.entry ~= r.entry or (n.status ~= 'running' and n.status ~= 'queued') then
+  return cjson.encode({outcome = 'dropped', reason = 'not the current entry of its node'})
+end
+local losses = n.losses
+if n.status == 'running' then
+  losses = redis.call('HINCRBY', KEYS[2], nf(r.node, 'losses'), 1)
+  redis.call('HDEL', KEYS[2], nf(r.node, 'worker'))
+  enqueue(KEYS[2], KEYS[4], KEYS[3], r.task, r.node, n.tool, r.trace)
+else
+  -- Read but never started: it is still counted as queued, so only its entry is renewed.
+  local entry = redis.call('XADD', KEYS[4], '*', 'task', r.task, 'node', r.node, 'trace', r.trace or '')
+  redis.call('HSET', KEYS[2], nf(r.node, 'entry'), entry)
+end
+return cjson.encode({outcome = 'requeued', losses = losses})

@@ -1,0 +1,66 @@
+-- start_nodes: a worker starts a batch of work entries it read from one shard, in one step. Each
+-- entry either starts its node's next attempt (the attempt number is the fencing token, and the
+-- entry is bound to it), is handed back to its queue (the worker has no free slot for it), or is
+-- acknowledged and dropped (its task is gone or over, or it is not the node's current entry).
+--
+-- KEYS[1] the shard's load hash, then for each item i: KEYS[3i-1] task hash, KEYS[3i] nodes hash,
+--   KEYS[3i+1] the stream the entry came from
+-- ARGV[1] the record (JSON): now, worker, items (each: task, node, entry, trace, run (bool: false
+--   hands the entry back))
+-- Returns JSON: one result per item, in order:
+--   {"outcome":"run","attempt":n,"tool":t,"args":json-text,"token":json-text,"timeoutMs":n,
+--    "losses":n,"queues":[...],"kind":k}
+--   | {"outcome":"handedBack"} | {"outcome":"skip","reason":text}
+local r = cjson.decode(ARGV[1])
+local load = KEYS[1]
+local results = {}
+for i, item in ipairs(r.items) do
+  local task, nodes, stream = KEYS[3 * i - 1], KEYS[3 * i], KEYS[3 * i + 1]
+  local node = item.node
+  local n = node_state(nodes, node)
+  local t = redis.call('HMGET', task, 'status', 'kind', 'progressToken', 'nodesSettled', 'nodeCount',
+    'queues', 'createdAt', 'ttlMs')
+  local result
+  if n.status == 'running' and n.entry == item.entry then
+    -- This worker already started it (its reply was lost and the batch was sent again).
+    local more = redis.call('HMGET', nodes, nf(node, 'args'), nf(node, 'timeoutMs'))
+    result = {outcome = 'run', attempt = n.attempt, tool = n.tool, args = more[1] or '{}',
+      token = t[3] or '', timeoutMs = tonumber(more[2] or '0'), losses = n.losses,
+      queues = cjson.decode(t[6] or '[]'), kind = t[2] or 'single'}
+  elseif not t[1] then
+    ack(stream, item.entry)
+    result = {outcome = 'skip', reason = 'task no longer exists'}
+  elseif n.status ~= 'queued' or n.entry ~= item.entry then
+    ack(stream, item.entry)
+    result = {outcome = 'skip', reason = 'not the current entry of node ' .. node .. ' (' .. tostring(n.status) .. ')'}
+  elseif not item.run then
+    ack(stream, item.entry)
+    local entry = redis.call('XADD', stream, '*', 'task', item.task, 'node', node, 'trace', item.trace or '')
+    redis.call('HSET', nodes, nf(node, 'entry'), entry)
+    result = {outcome = 'handedBack'}
+  elseif not is_live(t[1]) then
+    dequeued(load, n.tool)
+    redis.call('HSET', nodes, nf(node, 'status'), 'dropped')
+    ack(stream, item.entry)
+    result = {outcome = 'skip', reason = 'task is ' .. t[1]}
+  elseif tonumber(t[7]) + tonumber(t[8]) <= r.now then
+    -- Past its TTL: the shard's maintenance expires the task and frees its load.
+    ack(stream, item.entry)
+    result = {outcome = 'skip', reason = 'task expired'}
+  else
+    dequeued(load, n.tool)
+    local attempt = n.attempt + 1
+    redis.call('HSET', nodes, nf(node, 'status'), 'running', nf(node, 'attempt'), attempt,
+      nf(node, 'startedAt'), r.now, nf(node, 'worker'), r.worker)
+    if t[2] == 'dag' then
+      redis.call('HSET', task, 'updatedAt', r.now, 'statusMessage',
+        'Running ' .. node .. ' (' .. t[4] .. ' of ' .. t[5] .. ' nodes settled)')
+    end
+    local more = redis.call('HMGET', nodes, nf(node, 'args'), nf(node, 'timeoutMs'))
+    result = {outcome = 'run', attempt = attempt, tool = n.tool, args = more[1] or '{}',
+      token = t[3] or '', timeoutMs = tonumber(more[2] or '0'), losses = n.losses,
+      queues = cjson.decode(t[6] or '[]'), kind = t[2] or 'single'}
+  end
+  results[i] = result
+end
+return cjson.encode(results)

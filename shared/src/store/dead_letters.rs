@@ -1,0 +1,131 @@
+//! Dead letters: nodes whose attempts are spent (or that lost their worker too often), one capped
+//! stream per shard, for operators to read and run again (`conveyor dlq`). A dead letter's id is
+//! `<shard>:<stream entry id>`.
+
+use serde_json::Value;
+
+use super::Store;
+use super::tasks::{Created, Limits, NewTask};
+use crate::dag;
+use crate::error::StoreError;
+use crate::keys::Shard;
+use crate::model::{TaskMode, new_task_id, now_ms};
+
+/// One dead letter.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeadLetter {
+    pub id: String,
+    pub task_id: String,
+    pub node_id: String,
+    pub tool: String,
+    pub arguments: Value,
+    pub owner: String,
+    pub attempts: u32,
+    pub error: Value,
+    pub at_ms: u64,
+}
+
+fn dead_letter(shard: Shard, entry: &redis::streams::StreamId) -> DeadLetter {
+    let field = |name: &str| entry.get::<String>(name).unwrap_or_default();
+    let json = |name: &str| serde_json::from_str(&field(name)).unwrap_or(Value::Null);
+    DeadLetter {
+        id: format!("{shard}:{}", entry.id),
+        task_id: field("task"),
+        node_id: field("node"),
+        tool: field("tool"),
+        arguments: json("arguments"),
+        owner: field("owner"),
+        attempts: field("attempts").parse().unwrap_or(0),
+        error: json("error"),
+        at_ms: field("at").parse().unwrap_or(0),
+    }
+}
+
+impl Store {
+    /// The newest `count` dead letters of every shard, newest first.
+    pub async fn dead_letters(&self, count: usize) -> Result<Vec<DeadLetter>, StoreError> {
+        let mut letters = Vec::new();
+        for shard in self.all_shards() {
+            let key = shard.dead_letters();
+            let entries: redis::streams::StreamRangeReply = self
+                .query(|| redis::cmd("XREVRANGE").arg(&key).arg("+").arg("-").arg("COUNT").arg(count).clone())
+                .await?;
+            letters.extend(entries.ids.iter().map(|e| dead_letter(shard, e)));
+        }
+        letters.sort_by(|a, b| b.at_ms.cmp(&a.at_ms).then_with(|| b.id.cmp(&a.id)));
+        letters.truncate(count);
+        Ok(letters)
+    }
+
+    /// One dead letter by its id; `None` for an unknown or malformed id.
+    pub async fn dead_letter(&self, id: &str) -> Result<Option<DeadLetter>, StoreError> {
+        let Some((shard, entry)) = self.parse_letter_id(id) else { return Ok(None) };
+        let key = shard.dead_letters();
+        let entries: redis::streams::StreamRangeReply =
+            self.query(|| redis::cmd("XRANGE").arg(&key).arg(&entry).arg(&entry).clone()).await?;
+        Ok(entries.ids.first().map(|e| dead_letter(shard, e)))
+    }
+
+    fn parse_letter_id(&self, id: &str) -> Option<(Shard, String)> {
+        let (shard, entry) = id.split_once(':')?;
+        let shard: u16 = shard.parse().ok()?;
+        (shard < self.shards()).then(|| (Shard(shard), entry.to_owned()))
+    }
+
+    /// Runs a dead-lettered node again as a new task of the same owner (a terminal task never
+    /// changes, so its own task stays failed), then removes the dead letter. Upstream values in the
+    /// node's arguments are taken from its original task while that still exists. Returns the new
+    /// task's id.
+    pub async fn retry_dead_letter(
+        &self,
+        letter: &DeadLetter,
+        ttl_ms: u64,
+        poll_interval_ms: u64,
+    ) -> Result<Result<String, String>, StoreError> {
+        let Some((shard, entry)) = self.parse_letter_id(&letter.id) else {
+            return Ok(Err(format!("`{}` is not a dead letter id", letter.id)));
+        };
+        let references = dag::upstream_references(&letter.arguments);
+        let arguments = if references.is_empty() {
+            letter.arguments.clone()
+        } else {
+            let upstream: Vec<String> = references.into_iter().map(|(from, _)| from).collect();
+            let outputs = self.node_outputs(&letter.task_id, &upstream).await?;
+            match dag::resolve_references(&letter.arguments, &outputs) {
+                Ok(resolved) => resolved,
+                Err(e) => {
+                    return Ok(Err(format!(
+                        "cannot rebuild the node's arguments: {e} (its task has expired?)"
+                    )));
+                }
+            }
+        };
+        let original = self.get_task(&letter.task_id).await?;
+        let new = NewTask {
+            task_id: new_task_id(self.pick_shard()),
+            owner: letter.owner.clone(),
+            tool: letter.tool.clone(),
+            arguments,
+            ttl_ms,
+            poll_interval_ms,
+            wire: original.as_ref().map(|t| t.wire.clone()).unwrap_or_else(|| "2026-07-28".to_owned()),
+            progress_token: None,
+            traceparent: original.and_then(|t| t.traceparent),
+            mode: TaskMode::Task,
+            status_message: format!("Queued: retry of dead letter {}", letter.id),
+            created_at_ms: now_ms(),
+            graph: None,
+            idempotency_key: None,
+            queues: self.tool_queues().await?,
+            waiter: None,
+            index_retention_ms: ttl_ms.saturating_mul(2),
+        };
+        if self.create_task(&new, &Limits::default()).await? != Created::Created {
+            return Ok(Err("task id collision; run the retry again".to_owned()));
+        }
+        let key = shard.dead_letters();
+        self.query::<()>(|| redis::cmd("XDEL").arg(&key).arg(&entry).clone()).await?;
+        Ok(Ok(new.task_id))
+    }
+}

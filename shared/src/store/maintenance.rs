@@ -1,0 +1,129 @@
+//! A shard's maintenance, run by whichever worker holds the shard's lease, at a pace that does not
+//! grow with the number of workers: due retries go back to their queue, tasks past their TTL
+//! expire (giving back their load), and entries of lost workers are queued again.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::json;
+
+use super::Store;
+use crate::error::StoreError;
+use crate::keys::Shard;
+use crate::model::{WorkItem, now_ms};
+use crate::scripts;
+
+/// What the maintenance lease holder must do now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MaintainOutcome {
+    /// Another worker holds the shard's lease.
+    HeldElsewhere,
+    /// This worker holds it: these retries and expiries are due, and the next falls due then.
+    Due { retries: Vec<String>, expired: Vec<String>, next_due_ms: Option<u64> },
+}
+
+/// What became of an entry taken over from a lost worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReclaimOutcome {
+    /// The node was queued again; its worker has now been lost this many times.
+    Requeued { losses: u32 },
+    /// The entry was not its node's current one (or its task is gone); it was dropped.
+    Dropped(String),
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct MaintainReply {
+    held: bool,
+    #[serde(default)]
+    retries: Option<Vec<String>>,
+    #[serde(default)]
+    expired: Option<Vec<String>>,
+    #[serde(default)]
+    next_due_ms: Option<f64>,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "outcome", rename_all = "camelCase")]
+enum ReclaimReply {
+    Requeued { losses: u32 },
+    Dropped { reason: String },
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "outcome", rename_all = "camelCase")]
+enum DueReply {
+    Promoted,
+    Dropped,
+    Expired,
+    NotYet,
+    Gone,
+}
+
+impl Store {
+    /// Takes or renews `shard`'s maintenance lease for `lease` and, when held, lists up to `max`
+    /// due retries and expiries.
+    pub async fn maintain(
+        &self,
+        shard: Shard,
+        worker: &str,
+        lease: Duration,
+        max: usize,
+    ) -> Result<MaintainOutcome, StoreError> {
+        let keys = [shard.maintenance_lease(), shard.retries(), shard.expiring()];
+        let record =
+            json!({"worker": worker, "now": now_ms(), "leaseMs": lease.as_millis() as u64, "max": max});
+        let reply: MaintainReply = self.script(&scripts::MAINTAIN, &keys, &record).await?;
+        if !reply.held {
+            return Ok(MaintainOutcome::HeldElsewhere);
+        }
+        Ok(MaintainOutcome::Due {
+            retries: reply.retries.unwrap_or_default(),
+            expired: reply.expired.unwrap_or_default(),
+            next_due_ms: reply.next_due_ms.map(|ms| ms as u64),
+        })
+    }
+
+    /// Queues a due retry (a member of the shard's retry set) again. Returns whether it was.
+    pub async fn promote_retry(&self, shard: Shard, member: &str) -> Result<bool, StoreError> {
+        let (task_id, node_id, queue): (String, String, String) = serde_json::from_str(member)
+            .map_err(|e| StoreError::Corrupt(format!("retry entry {member:?}: {e}")))?;
+        let keys =
+            [shard.task(&task_id), shard.nodes(&task_id), shard.load(), shard.retries(), shard.queue(&queue)];
+        let record = json!({"task": task_id, "node": node_id, "member": member});
+        let reply: DueReply = self.script(&scripts::PROMOTE_RETRY, &keys, &record).await?;
+        Ok(matches!(reply, DueReply::Promoted))
+    }
+
+    /// Expires a task whose TTL ran out: an unsettled one gives back its load and its running
+    /// nodes are told to stop. Returns whether it expired now.
+    pub async fn expire_task(&self, shard: Shard, task_id: &str) -> Result<bool, StoreError> {
+        let owner: Option<String> = self.query(|| redis::Cmd::hget(shard.task(task_id), "owner")).await?;
+        let keys = [
+            shard.task(task_id),
+            shard.nodes(task_id),
+            shard.load(),
+            shard.expiring(),
+            shard.owner_tasks(owner.as_deref().unwrap_or_default()),
+        ];
+        let record = json!({"task": task_id, "now": now_ms(), "cancelChannel": shard.cancel_channel()});
+        let reply: DueReply = self.script(&scripts::EXPIRE_TASK, &keys, &record).await?;
+        Ok(matches!(reply, DueReply::Expired))
+    }
+
+    /// Queues again the node of an entry taken over from a lost worker (or drops an entry that is
+    /// not its node's current one), and acknowledges the entry.
+    pub async fn reclaim(&self, item: &WorkItem) -> Result<ReclaimOutcome, StoreError> {
+        let shard = item.shard;
+        let keys = [shard.task(&item.task_id), shard.nodes(&item.task_id), shard.load(), item.stream.clone()];
+        let record = json!({
+            "task": item.task_id, "node": item.node_id, "entry": item.entry_id,
+            "trace": item.traceparent.clone().unwrap_or_default(),
+        });
+        let reply: ReclaimReply = self.script(&scripts::RECLAIM_NODE, &keys, &record).await?;
+        Ok(match reply {
+            ReclaimReply::Requeued { losses } => ReclaimOutcome::Requeued { losses },
+            ReclaimReply::Dropped { reason } => ReclaimOutcome::Dropped(reason),
+        })
+    }
+}

@@ -1,0 +1,294 @@
+//! [`Store`]: every Redis operation of Conveyor, typed, bounded in time, retried through a short
+//! outage, and atomic where it changes state (each state change is one Lua script from
+//! [`crate::scripts`], over the keys of one shard).
+//!
+//! The operations are grouped by concern:
+//! - [`tasks`]: create, read, watch, cancel, answer input;
+//! - [`nodes`]: start a batch, report progress, ask for input, complete, hand back, plan, settle;
+//! - [`queues`]: consumer groups, batched reads, lease renewal, takeover of lost entries;
+//! - [`maintenance`]: each shard's due retries and expiries, run by one worker at a time;
+//! - [`catalog`]: live workers and the tools they offer;
+//! - [`dead_letters`]: nodes that failed for good, for operators;
+//! - [`listing`]: an owner's tasks, page by page, across shards.
+
+pub mod catalog;
+pub mod dead_letters;
+pub mod listing;
+pub mod maintenance;
+pub mod nodes;
+pub mod queues;
+pub mod tasks;
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::OnceCell;
+
+pub use catalog::{RunningNode, WorkerRecord};
+pub use dead_letters::DeadLetter;
+pub use listing::TaskPage;
+pub use maintenance::{MaintainOutcome, ReclaimOutcome};
+pub use nodes::{Attempt, CompleteOutcome, ExpandOutcome, StartOutcome};
+pub use queues::WorkReader;
+pub use tasks::{AnswerOutcome, CancelOutcome, Created, LimitHit, Limits, NewTask, task_error, task_summary};
+
+use crate::conn::{Backend, Conn};
+use crate::error::StoreError;
+use crate::events::EventHub;
+use crate::keys::{self, Shard};
+
+/// Default number of shards of a new deployment.
+pub const DEFAULT_SHARDS: u16 = 4;
+
+/// How a store reaches Redis and how its deployment is laid out.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// How long one Redis round trip may take.
+    pub timeout: Duration,
+    /// How long an operation keeps trying while Redis is out of reach (a restart, a failover)
+    /// before it fails with a retryable error.
+    pub outage_wait: Duration,
+    /// Shards of the keyspace; the same for every process of a deployment.
+    pub shards: u16,
+    /// This process's name: its inbox channels carry it. Random when `None`.
+    pub process: Option<String>,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(3),
+            outage_wait: Duration::from_secs(5),
+            shards: DEFAULT_SHARDS,
+            process: None,
+        }
+    }
+}
+
+struct Inner {
+    backend: Mutex<Backend>,
+    conn: OnceCell<Conn>,
+    hub: OnceCell<EventHub>,
+    options: StoreOptions,
+    process: String,
+}
+
+/// Conveyor's view of Redis. Cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+impl Store {
+    /// A store for `url` with the default layout. Connections are made on first use, so this
+    /// succeeds while Redis is down; every operation then fails within its time budget until
+    /// Redis is back.
+    pub fn new(url: &str, timeout: Duration) -> Result<Self, StoreError> {
+        Self::open(url, StoreOptions { timeout, ..StoreOptions::default() })
+    }
+
+    /// A store for `url` (one server, one node of a cluster, or comma-separated cluster seeds).
+    pub fn open(url: &str, options: StoreOptions) -> Result<Self, StoreError> {
+        if options.shards == 0 || options.shards > keys::MAX_SHARDS {
+            return Err(StoreError::Layout(format!(
+                "the shard count must be between 1 and {} (CONVEYOR_SHARDS), not {}",
+                keys::MAX_SHARDS,
+                options.shards
+            )));
+        }
+        let backend = Backend::parse(url, options.timeout)?;
+        let process = options.process.clone().unwrap_or_else(crate::model::random_id);
+        Ok(Self {
+            inner: Arc::new(Inner {
+                backend: Mutex::new(backend),
+                conn: OnceCell::new(),
+                hub: OnceCell::new(),
+                options,
+                process,
+            }),
+        })
+    }
+
+    pub fn shards(&self) -> u16 {
+        self.inner.options.shards
+    }
+
+    /// Every shard of the deployment.
+    pub fn all_shards(&self) -> impl Iterator<Item = Shard> + use<> {
+        (0..self.shards()).map(Shard)
+    }
+
+    /// The shard of a task id, or `None` for an id that names no task of this deployment.
+    pub fn shard_of(&self, task_id: &str) -> Option<Shard> {
+        keys::shard_of(task_id, self.shards())
+    }
+
+    /// A shard for a new task, spread at random.
+    pub fn pick_shard(&self) -> Shard {
+        Shard((rand::random::<u32>() % u32::from(self.shards())) as u16)
+    }
+
+    /// This process's name, as its inbox channels carry it.
+    pub fn process(&self) -> &str {
+        &self.inner.process
+    }
+
+    pub fn timeout(&self) -> Duration {
+        self.inner.options.timeout
+    }
+
+    /// Whether the deployment is a Redis Cluster (known once connected).
+    pub async fn is_cluster(&self) -> Result<bool, StoreError> {
+        self.conn().await?;
+        Ok(self.backend().cluster)
+    }
+
+    fn backend(&self) -> Backend {
+        self.inner.backend.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// The shared command connection, made on first use.
+    async fn conn(&self) -> Result<Conn, StoreError> {
+        self.inner
+            .conn
+            .get_or_try_init(|| async {
+                let mut backend = self.backend();
+                let conn = backend.connect().await?;
+                *self.inner.backend.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = backend;
+                Ok::<_, StoreError>(conn)
+            })
+            .await
+            .cloned()
+    }
+
+    /// The process's event hub (inbox and cancel channels), subscribed on first use.
+    pub async fn events(&self) -> Result<EventHub, StoreError> {
+        self.conn().await?;
+        let hub = self
+            .inner
+            .hub
+            .get_or_init(|| async { EventHub::new(self.backend(), self.shards(), &self.inner.process) })
+            .await
+            .clone();
+        if !hub.start(self.inner.options.outage_wait).await {
+            return Err(StoreError::Unavailable("cannot subscribe to task events".to_owned()));
+        }
+        Ok(hub)
+    }
+
+    /// Runs one operation on the shared connection, each attempt bounded by the timeout, and
+    /// tries again while Redis is briefly out of reach, up to the outage budget. Every operation
+    /// passed here is safe to repeat: scripts are guarded by status and attempt, so a repeat
+    /// after a lost reply finds its work done and changes nothing.
+    pub(crate) async fn run<T, F, Fut>(&self, op: F) -> Result<T, StoreError>
+    where
+        F: Fn(Conn) -> Fut,
+        Fut: Future<Output = Result<T, redis::RedisError>>,
+    {
+        let timeout = self.inner.options.timeout;
+        let give_up = tokio::time::Instant::now() + self.inner.options.outage_wait;
+        let mut delay = Duration::from_millis(25);
+        loop {
+            let attempt = async {
+                let conn = self.conn().await?;
+                op(conn).await.map_err(StoreError::from)
+            };
+            let error = match tokio::time::timeout(timeout, attempt).await {
+                Ok(Ok(value)) => return Ok(value),
+                Ok(Err(e)) => e,
+                Err(_) => StoreError::Timeout(timeout),
+            };
+            if !error.is_transient() || tokio::time::Instant::now() + delay > give_up {
+                return Err(error);
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_millis(500));
+        }
+    }
+
+    /// Runs one command (or one single-slot pipeline) through [`Store::run`].
+    pub(crate) async fn query<T: redis::FromRedisValue>(
+        &self,
+        make: impl Fn() -> redis::Cmd,
+    ) -> Result<T, StoreError> {
+        self.run(|mut c| {
+            let cmd = make();
+            async move { cmd.query_async(&mut c).await }
+        })
+        .await
+    }
+
+    /// Runs a script over `keys` with `record` as its one argument, and decodes its JSON reply.
+    pub(crate) async fn script<T: DeserializeOwned>(
+        &self,
+        script: &'static redis::Script,
+        keys: &[String],
+        record: &impl Serialize,
+    ) -> Result<T, StoreError> {
+        let record = serde_json::to_string(record).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let mut invocation = script.prepare_invoke();
+        for key in keys {
+            invocation.key(key);
+        }
+        invocation.arg(&record);
+        let reply: String = self
+            .run(|mut c| {
+                let invocation = &invocation;
+                async move { invocation.invoke_async(&mut c).await }
+            })
+            .await?;
+        serde_json::from_str(&reply).map_err(|e| StoreError::Corrupt(format!("script reply {reply:?}: {e}")))
+    }
+
+    /// Runs a pipeline whose commands all touch one slot.
+    pub(crate) async fn pipeline<T: redis::FromRedisValue>(
+        &self,
+        pipe: &redis::Pipeline,
+    ) -> Result<T, StoreError> {
+        self.run(|mut c| async move { pipe.query_async(&mut c).await }).await
+    }
+
+    /// Whether Redis answers.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        self.run(|mut c| async move { redis::cmd("PING").query_async::<()>(&mut c).await }).await
+    }
+
+    /// Records this process's shard count as the deployment's, or checks it against the one
+    /// recorded: processes that disagree would lose tasks in shards some of them never read.
+    pub async fn check_layout(&self) -> Result<(), StoreError> {
+        let shards = self.shards();
+        let recorded: (bool, u16) = self
+            .run(|mut c| async move {
+                redis::pipe()
+                    .cmd("HSETNX")
+                    .arg(keys::LAYOUT)
+                    .arg("shards")
+                    .arg(shards)
+                    .cmd("HGET")
+                    .arg(keys::LAYOUT)
+                    .arg("shards")
+                    .query_async(&mut c)
+                    .await
+            })
+            .await?;
+        if recorded.1 != shards {
+            return Err(StoreError::Layout(format!(
+                "this deployment has {} shards (recorded in {}), but this process was started with {shards}: start \
+                 every gateway and worker with CONVEYOR_SHARDS={}",
+                recorded.1,
+                keys::LAYOUT,
+                recorded.1
+            )));
+        }
+        Ok(())
+    }
+
+    /// The backend, for connections of their own (blocking reads).
+    pub(crate) async fn dedicated_backend(&self) -> Result<Backend, StoreError> {
+        self.conn().await?;
+        Ok(self.backend())
+    }
+}

@@ -1,0 +1,417 @@
+//! Nodes: a worker starts a batch of entries in one round trip, and then each attempt reports
+//! progress, asks for input, and completes (settling, releasing dependents, acknowledging its
+//! entry and telling the task's waiters in one script), hands itself back, or plans a graph.
+
+use std::collections::HashMap;
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::Store;
+use super::tasks::{INLINE_MAX, QueueList, graph_nodes};
+use crate::dag::{self, DagSpec};
+use crate::error::StoreError;
+use crate::keys::Shard;
+use crate::model::{ToolOutcome, WorkItem, now_ms};
+use crate::scripts;
+
+/// A started attempt of a node: everything its later transitions need to find their keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempt {
+    pub shard: Shard,
+    pub task_id: String,
+    pub node_id: String,
+    /// The attempt number: the fencing token of every later transition.
+    pub attempt: u32,
+    /// The task's queues, whose streams a completion may add entries to.
+    pub queues: Vec<String>,
+    /// The stream and entry the attempt was started from.
+    pub stream: String,
+    pub entry_id: String,
+    pub traceparent: Option<String>,
+}
+
+/// What a worker must do with one entry of a batch it read.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StartOutcome {
+    Run {
+        attempt: Box<Attempt>,
+        /// The tool to call, or `$noop` / `$collect` for a built-in node.
+        tool: String,
+        arguments: Value,
+        progress_token: Option<Value>,
+        /// Limit of this attempt.
+        timeout: Option<std::time::Duration>,
+        /// How often this node's worker was lost while running it.
+        losses: u32,
+    },
+    /// The entry went back to its queue for another worker (this one had no free slot).
+    HandedBack,
+    /// The entry was acknowledged without running, for the given reason.
+    Skip(String),
+}
+
+/// How a completion was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompleteOutcome {
+    /// The task settled with this node's outcome (or, in a DAG, by this node's failure).
+    Settled,
+    /// The attempt failed and runs again after this delay.
+    Retry { delay_ms: u64 },
+    /// A DAG node settled; this many dependents were queued.
+    Released(u32),
+    /// The last node of a DAG settled; a finalize entry was queued.
+    Finalize,
+    /// The node was recorded, but the task had already ended; the output is dropped.
+    TaskAlreadyTerminal,
+    /// The attempt was stale (the node was retried, taken over or settled meanwhile); nothing was
+    /// written.
+    Stale,
+}
+
+/// How a planned graph was taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExpandOutcome {
+    /// The graph's nodes joined the task.
+    Expanded(u32),
+    /// The plan cannot join this task, for the given reason.
+    Refused(String),
+    TaskAlreadyTerminal,
+    Stale,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "outcome", rename_all = "camelCase")]
+enum StartReply {
+    #[serde(rename_all = "camelCase")]
+    Run {
+        attempt: u32,
+        tool: String,
+        args: String,
+        token: String,
+        timeout_ms: u64,
+        losses: u32,
+        queues: Vec<String>,
+    },
+    HandedBack,
+    Skip {
+        reason: String,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "outcome", rename_all = "camelCase")]
+enum CompleteReply {
+    Stale,
+    #[serde(rename_all = "camelCase")]
+    Retry {
+        delay_ms: u64,
+    },
+    Dropped,
+    Settled,
+    Released {
+        count: u32,
+    },
+    Finalize,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "outcome", rename_all = "camelCase")]
+enum FencedReply {
+    Recorded,
+    Waiting,
+    Released,
+    Refused,
+    Stale,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "outcome", rename_all = "camelCase")]
+enum ExpandReply {
+    Expanded { count: u32 },
+    Stale,
+    Dropped,
+    Refused { reason: String },
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "outcome", rename_all = "camelCase")]
+enum SettleReply {
+    Settled,
+    Dropped,
+}
+
+fn completion_message(is_error: bool) -> String {
+    if is_error { "Completed: the tool reported an error".to_owned() } else { "Completed".to_owned() }
+}
+
+impl Attempt {
+    fn task_keys(&self) -> [String; 2] {
+        [self.shard.task(&self.task_id), self.shard.nodes(&self.task_id)]
+    }
+}
+
+impl Store {
+    /// Starts a batch of entries read from one shard, in one script: the first `run` of them start
+    /// their node's next attempt; the rest go back to their queue for another worker.
+    pub async fn start_batch(
+        &self,
+        shard: Shard,
+        items: &[WorkItem],
+        run: usize,
+        worker: &str,
+    ) -> Result<Vec<StartOutcome>, StoreError> {
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut keys = vec![shard.load()];
+        let mut rows = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            keys.push(shard.task(&item.task_id));
+            keys.push(shard.nodes(&item.task_id));
+            keys.push(item.stream.clone());
+            rows.push(json!({
+                "task": item.task_id, "node": item.node_id, "entry": item.entry_id,
+                "trace": item.traceparent.clone().unwrap_or_default(), "run": i < run,
+            }));
+        }
+        let record = json!({"now": now_ms(), "worker": worker, "items": rows});
+        let replies: Vec<StartReply> = self.script(&scripts::START_NODES, &keys, &record).await?;
+        if replies.len() != items.len() {
+            return Err(StoreError::Corrupt(format!(
+                "{} start replies for {} entries",
+                replies.len(),
+                items.len()
+            )));
+        }
+        items
+            .iter()
+            .zip(replies)
+            .map(|(item, reply)| {
+                Ok(match reply {
+                    StartReply::Run { attempt, tool, args, token, timeout_ms, losses, queues } => {
+                        let arguments = serde_json::from_str(&args)
+                            .map_err(|e| StoreError::Corrupt(format!("node arguments: {e}")))?;
+                        let progress_token = if token.is_empty() {
+                            None
+                        } else {
+                            Some(
+                                serde_json::from_str(&token)
+                                    .map_err(|e| StoreError::Corrupt(format!("progress token: {e}")))?,
+                            )
+                        };
+                        StartOutcome::Run {
+                            attempt: Box::new(Attempt {
+                                shard,
+                                task_id: item.task_id.clone(),
+                                node_id: item.node_id.clone(),
+                                attempt,
+                                queues,
+                                stream: item.stream.clone(),
+                                entry_id: item.entry_id.clone(),
+                                traceparent: item.traceparent.clone(),
+                            }),
+                            tool,
+                            arguments,
+                            progress_token,
+                            timeout: (timeout_ms > 0).then(|| std::time::Duration::from_millis(timeout_ms)),
+                            losses,
+                        }
+                    }
+                    StartReply::HandedBack => StartOutcome::HandedBack,
+                    StartReply::Skip { reason } => StartOutcome::Skip(reason),
+                })
+            })
+            .collect()
+    }
+
+    /// Records progress of a running attempt. Returns `false` when refused (stale or not live).
+    pub async fn report_progress(
+        &self,
+        attempt: &Attempt,
+        progress: f64,
+        total: Option<f64>,
+        message: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let record = json!({
+            "task": attempt.task_id, "node": attempt.node_id, "attempt": attempt.attempt, "now": now_ms(),
+            "progress": progress.to_string(), "total": total.map(|t| t.to_string()), "message": message,
+        });
+        let reply: FencedReply =
+            self.script(&scripts::REPORT_PROGRESS, &attempt.task_keys(), &record).await?;
+        Ok(matches!(reply, FencedReply::Recorded))
+    }
+
+    /// Moves a running node's task to `input_required` with these requests, and makes this
+    /// process a waiter of the task. Returns `false` when refused (task not working, stale attempt).
+    pub async fn request_input(
+        &self,
+        attempt: &Attempt,
+        requests: &Value,
+        message: &str,
+        inbox: &str,
+    ) -> Result<bool, StoreError> {
+        let record = json!({
+            "task": attempt.task_id, "node": attempt.node_id, "attempt": attempt.attempt, "now": now_ms(),
+            "requests": requests.to_string(), "message": message, "waiter": inbox,
+        });
+        let reply: FencedReply = self.script(&scripts::REQUEST_INPUT, &attempt.task_keys(), &record).await?;
+        Ok(matches!(reply, FencedReply::Waiting))
+    }
+
+    /// Settles an attempt with the tool's outcome, or as cancelled when `outcome` is `None`; with
+    /// `final_failure` a failure is not retried whatever retries are left (a node that lost its
+    /// worker too often). Acknowledges the attempt's entry in the same script.
+    pub async fn complete(
+        &self,
+        attempt: &Attempt,
+        outcome: Option<&ToolOutcome>,
+        final_failure: bool,
+    ) -> Result<CompleteOutcome, StoreError> {
+        let (status, payload, is_error, message) = match outcome {
+            Some(ToolOutcome::Result(result)) => {
+                let is_error = crate::model::result::is_error(result);
+                ("completed", result.to_string(), is_error, completion_message(is_error))
+            }
+            Some(ToolOutcome::Error(error)) => (
+                "failed",
+                serde_json::to_string(error).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+                false,
+                format!("Failed: {}", error.message),
+            ),
+            None => ("cancelled", "null".to_owned(), false, "Cancelled".to_owned()),
+            Some(ToolOutcome::Plan(_)) => {
+                return Err(StoreError::Corrupt(
+                    "a plan is expanded with expand_plan, not completed".to_owned(),
+                ));
+            }
+        };
+        let shard = attempt.shard;
+        let mut keys = vec![
+            shard.task(&attempt.task_id),
+            shard.nodes(&attempt.task_id),
+            shard.load(),
+            shard.retries(),
+            shard.expiring(),
+            shard.dead_letters(),
+        ];
+        keys.extend(attempt.queues.iter().map(|q| shard.queue(q)));
+        let record = json!({
+            "task": attempt.task_id, "node": attempt.node_id, "attempt": attempt.attempt, "now": now_ms(),
+            "outcome": status, "payload": payload, "isError": is_error, "message": message,
+            "jitter": rand::random::<f64>(), "maxBackoffMs": dag::MAX_BACKOFF_MS, "final": final_failure,
+            "cancelChannel": shard.cancel_channel(), "inlineMax": INLINE_MAX,
+        });
+        let reply: CompleteReply = self.script(&scripts::COMPLETE_NODE, &keys, &record).await?;
+        Ok(match reply {
+            CompleteReply::Stale => CompleteOutcome::Stale,
+            CompleteReply::Retry { delay_ms } => CompleteOutcome::Retry { delay_ms },
+            CompleteReply::Dropped => CompleteOutcome::TaskAlreadyTerminal,
+            CompleteReply::Settled => CompleteOutcome::Settled,
+            CompleteReply::Released { count } => CompleteOutcome::Released(count),
+            CompleteReply::Finalize => CompleteOutcome::Finalize,
+        })
+    }
+
+    /// Hands a running node back to its queue (a new entry) and acknowledges its old entry.
+    /// Returns `false` when the attempt is stale and nothing changed.
+    pub async fn release(&self, attempt: &Attempt) -> Result<bool, StoreError> {
+        let shard = attempt.shard;
+        let keys = [
+            shard.task(&attempt.task_id),
+            shard.nodes(&attempt.task_id),
+            shard.load(),
+            attempt.stream.clone(),
+        ];
+        let record = json!({
+            "task": attempt.task_id, "node": attempt.node_id, "attempt": attempt.attempt,
+            "trace": attempt.traceparent.clone().unwrap_or_default(),
+        });
+        let reply: FencedReply = self.script(&scripts::RELEASE_NODE, &keys, &record).await?;
+        Ok(matches!(reply, FencedReply::Released))
+    }
+
+    /// Completes a planning node and adds its planned graph to the task (one script). The plan
+    /// must have been validated; `queues` names the queue of each tool it calls.
+    pub async fn expand_plan(
+        &self,
+        attempt: &Attempt,
+        plan: &DagSpec,
+        queues: &HashMap<String, String>,
+    ) -> Result<ExpandOutcome, StoreError> {
+        let shard = attempt.shard;
+        let mut list = QueueList(attempt.queues.clone());
+        let nodes = graph_nodes(plan, &mut list, queues);
+        let mut keys = vec![shard.task(&attempt.task_id), shard.nodes(&attempt.task_id), shard.load()];
+        keys.extend(list.streams(shard));
+        let summary = crate::model::result::text(format!("planned {} nodes", plan.nodes.len()));
+        let record = json!({
+            "task": attempt.task_id, "node": attempt.node_id, "attempt": attempt.attempt, "now": now_ms(),
+            "output": summary.to_string(), "planOutput": plan.output.clone().unwrap_or_default(),
+            "nodes": nodes, "queues": list.0,
+        });
+        let reply: ExpandReply = self.script(&scripts::EXPAND_PLAN, &keys, &record).await?;
+        Ok(match reply {
+            ExpandReply::Expanded { count } => ExpandOutcome::Expanded(count),
+            ExpandReply::Refused { reason } => ExpandOutcome::Refused(reason),
+            ExpandReply::Dropped => ExpandOutcome::TaskAlreadyTerminal,
+            ExpandReply::Stale => ExpandOutcome::Stale,
+        })
+    }
+
+    /// Completes a DAG task with its assembled result, unless it already ended, and acknowledges
+    /// the finalize entry. Returns whether the task settled.
+    pub async fn settle_dag(
+        &self,
+        item: &WorkItem,
+        result: &Value,
+        message: &str,
+    ) -> Result<bool, StoreError> {
+        let shard = item.shard;
+        let keys = [
+            shard.task(&item.task_id),
+            shard.nodes(&item.task_id),
+            shard.load(),
+            shard.expiring(),
+            item.stream.clone(),
+        ];
+        let record = json!({
+            "task": item.task_id, "now": now_ms(), "result": result.to_string(),
+            "isError": crate::model::result::is_error(result), "message": message, "entry": item.entry_id,
+            "inlineMax": INLINE_MAX,
+        });
+        let reply: SettleReply = self.script(&scripts::SETTLE_DAG, &keys, &record).await?;
+        Ok(matches!(reply, SettleReply::Settled))
+    }
+
+    /// The stored outputs of some nodes of a task, by node id (nodes without one are left out).
+    pub async fn node_outputs(
+        &self,
+        task_id: &str,
+        node_ids: &[String],
+    ) -> Result<HashMap<String, Value>, StoreError> {
+        let Some(shard) = self.shard_of(task_id) else { return Ok(HashMap::new()) };
+        if node_ids.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let key = shard.nodes(task_id);
+        let fields: Vec<String> = node_ids.iter().map(|n| format!("{n}:output")).collect();
+        let values: Vec<Option<String>> =
+            self.query(|| redis::cmd("HMGET").arg(&key).arg(&fields).clone()).await?;
+        Ok(node_ids
+            .iter()
+            .zip(values)
+            .filter_map(|(id, v)| Some((id.clone(), serde_json::from_str(&v?).ok()?)))
+            .collect())
+    }
+
+    /// The queue of each tool, as the catalog knows it (for planned graphs and dead-letter retries).
+    pub async fn tool_queues(&self) -> Result<HashMap<String, String>, StoreError> {
+        Ok(self
+            .tools()
+            .await?
+            .iter()
+            .filter_map(|t| Some((t.name()?.to_owned(), t.queue_name()?.to_owned())))
+            .collect())
+    }
+}

@@ -1,0 +1,499 @@
+//! Tasks: create one (one script: task, nodes, queues, idempotency, limits), read one, watch one
+//! (join its waiters and read it in the same step), cancel one, answer its input requests.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::Store;
+use crate::dag::{self, DagSpec};
+use crate::error::StoreError;
+use crate::keys::{self, Shard};
+use crate::model::{NodeRecord, RpcError, TaskMode, TaskRecord, TaskStatus, now_ms};
+use crate::scripts;
+
+/// Everything a new task is created with.
+#[derive(Debug, Clone)]
+pub struct NewTask {
+    /// The task's id; it names the task's shard ([`crate::model::new_task_id`]).
+    pub task_id: String,
+    pub owner: String,
+    pub tool: String,
+    pub arguments: Value,
+    pub ttl_ms: u64,
+    pub poll_interval_ms: u64,
+    pub wire: String,
+    pub progress_token: Option<Value>,
+    pub traceparent: Option<String>,
+    pub mode: TaskMode,
+    pub status_message: String,
+    pub created_at_ms: u64,
+    /// The graph of a DAG task; `None` for a single tool call (one node, `root`).
+    pub graph: Option<DagSpec>,
+    /// The client's idempotency key: a retried call with the same key returns the same task.
+    pub idempotency_key: Option<String>,
+    /// The queue of each tool the task calls; a tool missing here waits in a queue of its name.
+    pub queues: HashMap<String, String>,
+    /// The inbox channel of the process that waits for the task's end (a synchronous call), so
+    /// that it hears of progress and of the end without asking.
+    pub waiter: Option<String>,
+    /// How long the owner's task index keeps entries (ms).
+    pub index_retention_ms: u64,
+}
+
+/// What `create_task` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Created {
+    Created,
+    /// The id is taken (nothing written).
+    IdTaken,
+    /// The idempotency key names this earlier task of the same call (nothing written).
+    Duplicate(String),
+    /// The idempotency key names this earlier task of a different call (nothing written).
+    Conflict(String),
+    /// An overload limit would be exceeded (nothing written).
+    OverLimit(LimitHit),
+}
+
+/// Which overload limit a call hit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitHit {
+    /// `queued_nodes`, `queued_nodes_per_tool` or `live_tasks_per_principal`.
+    pub limit: String,
+    /// The count in the task's shard, and the shard's share of the limit.
+    pub current: u64,
+    pub max: u64,
+    /// The tool, for the per-tool limit.
+    pub tool: Option<String>,
+}
+
+/// Overload limits a new task is checked against, for the whole deployment; 0 means no limit.
+/// Each shard enforces its share (the limit divided by the shard count, rounded up).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Limits {
+    pub max_queued: u64,
+    pub max_queued_per_tool: u64,
+    pub max_live_per_principal: u64,
+}
+
+impl Limits {
+    fn per_shard(self, shards: u16) -> Value {
+        let share = |limit: u64| if limit == 0 { 0 } else { limit.div_ceil(u64::from(shards.max(1))) };
+        json!({
+            "queued": share(self.max_queued),
+            "perTool": share(self.max_queued_per_tool),
+            "live": share(self.max_live_per_principal),
+        })
+    }
+}
+
+impl NewTask {
+    /// The task as it stands right after creation, without reading it back.
+    pub fn record(&self) -> TaskRecord {
+        TaskRecord {
+            task_id: self.task_id.clone(),
+            status: TaskStatus::Working,
+            status_message: Some(self.status_message.clone()),
+            created_at_ms: self.created_at_ms,
+            updated_at_ms: self.created_at_ms,
+            ttl_ms: self.ttl_ms,
+            poll_interval_ms: self.poll_interval_ms,
+            owner: self.owner.clone(),
+            tool: self.tool.clone(),
+            arguments: self.arguments.clone(),
+            wire: self.wire.clone(),
+            progress_token: self.progress_token.clone(),
+            traceparent: self.traceparent.clone(),
+            progress: None,
+            total: None,
+            result: None,
+            error: None,
+            input_requests: None,
+            output_node: None,
+        }
+    }
+}
+
+/// How `tasks/update` found the task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AnswerOutcome {
+    /// Answers were recorded; this many requests are still pending.
+    Answered { remaining: u32 },
+    /// The task waits for no input (it has this status); nothing changed.
+    NotWaiting(String),
+    /// No such task for this owner.
+    Missing,
+}
+
+/// How `tasks/cancel` found the task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// This call moved the task to `cancelled`.
+    Cancelled,
+    /// The task was already terminal with this status; nothing changed.
+    AlreadyTerminal(String),
+    /// No such task for this owner.
+    Missing,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "outcome", rename_all = "camelCase")]
+enum CreateReply {
+    Created,
+    Exists,
+    Duplicate { task: String },
+    Conflict { task: String },
+    Limit { limit: String, current: u64, max: u64, tool: String },
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "outcome", rename_all = "camelCase")]
+enum CancelReply {
+    Cancelled,
+    Terminal { status: String },
+    Missing,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "outcome", rename_all = "camelCase")]
+enum AnswerReply {
+    Missing,
+    NotWaiting { status: String },
+    Answered { remaining: u32 },
+}
+
+/// An idempotency key outlives its task's TTL by this much, so that a retry of a long-running call
+/// still finds its task.
+const IDEMPOTENCY_SLACK_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// The largest result or error that travels inside a settle event; a larger one is read back by
+/// the waiter.
+pub(crate) const INLINE_MAX: usize = 64 * 1024;
+
+/// One node in the shape the scripts read: arguments as JSON text (so that Lua's JSON codec never
+/// rewrites them: it cannot tell `[]` from `{}`), and `q`, the 1-based index of its queue.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct NodeRow {
+    id: String,
+    tool: String,
+    args: String,
+    q: usize,
+    deps: usize,
+    dependents: Vec<String>,
+    retries: u32,
+    backoff_ms: u64,
+    timeout_ms: u64,
+    on_failure: &'static str,
+    /// Text, so that the script stores it as given.
+    weight: String,
+}
+
+/// Queue names of a task, in the order its nodes' `q` indexes them; the built-in queue first.
+#[derive(Debug, Clone)]
+pub(crate) struct QueueList(pub Vec<String>);
+
+impl QueueList {
+    pub(crate) fn new() -> Self {
+        Self(vec![keys::BUILTIN_QUEUE.to_owned()])
+    }
+
+    /// The 1-based index of `queue`, added when new.
+    pub(crate) fn index(&mut self, queue: &str) -> usize {
+        match self.0.iter().position(|q| q == queue) {
+            Some(i) => i + 1,
+            None => {
+                self.0.push(queue.to_owned());
+                self.0.len()
+            }
+        }
+    }
+
+    /// The stream keys of these queues in `shard`, in order.
+    pub(crate) fn streams(&self, shard: Shard) -> Vec<String> {
+        self.0.iter().map(|q| shard.queue(q)).collect()
+    }
+}
+
+/// The queue a node's tool waits in.
+pub(crate) fn queue_of<'a>(tool: &'a str, queues: &'a HashMap<String, String>) -> &'a str {
+    if tool.starts_with('$') {
+        return keys::BUILTIN_QUEUE;
+    }
+    queues.get(tool).map(String::as_str).unwrap_or(tool)
+}
+
+/// The node of a single tool call.
+fn single_node(
+    tool: &str,
+    arguments: &Value,
+    queues: &mut QueueList,
+    map: &HashMap<String, String>,
+) -> NodeRow {
+    NodeRow {
+        id: crate::model::ROOT_NODE.to_owned(),
+        tool: tool.to_owned(),
+        args: arguments.to_string(),
+        q: queues.index(queue_of(tool, map)),
+        deps: 0,
+        dependents: Vec::new(),
+        retries: 0,
+        backoff_ms: dag::DEFAULT_BACKOFF_MS,
+        timeout_ms: 0,
+        on_failure: "fail",
+        weight: "1".to_owned(),
+    }
+}
+
+/// A graph's nodes in the shape the scripts read.
+pub(crate) fn graph_nodes(
+    graph: &DagSpec,
+    queues: &mut QueueList,
+    map: &HashMap<String, String>,
+) -> Vec<NodeRow> {
+    let dependents = graph.dependents();
+    graph
+        .nodes
+        .iter()
+        .map(|n| {
+            let tool = match (&n.tool, n.kind) {
+                (Some(tool), _) => tool.clone(),
+                (None, Some(kind)) => format!("${}", kind.as_str()),
+                (None, None) => String::new(),
+            };
+            // A collect node takes every upstream output, by node id.
+            let arguments = if n.kind == Some(dag::BuiltinKind::Collect) {
+                let from: serde_json::Map<String, Value> =
+                    n.depends_on.iter().map(|d| (d.clone(), json!({"$from": d}))).collect();
+                json!({"nodes": from})
+            } else {
+                n.arguments.clone()
+            };
+            NodeRow {
+                id: n.id.clone(),
+                q: queues.index(queue_of(&tool, map)),
+                tool,
+                args: arguments.to_string(),
+                deps: n.depends_on.len(),
+                dependents: dependents
+                    .get(n.id.as_str())
+                    .map(|d| d.iter().map(|s| (*s).to_owned()).collect())
+                    .unwrap_or_default(),
+                retries: n.retries,
+                backoff_ms: n.backoff_ms.unwrap_or(dag::DEFAULT_BACKOFF_MS),
+                timeout_ms: n.timeout_ms.unwrap_or(0),
+                on_failure: n.on_failure.as_str(),
+                weight: n.weight.unwrap_or(1.0).to_string(),
+            }
+        })
+        .collect()
+}
+
+impl Store {
+    /// The shard of a task id, or the "not found" answer for an id that names none.
+    fn task_shard(&self, task_id: &str) -> Option<Shard> {
+        self.shard_of(task_id)
+    }
+
+    /// Writes a task, its nodes and its queue entries in one script (after its idempotency key and
+    /// its shard's load limits are checked).
+    pub async fn create_task(&self, new: &NewTask, limits: &Limits) -> Result<Created, StoreError> {
+        let shard = self.task_shard(&new.task_id).ok_or_else(|| {
+            StoreError::Corrupt(format!("task id {} names no shard of this deployment", new.task_id))
+        })?;
+        let mut queues = QueueList::new();
+        let (kind, output, nodes) = match &new.graph {
+            None => (
+                "single",
+                String::new(),
+                vec![single_node(&new.tool, &new.arguments, &mut queues, &new.queues)],
+            ),
+            Some(graph) => (
+                "dag",
+                graph.output.clone().unwrap_or_default(),
+                graph_nodes(graph, &mut queues, &new.queues),
+            ),
+        };
+        let mut keys = vec![
+            shard.task(&new.task_id),
+            shard.nodes(&new.task_id),
+            shard.load(),
+            shard.expiring(),
+            shard.owner_tasks(&new.owner),
+        ];
+        keys.extend(queues.streams(shard));
+        if let Some(key) = &new.idempotency_key {
+            keys.push(shard.idempotency(&new.owner, key));
+        }
+        let record = json!({
+            "id": new.task_id,
+            "now": new.created_at_ms,
+            "owner": new.owner,
+            "tool": new.tool,
+            "args": new.arguments.to_string(),
+            "ttl": new.ttl_ms,
+            "poll": new.poll_interval_ms,
+            "wire": new.wire,
+            "token": new.progress_token.as_ref().map(Value::to_string).unwrap_or_default(),
+            "trace": new.traceparent.clone().unwrap_or_default(),
+            "mode": new.mode.as_str(),
+            "index": new.mode == TaskMode::Task,
+            "message": new.status_message,
+            "retention": new.index_retention_ms.max(1),
+            "kind": kind,
+            "output": output,
+            "queues": queues.0,
+            "nodes": nodes,
+            "waiter": new.waiter.clone().unwrap_or_default(),
+            "idem": new.idempotency_key.is_some(),
+            "fingerprint": format!("{} {}", new.tool, new.arguments),
+            "idemTtl": new.ttl_ms.saturating_add(IDEMPOTENCY_SLACK_MS),
+            "limits": limits.per_shard(self.shards()),
+        });
+        let reply: CreateReply = self.script(&scripts::CREATE_TASK, &keys, &record).await?;
+        Ok(match reply {
+            CreateReply::Created => Created::Created,
+            CreateReply::Exists => {
+                // Either a 112-bit collision, or this very create retried after its reply was
+                // lost while Redis was away: then the task is the one we wrote.
+                match self.get_task(&new.task_id).await? {
+                    Some(t)
+                        if t.created_at_ms == new.created_at_ms
+                            && t.owner == new.owner
+                            && t.tool == new.tool =>
+                    {
+                        Created::Created
+                    }
+                    _ => Created::IdTaken,
+                }
+            }
+            CreateReply::Duplicate { task } => Created::Duplicate(task),
+            CreateReply::Conflict { task } => Created::Conflict(task),
+            CreateReply::Limit { limit, current, max, tool } => Created::OverLimit(LimitHit {
+                limit,
+                current,
+                max,
+                tool: Some(tool).filter(|t| !t.is_empty()),
+            }),
+        })
+    }
+
+    /// Reads a task; `None` when it does not exist: never created, expired (its TTL counts from
+    /// creation), or an id that names no shard.
+    pub async fn get_task(&self, task_id: &str) -> Result<Option<TaskRecord>, StoreError> {
+        let Some(shard) = self.task_shard(task_id) else { return Ok(None) };
+        let key = shard.task(task_id);
+        let hash: HashMap<String, String> = self.query(|| redis::Cmd::hgetall(&key)).await?;
+        Self::live_record(task_id, hash)
+    }
+
+    fn live_record(task_id: &str, hash: HashMap<String, String>) -> Result<Option<TaskRecord>, StoreError> {
+        let task = TaskRecord::from_hash(task_id, hash).map_err(StoreError::Corrupt)?;
+        Ok(task.filter(|t| t.created_at_ms.saturating_add(t.ttl_ms) > now_ms()))
+    }
+
+    /// Starts waiting on a task from this process: its inbox joins the task's waiters, and the task
+    /// is read in the same step, so that no event falls between the read and the wait. Register a
+    /// local waiter ([`crate::events::EventHub::waiter`]) first.
+    pub async fn watch_task(&self, task_id: &str, inbox: &str) -> Result<Option<TaskRecord>, StoreError> {
+        let Some(shard) = self.task_shard(task_id) else { return Ok(None) };
+        let key = shard.task(task_id);
+        let inbox = inbox.to_owned();
+        let fields: Vec<String> = self
+            .run(|mut c| {
+                let (key, inbox) = (key.clone(), inbox.clone());
+                async move {
+                    let mut invocation = scripts::WATCH_TASK.prepare_invoke();
+                    invocation.key(key).arg(inbox);
+                    invocation.invoke_async(&mut c).await
+                }
+            })
+            .await?;
+        let hash: HashMap<String, String> =
+            fields.chunks_exact(2).map(|kv| (kv[0].clone(), kv[1].clone())).collect();
+        Self::live_record(task_id, hash)
+    }
+
+    /// Reads a task's nodes, ordered by node id.
+    pub async fn get_nodes(&self, task_id: &str) -> Result<Vec<NodeRecord>, StoreError> {
+        let Some(shard) = self.task_shard(task_id) else { return Ok(Vec::new()) };
+        let key = shard.nodes(task_id);
+        let hash: HashMap<String, String> = self.query(|| redis::Cmd::hgetall(&key)).await?;
+        Ok(NodeRecord::from_hash(hash))
+    }
+
+    /// Cancels a live task (one script) and tells its waiters and every worker. `owner` empty
+    /// skips the owner check.
+    pub async fn cancel_task(
+        &self,
+        task_id: &str,
+        owner: &str,
+        message: &str,
+    ) -> Result<CancelOutcome, StoreError> {
+        let Some(shard) = self.task_shard(task_id) else { return Ok(CancelOutcome::Missing) };
+        let keys = [shard.task(task_id), shard.nodes(task_id), shard.load(), shard.expiring()];
+        let record = json!({
+            "task": task_id, "now": now_ms(), "owner": owner, "message": message,
+            "cancelChannel": shard.cancel_channel(),
+        });
+        let reply: CancelReply = self.script(&scripts::CANCEL_TASK, &keys, &record).await?;
+        Ok(match reply {
+            CancelReply::Cancelled => CancelOutcome::Cancelled,
+            CancelReply::Terminal { status } => CancelOutcome::AlreadyTerminal(status),
+            CancelReply::Missing => CancelOutcome::Missing,
+        })
+    }
+
+    /// Records a client's answers to a task's pending input requests (one script).
+    pub async fn answer_input(
+        &self,
+        task_id: &str,
+        owner: &str,
+        responses: &Value,
+    ) -> Result<AnswerOutcome, StoreError> {
+        let Some(shard) = self.task_shard(task_id) else { return Ok(AnswerOutcome::Missing) };
+        let record =
+            json!({"task": task_id, "responses": responses.to_string(), "now": now_ms(), "owner": owner});
+        let reply: AnswerReply = self.script(&scripts::ANSWER_INPUT, &[shard.task(task_id)], &record).await?;
+        Ok(match reply {
+            AnswerReply::Missing => AnswerOutcome::Missing,
+            AnswerReply::NotWaiting { status } => AnswerOutcome::NotWaiting(status),
+            AnswerReply::Answered { remaining } => AnswerOutcome::Answered { remaining },
+        })
+    }
+
+    /// The answers a task has received to its input requests (JSON object).
+    pub async fn input_responses(&self, task_id: &str) -> Result<Value, StoreError> {
+        let Some(shard) = self.task_shard(task_id) else { return Ok(json!({})) };
+        let key = shard.task(task_id);
+        let raw: Option<String> = self.query(|| redis::Cmd::hget(&key, "inputResponses")).await?;
+        Ok(raw.and_then(|r| serde_json::from_str(&r).ok()).unwrap_or_else(|| json!({})))
+    }
+}
+
+/// A task as JSON for a person or a script (the `conveyor tasks show` output).
+pub fn task_summary(task: &TaskRecord, nodes: &[NodeRecord]) -> Value {
+    json!({
+        "taskId": task.task_id,
+        "status": task.status,
+        "statusMessage": task.status_message,
+        "tool": task.tool,
+        "owner": task.owner,
+        "createdAt": crate::model::iso8601(task.created_at_ms),
+        "lastUpdatedAt": crate::model::iso8601(task.updated_at_ms),
+        "ttlMs": task.ttl_ms,
+        "progress": task.progress,
+        "total": task.total,
+        "nodes": nodes,
+    })
+}
+
+/// The error a task failed with, for callers that need one even when none was stored.
+pub fn task_error(task: &TaskRecord) -> RpcError {
+    task.error.clone().unwrap_or_else(|| RpcError {
+        code: -32603,
+        message: task.status_message.clone().unwrap_or_else(|| "the task failed".to_owned()),
+        data: None,
+    })
+}

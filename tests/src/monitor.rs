@@ -1,0 +1,327 @@
+//! A Redis `MONITOR` tap that counts the commands clients send, apart from the commands Lua scripts
+//! run inside the server, for benchmarks that compare how much a client asks of Redis.
+//!
+//! `INFO commandstats` counts an `EVALSHA` and every command its script runs alike; `MONITOR` tells
+//! them apart: a client's command is printed as `1700000000.123456 [0 127.0.0.1:5555] "EVALSHA" ...`
+//! and a command run by a script as `1700000000.123457 [0 lua] "HSET" ...`.
+//!
+//! [`Monitor::stop`] is exact: it sends `ECHO <marker>` on a connection of its own and reads the
+//! feed up to that line, so every command Redis executed before `stop` was called is counted. The
+//! monitor's and the marker's own connections are left out. `MONITOR` slows Redis down a lot, so
+//! count commands in a run of their own rather than in a timed one.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, bail};
+
+/// How long [`Monitor::stop`] waits for the feed to move before it gives up on the marker.
+const STALL: Duration = Duration::from_secs(10);
+
+/// Commands seen between [`Monitor::start`] and [`Monitor::stop`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MonitorCounts {
+    /// Commands that clients sent (an `EVALSHA` counts once, whatever its script runs).
+    pub client_commands: u64,
+    /// [`MonitorCounts::client_commands`] per command name, uppercased.
+    pub by_command: BTreeMap<String, u64>,
+    /// Commands that Lua scripts (and functions) ran inside the server.
+    pub script_commands: u64,
+    /// [`MonitorCounts::script_commands`] per command name, uppercased.
+    pub script_by_command: BTreeMap<String, u64>,
+    /// Feed lines that did not parse as a command (none are expected).
+    pub unparsed_lines: u64,
+}
+
+impl MonitorCounts {
+    /// How many times clients sent `command` (any case).
+    pub fn client(&self, command: &str) -> u64 {
+        self.by_command.get(&command.to_ascii_uppercase()).copied().unwrap_or(0)
+    }
+
+    /// How many times scripts ran `command` (any case).
+    pub fn script(&self, command: &str) -> u64 {
+        self.script_by_command.get(&command.to_ascii_uppercase()).copied().unwrap_or(0)
+    }
+}
+
+/// A running `MONITOR` connection, counted by a background thread until [`Monitor::stop`].
+pub struct Monitor {
+    address: String,
+    /// The monitor connection, kept to shut it down if the monitor is dropped unstopped.
+    stream: TcpStream,
+    stopping: Arc<AtomicBool>,
+    thread: Option<JoinHandle<anyhow::Result<MonitorCounts>>>,
+    marker: String,
+}
+
+impl Monitor {
+    /// Connects to `redis_url` (`redis://host[:port][/db]`, no credentials), sends `MONITOR`,
+    /// waits for its `OK` and counts from then on.
+    pub fn start(redis_url: &str) -> anyhow::Result<Self> {
+        let address = address(redis_url)?;
+        let mut stream =
+            TcpStream::connect(&address).with_context(|| format!("cannot connect to Redis at {address}"))?;
+        stream.set_nodelay(true)?;
+        stream.write_all(&command(&["MONITOR"]))?;
+        let own = stream.local_addr()?.to_string();
+        let mut reader = BufReader::with_capacity(1 << 20, stream.try_clone()?);
+        reader.get_mut().set_read_timeout(Some(Duration::from_secs(5)))?;
+        let mut reply = String::new();
+        reader.read_line(&mut reply).with_context(|| format!("no reply to MONITOR from {address}"))?;
+        anyhow::ensure!(reply.trim_end() == "+OK", "MONITOR on {address} answered {:?}", reply.trim_end());
+        // Short reads let the thread notice a stop even while Redis is quiet.
+        reader.get_mut().set_read_timeout(Some(Duration::from_millis(100)))?;
+
+        let stopping = Arc::new(AtomicBool::new(false));
+        let marker = unique_marker();
+        let thread = {
+            let (stopping, marker) = (stopping.clone(), marker.clone());
+            std::thread::Builder::new()
+                .name("redis-monitor".to_owned())
+                .spawn(move || count(reader, &own, &stopping, &marker))?
+        };
+        Ok(Self { address, stream, stopping, thread: Some(thread), marker })
+    }
+
+    /// Stops counting: everything Redis executed before this call is in the counts.
+    pub fn stop(mut self) -> anyhow::Result<MonitorCounts> {
+        let thread = self.thread.take().context("the monitor was already stopped")?;
+        let result = self.send_marker();
+        self.stopping.store(true, Ordering::SeqCst);
+        if let Err(err) = result {
+            let _ = self.stream.shutdown(Shutdown::Both);
+            let _ = thread.join();
+            return Err(err);
+        }
+        let counts = thread.join().map_err(|_| anyhow::anyhow!("the monitor thread panicked"))??;
+        let _ = self.stream.shutdown(Shutdown::Both);
+        Ok(counts)
+    }
+
+    /// Sends `ECHO <marker>` on a new connection and waits for its reply.
+    fn send_marker(&self) -> anyhow::Result<()> {
+        let mut echo = TcpStream::connect(&self.address)
+            .with_context(|| format!("cannot connect to Redis at {} to stop the monitor", self.address))?;
+        echo.set_read_timeout(Some(STALL))?;
+        echo.write_all(&command(&["ECHO", &self.marker]))?;
+        // `$<len>\r\n<marker>\r\n`
+        let expected = format!("${}\r\n{}\r\n", self.marker.len(), self.marker);
+        let mut reply = vec![0; expected.len()];
+        echo.read_exact(&mut reply).context("no reply to the monitor's ECHO marker")?;
+        anyhow::ensure!(reply == expected.as_bytes(), "ECHO answered {:?}", String::from_utf8_lossy(&reply));
+        Ok(())
+    }
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            self.stopping.store(true, Ordering::SeqCst);
+            let _ = self.stream.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+/// The monitor thread: counts feed lines until the marker's line, or fails when the connection ends
+/// or the feed stalls after a stop.
+fn count(
+    mut reader: BufReader<TcpStream>,
+    own: &str,
+    stopping: &AtomicBool,
+    marker: &str,
+) -> anyhow::Result<MonitorCounts> {
+    let mut client: HashMap<String, u64> = HashMap::new();
+    let mut script: HashMap<String, u64> = HashMap::new();
+    let mut counts = MonitorCounts::default();
+    let mut line = Vec::with_capacity(1024);
+    let mut last_data = Instant::now();
+    loop {
+        match reader.read_until(b'\n', &mut line) {
+            Ok(0) => bail!("Redis closed the MONITOR connection before the monitor was stopped"),
+            Ok(_) if line.ends_with(b"\n") => {}
+            Ok(_) => continue,
+            Err(err) if matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                // `line` keeps what was read so far; the next read completes it.
+                if stopping.load(Ordering::SeqCst) && last_data.elapsed() > STALL {
+                    bail!("the MONITOR feed stalled before the stop marker arrived");
+                }
+                continue;
+            }
+            Err(err) if err.kind() == ErrorKind::Interrupted => continue,
+            Err(err) => return Err(err).context("reading the MONITOR feed"),
+        }
+        last_data = Instant::now();
+        let text = String::from_utf8_lossy(&line);
+        match parse_line(text.trim_end()) {
+            // The marker's connection sends nothing but its `ECHO`, and the marker is unique.
+            Some(Line { command, .. }) if command.eq_ignore_ascii_case("ECHO") && text.contains(marker) => {
+                break;
+            }
+            Some(Line { client: source, command }) => {
+                if source == "lua" {
+                    counts.script_commands += 1;
+                    bump(&mut script, command);
+                } else if source != own {
+                    counts.client_commands += 1;
+                    bump(&mut client, command);
+                }
+            }
+            None => counts.unparsed_lines += 1,
+        }
+        line.clear();
+    }
+    counts.by_command = client.into_iter().collect();
+    counts.script_by_command = script.into_iter().collect();
+    Ok(counts)
+}
+
+/// Counts one `command`, uppercased (without allocating for a name already counted that way).
+fn bump(counts: &mut HashMap<String, u64>, command: &str) {
+    if let Some(n) = counts.get_mut(command) {
+        *n += 1;
+    } else {
+        *counts.entry(command.to_ascii_uppercase()).or_insert(0) += 1;
+    }
+}
+
+/// One command of the feed: who ran it (`lua` or the client's `ip:port`) and its name as printed.
+#[derive(Debug, PartialEq, Eq)]
+struct Line<'a> {
+    client: &'a str,
+    command: &'a str,
+}
+
+/// Parses `+1700000000.123456 [0 127.0.0.1:5555] "SET" "k" "v"` (the `+` is optional). The client
+/// may be `lua`, `unix:/path` or `[::1]:5555`; the name is the first quoted word after it.
+fn parse_line(line: &str) -> Option<Line<'_>> {
+    let line = line.strip_prefix('+').unwrap_or(line);
+    let (timestamp, rest) = line.split_once(' ')?;
+    timestamp.parse::<f64>().ok()?;
+    let rest = rest.strip_prefix('[')?;
+    let (_db, rest) = rest.split_once(' ')?;
+    let (client, rest) = rest.split_once("] \"")?;
+    // A command name has no quotes or escapes in it; anything else is not a command line.
+    let (command, _args) = rest.split_once('"')?;
+    if command.is_empty() || command.contains('\\') {
+        return None;
+    }
+    Some(Line { client, command })
+}
+
+/// `host:port` from `redis://host[:port][/db]`.
+fn address(redis_url: &str) -> anyhow::Result<String> {
+    let rest = redis_url
+        .strip_prefix("redis://")
+        .with_context(|| format!("{redis_url} is not a redis:// URL (TLS and sockets are not supported)"))?;
+    let authority = rest.split(['/', '?']).next().unwrap_or_default();
+    anyhow::ensure!(!authority.contains('@'), "{redis_url}: the monitor does not support credentials");
+    anyhow::ensure!(!authority.is_empty(), "{redis_url} names no host");
+    // A port follows the last colon, unless that colon is inside an IPv6 literal.
+    let has_port =
+        authority.rsplit_once(':').is_some_and(|(host, _)| !host.is_empty() && !authority.ends_with(']'))
+            && (authority.starts_with('[') || authority.matches(':').count() == 1);
+    Ok(if has_port { authority.to_owned() } else { format!("{authority}:6379") })
+}
+
+/// A RESP array of bulk strings.
+fn command(words: &[&str]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", words.len()).into_bytes();
+    for word in words {
+        out.extend_from_slice(format!("${}\r\n{word}\r\n", word.len()).as_bytes());
+    }
+    out
+}
+
+fn unique_marker() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or_default();
+    format!("conveyor-monitor-stop-{}-{nanos}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::process::RedisServer;
+
+    #[test]
+    fn lines_parse() {
+        let line = |client, command| Some(Line { client, command });
+        assert_eq!(
+            parse_line(r#"+1700000000.123456 [0 127.0.0.1:5555] "EVALSHA" "abc" "1" "k""#),
+            line("127.0.0.1:5555", "EVALSHA")
+        );
+        assert_eq!(parse_line(r#"1700000000.123456 [3 lua] "hset" "k" "f" "v""#), line("lua", "hset"));
+        assert_eq!(parse_line(r#"1700000000.1 [0 [::1]:6000] "get" "a\"] \"b""#), line("[::1]:6000", "get"));
+        assert_eq!(
+            parse_line(r#"1700000000.1 [0 unix:/tmp/r.sock] "PING""#),
+            line("unix:/tmp/r.sock", "PING")
+        );
+        assert_eq!(parse_line("+OK"), None);
+        assert_eq!(parse_line("-ERR something"), None);
+    }
+
+    #[test]
+    fn addresses_come_from_urls() -> anyhow::Result<()> {
+        assert_eq!(address("redis://127.0.0.1:6380")?, "127.0.0.1:6380");
+        assert_eq!(address("redis://localhost/2")?, "localhost:6379");
+        assert_eq!(address("redis://[::1]:7000/0")?, "[::1]:7000");
+        assert_eq!(address("redis://[::1]")?, "[::1]:6379");
+        assert!(address("redis://:secret@127.0.0.1:6379").is_err());
+        assert!(address("rediss://127.0.0.1:6379").is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn counts_client_commands_apart_from_script_commands() -> anyhow::Result<()> {
+        let server = RedisServer::start()?;
+        // Connected first, so that the client's own handshake is not in the counts.
+        let mut conn = server.connection()?;
+        let monitor = Monitor::start(&server.url())?;
+        redis::cmd("SET").arg("a").arg("1").query::<()>(&mut conn)?;
+        let _: Option<String> = redis::cmd("get").arg("a").query(&mut conn)?;
+        let _: i64 = redis::cmd("INCR").arg("n").query(&mut conn)?;
+        let script = "redis.call('SET', KEYS[1], ARGV[1]) return redis.call('GET', KEYS[1])";
+        let value: String = redis::cmd("EVAL").arg(script).arg(1).arg("k").arg("v").query(&mut conn)?;
+        assert_eq!(value, "v");
+        let counts = monitor.stop()?;
+
+        assert_eq!(counts.client_commands, 4, "{counts:?}");
+        assert_eq!(
+            counts.by_command,
+            BTreeMap::from([("EVAL".into(), 1), ("GET".into(), 1), ("INCR".into(), 1), ("SET".into(), 1)])
+        );
+        assert_eq!(counts.script_commands, 2, "{counts:?}");
+        assert_eq!((counts.script("set"), counts.script("get")), (1, 1));
+        assert_eq!(counts.client("evalsha"), 0);
+        assert_eq!(counts.unparsed_lines, 0);
+        Ok(())
+    }
+
+    #[test]
+    fn stop_counts_everything_sent_before_it() -> anyhow::Result<()> {
+        let server = RedisServer::start()?;
+        let mut conn = server.connection()?;
+        let monitor = Monitor::start(&server.url())?;
+        let mut pipe = redis::pipe();
+        for _ in 0..5000 {
+            pipe.cmd("INCR").arg("n").ignore();
+        }
+        pipe.query::<()>(&mut conn)?;
+        let counts = monitor.stop()?;
+        assert_eq!(counts.client_commands, 5000);
+        assert_eq!(counts.client("INCR"), 5000);
+        assert_eq!(counts.script_commands, 0);
+
+        // A second monitor on the same server starts from nothing.
+        let again = Monitor::start(&server.url())?;
+        let _: i64 = redis::cmd("INCR").arg("n").query(&mut conn)?;
+        assert_eq!(again.stop()?.by_command, BTreeMap::from([("INCR".into(), 1)]));
+        Ok(())
+    }
+}
