@@ -233,6 +233,93 @@ impl RedisServer {
         redis::cmd("HGET").arg(nodes_key(task_id)).arg(format!("{node_id}:{field}")).query(&mut conn).ok()?
     }
 
+    /// Keys matching a pattern (SCAN, so that a big keyspace is not blocked).
+    pub fn keys(&self, pattern: &str) -> Vec<String> {
+        let Ok(mut conn) = self.connection() else { return Vec::new() };
+        let mut found = Vec::new();
+        let mut cursor = 0u64;
+        loop {
+            let Ok((next, keys)): redis::RedisResult<(u64, Vec<String>)> = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query(&mut conn)
+            else {
+                return found;
+            };
+            found.extend(keys);
+            if next == 0 {
+                return found;
+            }
+            cursor = next;
+        }
+    }
+
+    /// Task hashes in every shard.
+    pub fn task_count(&self) -> usize {
+        self.keys("cv:{cv.*}:t:*").len()
+    }
+
+    /// Entries in every queue stream of every shard (acknowledged entries are deleted, so these
+    /// are waiting or running nodes and finalize entries).
+    pub fn stream_entries(&self) -> usize {
+        let Ok(mut conn) = self.connection() else { return 0 };
+        self.keys("cv:{cv.*}:q:*")
+            .iter()
+            .map(|k| redis::cmd("XLEN").arg(k).query::<usize>(&mut conn).unwrap_or(0))
+            .sum()
+    }
+
+    /// Entries delivered to a worker and not yet acknowledged, over every queue stream.
+    pub fn pending_entries(&self) -> usize {
+        let Ok(mut conn) = self.connection() else { return 0 };
+        self.keys("cv:{cv.*}:q:*")
+            .iter()
+            .map(|k| {
+                redis::cmd("XPENDING")
+                    .arg(k)
+                    .arg("workers")
+                    .query::<redis::Value>(&mut conn)
+                    .ok()
+                    .and_then(|v| match v {
+                        redis::Value::Array(items) => {
+                            items.first().and_then(|c| redis::from_redis_value_ref::<usize>(c).ok())
+                        }
+                        _ => None,
+                    })
+                    .unwrap_or(0)
+            })
+            .sum()
+    }
+
+    /// The load counters summed over every shard.
+    pub fn load_totals(&self) -> std::collections::HashMap<String, i64> {
+        let Ok(mut conn) = self.connection() else { return Default::default() };
+        let mut totals = std::collections::HashMap::new();
+        for key in self.keys("cv:{cv.*}:load") {
+            let hash: std::collections::HashMap<String, i64> =
+                redis::cmd("HGETALL").arg(&key).query(&mut conn).unwrap_or_default();
+            for (field, value) in hash {
+                *totals.entry(field).or_insert(0) += value;
+            }
+        }
+        totals
+    }
+
+    /// Every dead-letter entry of every shard, as (field, value) lists.
+    pub fn dead_letters(&self) -> Vec<Vec<(String, String)>> {
+        let Ok(mut conn) = self.connection() else { return Vec::new() };
+        let mut letters = Vec::new();
+        for key in self.keys("cv:{cv.*}:dead") {
+            let entries: Vec<(String, Vec<(String, String)>)> =
+                redis::cmd("XRANGE").arg(&key).arg("-").arg("+").query(&mut conn).unwrap_or_default();
+            letters.extend(entries.into_iter().map(|(_, fields)| fields));
+        }
+        letters
+    }
+
     /// Kills the server with SIGKILL (nothing flushed beyond what its persistence already wrote).
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -6,10 +6,7 @@ use serde_json::json;
 
 /// Keys and stream entries Conveyor has written.
 fn written(redis: &RedisServer) -> (usize, usize) {
-    let mut conn = redis.connection().expect("redis connection");
-    let keys: Vec<String> = redis::cmd("KEYS").arg("cv:{*").query(&mut conn).expect("KEYS");
-    let queued: usize = redis::cmd("XLEN").arg("cv:work").query(&mut conn).unwrap_or(0);
-    (keys.len(), queued)
+    (redis.task_count(), redis.stream_entries())
 }
 
 #[tokio::test]

@@ -461,8 +461,8 @@ fn scan_count(conn: &mut redis::Connection, pattern: &str) -> usize {
 /// Everything Redis and the logs know about one task, for a failure message.
 fn evidence(conn: &mut redis::Connection, logs: &[PathBuf], task_id: &str) -> String {
     let mut out = format!("--- task {task_id}\n");
-    let task = hgetall(conn, &format!("cv:{{{task_id}}}:task"));
-    let nodes = hgetall(conn, &format!("cv:{{{task_id}}}:nodes"));
+    let task = hgetall(conn, &conveyor_tests::process::task_key(task_id));
+    let nodes = hgetall(conn, &conveyor_tests::process::nodes_key(task_id));
     out += &format!("task hash: {:?}\n", task.iter().collect::<BTreeMap<_, _>>());
     out += &format!("nodes hash: {:?}\n", nodes.iter().collect::<BTreeMap<_, _>>());
     for log in logs {
@@ -582,10 +582,10 @@ async fn nothing_is_lost_or_done_twice_while_workers_gateways_and_redis_die() {
             ));
         }
     }
-    let dead_letters: Vec<(String, HashMap<String, String>)> =
-        redis::cmd("XRANGE").arg("cv:dead").arg("-").arg("+").query(&mut conn).expect("dead letters");
+    let dead_letters: Vec<HashMap<String, String>> =
+        chaos.redis.dead_letters().into_iter().map(|fields| fields.into_iter().collect()).collect();
     let mut letters_by_task: HashMap<String, usize> = HashMap::new();
-    for (_, fields) in &dead_letters {
+    for fields in &dead_letters {
         *letters_by_task.entry(fields.get("task").cloned().unwrap_or_default()).or_default() += 1;
     }
     let known: HashSet<&str> = records.iter().filter_map(|r| r.task_id.as_deref()).collect();
@@ -618,8 +618,8 @@ async fn nothing_is_lost_or_done_twice_while_workers_gateways_and_redis_die() {
         if let Some(what) = check_outcome(plan, &outcome) {
             wrong(what);
         }
-        let task = hgetall(&mut conn, &format!("cv:{{{id}}}:task"));
-        let nodes = hgetall(&mut conn, &format!("cv:{{{id}}}:nodes"));
+        let task = hgetall(&mut conn, &conveyor_tests::process::task_key(id));
+        let nodes = hgetall(&mut conn, &conveyor_tests::process::nodes_key(id));
         let field = |name: &str| task.get(name).cloned().unwrap_or_default();
         if field("nodeCount") != plan.expected_nodes().to_string()
             || field("nodesSettled") != field("nodeCount")
@@ -662,9 +662,14 @@ async fn nothing_is_lost_or_done_twice_while_workers_gateways_and_redis_die() {
     }
     // Idempotency: one task per call, both as the clients saw it and as Redis holds it.
     let distinct: HashSet<&str> = records.iter().filter_map(|r| r.task_id.as_deref()).collect();
-    let task_hashes = scan_count(&mut conn, "cv:{*}:task");
-    let idempotency_keys = scan_count(&mut conn, "cv:idem:*");
-    let indexed: usize = redis::cmd("ZCARD").arg("cv:owner:anonymous:tasks").query(&mut conn).expect("zcard");
+    let task_hashes = scan_count(&mut conn, "cv:{cv.*}:t:*");
+    let idempotency_keys = scan_count(&mut conn, "cv:{cv.*}:idem:*");
+    let indexed: usize = chaos
+        .redis
+        .keys("cv:{cv.*}:owner:anonymous")
+        .iter()
+        .map(|k| redis::cmd("ZCARD").arg(k).query::<usize>(&mut conn).expect("zcard"))
+        .sum();
     for (what, n) in [
         ("distinct task ids returned", distinct.len()),
         ("task hashes in Redis", task_hashes),
@@ -675,9 +680,8 @@ async fn nothing_is_lost_or_done_twice_while_workers_gateways_and_redis_die() {
             problems.push((None, format!("{n} {what}, expected one per call ({SUBMISSIONS})")));
         }
     }
-    let pending_entries: redis::streams::StreamPendingReply =
-        redis::cmd("XPENDING").arg("cv:work").arg("workers").query(&mut conn).expect("xpending");
-    let load = hgetall(&mut conn, "cv:load");
+    let pending_entries = chaos.redis.pending_entries();
+    let load = chaos.redis.load_totals();
 
     // The numbers.
     let mut by_kind: BTreeMap<String, usize> = BTreeMap::new();
@@ -788,7 +792,7 @@ async fn nothing_is_lost_or_done_twice_while_workers_gateways_and_redis_die() {
     );
     println!(
         "work stream entries still pending: {}; load counters: {:?}",
-        pending_entries.count(),
+        pending_entries,
         load.iter().collect::<BTreeMap<_, _>>()
     );
     println!("nodes by the number of workers they lost: {losses:?}");
@@ -808,7 +812,7 @@ async fn nothing_is_lost_or_done_twice_while_workers_gateways_and_redis_die() {
     println!("completions retried while Redis was away: {}", unrecorded.len());
     for line in unrecorded.iter().take(3) {
         let Some(task) = log_field(line, "task") else { continue };
-        let nodes = hgetall(&mut conn, &format!("cv:{{{task}}}:nodes"));
+        let nodes = hgetall(&mut conn, &conveyor_tests::process::nodes_key(task));
         let of = |field: &str| {
             nodes
                 .iter()

@@ -127,7 +127,7 @@ async fn a_fan_out_of_a_thousand_and_a_chain_of_a_thousand_complete() {
     // Each link started only after the one before it finished.
     let mut conn = c.redis.connection().expect("conn");
     let times: std::collections::HashMap<String, String> =
-        redis::cmd("HGETALL").arg(format!("cv:{{{task}}}:nodes")).query(&mut conn).expect("nodes");
+        redis::cmd("HGETALL").arg(conveyor_tests::process::nodes_key(&task)).query(&mut conn).expect("nodes");
     for i in 1..1000 {
         let started: u64 = times[&format!("c{i}:startedAt")].parse().expect("ms");
         let before: u64 = times[&format!("c{}:finishedAt", i - 1)].parse().expect("ms");
@@ -256,9 +256,7 @@ async fn invalid_graphs_are_refused_before_anything_is_written() {
     assert!(reply.raw.contains("node `a`") && reply.raw.contains("/seconds"), "{}", reply.raw);
     let reply = call(json!({"nodes": [{"id": "a", "kind": "noop"}, {"id": "a", "kind": "noop"}]})).await;
     assert!(reply.raw.contains("more than once"), "{}", reply.raw);
-    let mut conn = c.redis.connection().expect("conn");
-    let keys: Vec<String> = redis::cmd("KEYS").arg("cv:{*").query(&mut conn).expect("keys");
-    assert!(keys.is_empty(), "nothing written: {keys:?}");
+    assert_eq!((c.redis.task_count(), c.redis.stream_entries()), (0, 0), "nothing written");
 }
 
 #[tokio::test]
@@ -270,8 +268,10 @@ async fn cancelling_a_wide_graph_stops_every_node_on_every_worker() {
     let task = submit(&c.mcp, json!({"nodes": graph})).await;
     let mut conn = c.redis.connection().expect("conn");
     let running = |conn: &mut redis::Connection| -> usize {
-        let fields: std::collections::HashMap<String, String> =
-            redis::cmd("HGETALL").arg(format!("cv:{{{task}}}:nodes")).query(conn).unwrap_or_default();
+        let fields: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+            .arg(conveyor_tests::process::nodes_key(&task))
+            .query(conn)
+            .unwrap_or_default();
         fields.iter().filter(|(k, v)| k.ends_with(":status") && v.as_str() == "running").count()
     };
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -296,7 +296,7 @@ async fn cancelling_a_wide_graph_stops_every_node_on_every_worker() {
     // Give any late starter its chance to show up, then check that none started after the cancel.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let fields: std::collections::HashMap<String, String> =
-        redis::cmd("HGETALL").arg(format!("cv:{{{task}}}:nodes")).query(&mut conn).expect("nodes");
+        redis::cmd("HGETALL").arg(conveyor_tests::process::nodes_key(&task)).query(&mut conn).expect("nodes");
     let late: Vec<&String> = fields
         .iter()
         .filter(|(k, v)| k.ends_with(":startedAt") && v.parse::<u64>().unwrap_or(0) > cancel_at + 50)
@@ -336,7 +336,7 @@ async fn a_tool_plans_its_work_as_a_graph_that_runs_across_workers() {
     // Forty parts are more than one worker runs at once (16): they spread over the workers.
     let mut conn = c.redis.connection().expect("conn");
     let fields: std::collections::HashMap<String, String> =
-        redis::cmd("HGETALL").arg(format!("cv:{{{task}}}:nodes")).query(&mut conn).expect("nodes");
+        redis::cmd("HGETALL").arg(conveyor_tests::process::nodes_key(&task)).query(&mut conn).expect("nodes");
     let workers: std::collections::HashSet<&String> = fields
         .iter()
         .filter(|(k, _)| k.starts_with("part") && k.ends_with(":worker"))

@@ -13,27 +13,7 @@ end
 if not is_live(t[1]) then
   return cjson.encode({outcome = 'terminal', status = t[1]})
 end
--- Queued nodes will never start: they leave the queue counts now, and their entries are dropped
--- when a worker reads them.
-local fields = redis.call('HGETALL', KEYS[2])
-local tools = {}
-for i = 1, #fields, 2 do
-  local name = fields[i]
-  if fields[i + 1] == 'queued' and string.sub(name, -7) == ':status' then
-    local node = string.sub(name, 1, -8)
-    tools[node] = true
-  end
-end
-for i = 1, #fields, 2 do
-  local name = fields[i]
-  if string.sub(name, -5) == ':tool' then
-    local node = string.sub(name, 1, -6)
-    if tools[node] then
-      dequeued(KEYS[3], fields[i + 1])
-      redis.call('HSET', KEYS[2], nf(node, 'status'), 'cancelled')
-    end
-  end
-end
+drop_queued(KEYS[2], KEYS[3], 'cancelled')
 settle({task = KEYS[1], nodes = KEYS[2], load = KEYS[3], expiring = KEYS[4]}, r.task,
   {owner = t[2], createdAt = t[4], ttlMs = t[3]}, 'cancelled', nil, nil, r.message, r.now, 0)
 redis.call('SPUBLISH', r.cancelChannel, r.task)

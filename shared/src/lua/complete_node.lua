@@ -102,6 +102,7 @@ if failed and n.onFailure == 'fail' then
   end
   reason = reason .. ' (dead letter ' .. dead_letter .. ')'
   local error = cjson.encode({code = -32603, message = reason, data = {node = node}})
+  drop_queued(KEYS[2], KEYS[3], 'dropped')
   settle(keys, r.task, task, 'failed', 'error', error, 'Failed: ' .. reason, now, r.inlineMax)
   -- Stop the task's other running nodes on every worker.
   redis.call('SPUBLISH', r.cancelChannel, r.task)

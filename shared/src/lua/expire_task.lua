@@ -20,18 +20,7 @@ if expires > r.now then
 end
 if is_live(t[1]) then
   redis.call('HINCRBY', KEYS[3], 'live:' .. t[2], -1)
-  local fields = redis.call('HGETALL', KEYS[2])
-  local queued = {}
-  for i = 1, #fields, 2 do
-    if fields[i + 1] == 'queued' and string.sub(fields[i], -7) == ':status' then
-      queued[string.sub(fields[i], 1, -8)] = true
-    end
-  end
-  for i = 1, #fields, 2 do
-    if string.sub(fields[i], -5) == ':tool' and queued[string.sub(fields[i], 1, -6)] then
-      dequeued(KEYS[3], fields[i + 1])
-    end
-  end
+  drop_queued(KEYS[2], KEYS[3], nil)
   notify(KEYS[1], cjson.encode({task = r.task, type = 'expired'}))
   redis.call('SPUBLISH', r.cancelChannel, r.task)
 end

@@ -37,6 +37,27 @@ local function dequeued(load, tool, count)
   redis.call('HINCRBY', load, 'queued:' .. tool, -(count or 1))
 end
 
+-- A task that ends takes its queued nodes out of the load counts: they will never start, and
+-- their entries are dropped when a worker reads them. `status` is what they become.
+local function drop_queued(nodes, load, status)
+  local fields = redis.call('HGETALL', nodes)
+  local queued = {}
+  for i = 1, #fields, 2 do
+    if fields[i + 1] == 'queued' and string.sub(fields[i], -7) == ':status' then
+      queued[string.sub(fields[i], 1, -8)] = true
+    end
+  end
+  for i = 1, #fields, 2 do
+    local node = string.sub(fields[i], 1, -6)
+    if string.sub(fields[i], -5) == ':tool' and queued[node] then
+      dequeued(load, fields[i + 1])
+      if status then
+        redis.call('HSET', nodes, nf(node, 'status'), status)
+      end
+    end
+  end
+end
+
 -- Sends an event to every process waiting on the task (their inbox channels, stored by them).
 local function notify(task, message)
   local waiters = redis.call('HGET', task, 'waiters')

@@ -16,6 +16,12 @@ end
 if n.entry ~= r.entry or (n.status ~= 'running' and n.status ~= 'queued') then
   return cjson.encode({outcome = 'dropped', reason = 'not the current entry of its node'})
 end
+if not is_live(status) then
+  -- The task ended while its worker was lost: the node never runs again (a queued node of an
+  -- ended task has already left the load counts).
+  redis.call('HSET', KEYS[2], nf(r.node, 'status'), 'dropped')
+  return cjson.encode({outcome = 'dropped', reason = 'task is ' .. status})
+end
 local losses = n.losses
 if n.status == 'running' then
   losses = redis.call('HINCRBY', KEYS[2], nf(r.node, 'losses'), 1)

@@ -12,5 +12,10 @@ if n.status ~= 'running' or n.attempt ~= r.attempt then
 end
 ack(KEYS[4], n.entry)
 redis.call('HDEL', KEYS[2], nf(r.node, 'worker'))
+if not is_live(redis.call('HGET', KEYS[1], 'status')) then
+  -- The task ended meanwhile: nothing to hand back.
+  redis.call('HSET', KEYS[2], nf(r.node, 'status'), 'dropped')
+  return cjson.encode({outcome = 'released'})
+end
 enqueue(KEYS[2], KEYS[4], KEYS[3], r.task, r.node, n.tool, r.trace)
 return cjson.encode({outcome = 'released'})

@@ -43,7 +43,7 @@ fn redis_state(redis: &RedisServer) -> anyhow::Result<RedisState> {
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0);
     let keys: u64 = redis::cmd("DBSIZE").query(&mut conn)?;
-    let stream: u64 = redis::cmd("XLEN").arg("cv:work").query(&mut conn).unwrap_or(0);
+    let stream = redis.stream_entries() as u64;
     Ok(RedisState { used_memory, keys, stream })
 }
 

@@ -1,0 +1,874 @@
+//! The store and its Lua transitions against a real redis-server: every state change is one script
+//! over one shard's keys that refuses what would break the status machine, acknowledges (and
+//! deletes) the entries it is done with, and keeps the shard's load counters exact.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use conveyor_shared::Store;
+use conveyor_shared::keys::{self, Shard};
+use conveyor_shared::model::{
+    ROOT_NODE, RpcError, TaskMode, TaskStatus, ToolOutcome, WorkItem, new_task_id, now_ms, result,
+};
+use conveyor_shared::store::{
+    AnswerOutcome, Attempt, CancelOutcome, CompleteOutcome, Created, Limits, MaintainOutcome, NewTask,
+    ReclaimOutcome, StartOutcome, WorkReader,
+};
+use conveyor_tests::RedisServer;
+use conveyor_tests::process::{nodes_key, shard_of, task_key};
+use redis::Commands;
+use redis::streams::{StreamPendingCountReply, StreamRangeReply};
+use serde_json::{Value, json};
+
+const TRACE: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+const QUEUES: [&str; 3] = [keys::BUILTIN_QUEUE, "slow_compute", "flaky"];
+const INBOX: &str = "cv:{cv.0}:inbox:test";
+
+/// A private redis-server, a store on it with the default 4 shards, and readers of every queue.
+struct Harness {
+    redis: RedisServer,
+    store: Store,
+    readers: Vec<WorkReader>,
+    /// Entries read but not started yet: looking for one entry must not lose the others.
+    unstarted: Vec<WorkItem>,
+}
+
+async fn setup() -> Harness {
+    let redis = RedisServer::start().expect("redis");
+    let store = Store::new(&redis.url(), Duration::from_secs(2)).expect("store");
+    let queues: Vec<String> = QUEUES.iter().map(|q| q.to_string()).collect();
+    store.ensure_groups(&queues).await.expect("groups");
+    let readers = store.work_readers(&queues).await.expect("readers");
+    Harness { redis, store, readers, unstarted: Vec::new() }
+}
+
+/// A single call of `slow_compute` by alice in `shard`; tests change what they need.
+fn new_task(shard: Shard) -> NewTask {
+    NewTask {
+        task_id: new_task_id(shard),
+        owner: "alice".to_owned(),
+        tool: "slow_compute".to_owned(),
+        arguments: json!({"seconds": 1}),
+        ttl_ms: 60_000,
+        poll_interval_ms: 500,
+        wire: "2026-07-28".to_owned(),
+        progress_token: Some(json!("tok")),
+        traceparent: Some(TRACE.to_owned()),
+        mode: TaskMode::Task,
+        status_message: "Queued".to_owned(),
+        created_at_ms: now_ms(),
+        graph: None,
+        idempotency_key: None,
+        queues: HashMap::new(),
+        waiter: None,
+        index_retention_ms: 60_000,
+    }
+}
+
+/// A DAG task in `shard`.
+fn dag_task(shard: Shard, graph: Value) -> NewTask {
+    let graph = serde_json::from_value(graph).expect("a graph");
+    NewTask { tool: "run_dag".to_owned(), graph: Some(graph), ..new_task(shard) }
+}
+
+fn ok(text: &str) -> ToolOutcome {
+    ToolOutcome::Result(result::text(text))
+}
+
+/// In a DAG a tool error is a failed attempt.
+fn tool_error() -> ToolOutcome {
+    ToolOutcome::Result(result::error_text("boom"))
+}
+
+fn run(outcome: StartOutcome) -> Attempt {
+    match outcome {
+        StartOutcome::Run { attempt, .. } => *attempt,
+        other => panic!("expected a run, got {other:?}"),
+    }
+}
+
+impl Harness {
+    async fn create(&self, task: &NewTask) -> String {
+        assert_eq!(self.store.create_task(task, &Limits::default()).await.expect("create"), Created::Created);
+        task.task_id.clone()
+    }
+
+    /// Whatever entries no consumer has seen, now delivered to `consumer`.
+    async fn read(&mut self, consumer: &str) -> Vec<WorkItem> {
+        let mut items = Vec::new();
+        for reader in &mut self.readers {
+            let read = reader.read(&self.store, consumer, 500, Duration::from_millis(50)).await;
+            items.extend(read.expect("read"));
+        }
+        items
+    }
+
+    /// The entry of a node, read by `w1` now or kept aside from an earlier read.
+    async fn item(&mut self, task_id: &str, node_id: &str) -> WorkItem {
+        for _ in 0..40 {
+            if let Some(i) = self.unstarted.iter().position(|i| i.task_id == task_id && i.node_id == node_id)
+            {
+                return self.unstarted.remove(i);
+            }
+            let read = self.read("w1").await;
+            self.unstarted.extend(read);
+        }
+        panic!("no entry of node {node_id} of task {task_id}")
+    }
+
+    async fn start_item(&self, item: &WorkItem) -> StartOutcome {
+        let mut outcomes =
+            self.store.start_batch(item.shard, std::slice::from_ref(item), 1, "w1").await.expect("start");
+        assert_eq!(outcomes.len(), 1);
+        outcomes.remove(0)
+    }
+
+    async fn start_node(&mut self, task_id: &str, node_id: &str) -> Attempt {
+        let item = self.item(task_id, node_id).await;
+        run(self.start_item(&item).await)
+    }
+
+    async fn start(&mut self, task_id: &str) -> Attempt {
+        self.start_node(task_id, ROOT_NODE).await
+    }
+
+    /// The retries and expiries of `shard` that are due, as its maintenance lease holder sees them.
+    async fn due(&self, shard: Shard) -> (Vec<String>, Vec<String>) {
+        match self.store.maintain(shard, "m", Duration::from_secs(5), 100).await.expect("maintain") {
+            MaintainOutcome::Due { retries, expired, .. } => (retries, expired),
+            MaintainOutcome::HeldElsewhere => panic!("only this test maintains the shard"),
+        }
+    }
+
+    /// Waits out a short backoff and queues the shard's due retries again; returns how many.
+    async fn promote_retries(&self, shard: Shard) -> usize {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let (retries, _) = self.due(shard).await;
+        for member in &retries {
+            assert!(self.store.promote_retry(shard, member).await.expect("promote"), "{member}");
+        }
+        retries.len()
+    }
+
+    fn conn(&self) -> redis::Connection {
+        self.redis.connection().expect("connection")
+    }
+
+    fn load(&self, shard: Shard) -> HashMap<String, i64> {
+        self.conn().hgetall(shard.load()).expect("load")
+    }
+
+    /// Every shard's load counters, summed field by field.
+    fn total_load(&self) -> HashMap<String, i64> {
+        let mut total = HashMap::new();
+        for shard in self.store.all_shards() {
+            for (field, count) in self.load(shard) {
+                *total.entry(field).or_default() += count;
+            }
+        }
+        total
+    }
+
+    fn xlen(&self, stream: &str) -> usize {
+        self.conn().xlen(stream).expect("xlen")
+    }
+
+    /// The pending entries of a stream's group: (entry, consumer).
+    fn pending(&self, stream: &str) -> Vec<(String, String)> {
+        let reply: StreamPendingCountReply =
+            self.conn().xpending_count(stream, keys::WORK_GROUP, "-", "+", 1000).expect("xpending");
+        reply.ids.into_iter().map(|p| (p.id, p.consumer)).collect()
+    }
+
+    fn node_field(&self, task_id: &str, node_id: &str, field: &str) -> Option<String> {
+        self.redis.node_field(task_id, node_id, field)
+    }
+
+    fn exists(&self, key: &str) -> bool {
+        self.conn().exists(key).expect("exists")
+    }
+}
+
+#[tokio::test]
+async fn a_task_settles_once_and_expires_after_its_ttl() {
+    let mut h = setup().await;
+    let task = NewTask { ttl_ms: 400, ..new_task(Shard(1)) };
+    let id = h.create(&task).await;
+    let again = h.store.create_task(&task, &Limits::default()).await.expect("create");
+    assert_eq!(again, Created::Created, "a create retried after a lost reply finds the task it wrote");
+    let other = NewTask { owner: "bob".to_owned(), ..task.clone() };
+    let taken = h.store.create_task(&other, &Limits::default()).await.expect("create");
+    assert_eq!(taken, Created::IdTaken, "ids are unique");
+
+    // The work entry carries the trace context from the start.
+    let entries: StreamRangeReply = h.conn().xrange_all(Shard(1).queue("slow_compute")).expect("xrange");
+    assert_eq!(entries.ids.len(), 1, "one entry, however often the create was sent");
+    assert_eq!(entries.ids[0].get::<String>("trace").as_deref(), Some(TRACE));
+
+    let attempt = h.start(&id).await;
+    assert_eq!(attempt.attempt, 1);
+    assert!(h.store.report_progress(&attempt, 1.0, Some(2.0), Some("half")).await.expect("progress"));
+    let got = h.store.get_task(&id).await.expect("get").expect("exists");
+    assert_eq!((got.status, got.progress, got.total), (TaskStatus::Working, Some(1.0), Some(2.0)));
+    assert_eq!(got.status_message.as_deref(), Some("half"));
+
+    let done = h.store.complete(&attempt, Some(&ok("done")), false).await.expect("complete");
+    assert_eq!(done, CompleteOutcome::Settled);
+    let twice = h.store.complete(&attempt, Some(&ok("again")), false).await.expect("complete");
+    assert_eq!(twice, CompleteOutcome::Stale);
+    let got = h.store.get_task(&id).await.expect("get").expect("exists");
+    assert_eq!(got.status, TaskStatus::Completed);
+    assert_eq!(got.result.expect("result")["content"][0]["text"], "done", "the first completion stands");
+    assert!(
+        !h.store.report_progress(&attempt, 2.0, None, None).await.expect("progress"),
+        "no progress after settling"
+    );
+    assert_eq!(
+        h.store.cancel_task(&id, "alice", "x").await.expect("cancel"),
+        CancelOutcome::AlreadyTerminal("completed".into())
+    );
+
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(h.store.get_task(&id).await.expect("get").is_none(), "the task expired after its TTL");
+    assert!(h.store.get_nodes(&id).await.expect("nodes").is_empty(), "its nodes expired with it");
+}
+
+#[tokio::test]
+async fn cancellation_is_final_and_refuses_late_work() {
+    let mut h = setup().await;
+    let id = h.create(&NewTask { wire: "2025-11-25".to_owned(), ..new_task(Shard(2)) }).await;
+    let attempt = h.start(&id).await;
+    assert_eq!(h.store.cancel_task(&id, "bob", "x").await.expect("cancel"), CancelOutcome::Missing);
+    assert_eq!(
+        h.store.cancel_task(&id, "alice", "Cancelled").await.expect("cancel"),
+        CancelOutcome::Cancelled
+    );
+    assert_eq!(
+        h.store.cancel_task(&id, "alice", "again").await.expect("cancel"),
+        CancelOutcome::AlreadyTerminal("cancelled".into())
+    );
+    assert!(!h.store.report_progress(&attempt, 1.0, None, None).await.expect("progress"));
+    let late = h.store.complete(&attempt, Some(&ok("late")), false).await.expect("complete");
+    assert_eq!(late, CompleteOutcome::TaskAlreadyTerminal);
+    let got = h.store.get_task(&id).await.expect("get").expect("exists");
+    assert_eq!(got.status, TaskStatus::Cancelled, "cancelled stays cancelled even when the work finishes");
+    assert!(got.result.is_none());
+
+    // A queued node of a cancelled task never starts, nor does a node of a task that never was.
+    let queued = h.create(&new_task(Shard(2))).await;
+    h.store.cancel_task(&queued, "alice", "x").await.expect("cancel");
+    let item = h.item(&queued, ROOT_NODE).await;
+    assert!(matches!(h.start_item(&item).await, StartOutcome::Skip(_)));
+    let nope = WorkItem { task_id: new_task_id(Shard(2)), entry_id: "0-1".to_owned(), ..item };
+    assert!(matches!(h.start_item(&nope).await, StartOutcome::Skip(_)));
+}
+
+#[tokio::test]
+async fn a_stale_attempt_cannot_complete_after_the_node_was_handed_back() {
+    let mut h = setup().await;
+    let id = h.create(&new_task(Shard(3))).await;
+    let first = h.start(&id).await;
+    assert!(h.store.release(&first).await.expect("release"));
+    assert!(!h.store.release(&first).await.expect("release"), "released once");
+    let second = h.start(&id).await;
+    assert_eq!(second.attempt, first.attempt + 1);
+    assert_ne!(second.entry_id, first.entry_id, "the node went back under a new entry");
+    let stale = h.store.complete(&first, Some(&ok("stale")), false).await.expect("complete");
+    assert_eq!(stale, CompleteOutcome::Stale);
+    assert!(
+        !h.store.report_progress(&first, 1.0, None, None).await.expect("progress"),
+        "stale progress refused"
+    );
+    let boom = ToolOutcome::Error(RpcError { code: -32603, message: "boom".into(), data: None });
+    assert_eq!(
+        h.store.complete(&second, Some(&boom), false).await.expect("complete"),
+        CompleteOutcome::Settled
+    );
+    let got = h.store.get_task(&id).await.expect("get").expect("exists");
+    assert_eq!(got.status, TaskStatus::Failed);
+    assert_eq!(got.error.expect("error").message, "boom");
+}
+
+#[tokio::test]
+async fn a_tool_error_fails_a_2025_task_and_completes_a_2026_one() {
+    let mut h = setup().await;
+    for (wire, expected) in [("2025-11-25", TaskStatus::Failed), ("2026-07-28", TaskStatus::Completed)] {
+        let id = h.create(&NewTask { wire: wire.to_owned(), ..new_task(Shard(0)) }).await;
+        let attempt = h.start(&id).await;
+        let error = ToolOutcome::Result(result::error_text("nope"));
+        h.store.complete(&attempt, Some(&error), false).await.expect("complete");
+        let got = h.store.get_task(&id).await.expect("get").expect("exists");
+        assert_eq!(got.status, expected, "{wire}");
+        assert_eq!(got.result.expect("result")["isError"], true);
+    }
+}
+
+#[tokio::test]
+async fn input_requests_are_answered_key_by_key() {
+    let mut h = setup().await;
+    let id = h.create(&new_task(Shard(1))).await;
+    let attempt = h.start(&id).await;
+    let requests = json!({"a": {"method": "elicitation/create"}, "b": {"method": "elicitation/create"}});
+    assert!(h.store.request_input(&attempt, &requests, "waiting", INBOX).await.expect("request"));
+    assert_eq!(h.store.get_task(&id).await.expect("get").expect("exists").status, TaskStatus::InputRequired);
+
+    let answer = |v| json!({"a": {"action": "accept", "content": {"v": v}}, "zzz": {"ignored": true}});
+    assert_eq!(h.store.answer_input(&id, "bob", &answer(1)).await.expect("answer"), AnswerOutcome::Missing);
+    assert_eq!(
+        h.store.answer_input(&id, "alice", &answer(1)).await.expect("answer"),
+        AnswerOutcome::Answered { remaining: 1 }
+    );
+    let got = h.store.get_task(&id).await.expect("get").expect("exists");
+    assert_eq!(got.status, TaskStatus::InputRequired);
+    assert!(got.input_requests.expect("pending").get("a").is_none(), "answered keys leave the pending set");
+    let last = json!({"b": {"action": "accept", "content": {}}});
+    assert_eq!(
+        h.store.answer_input(&id, "alice", &last).await.expect("answer"),
+        AnswerOutcome::Answered { remaining: 0 }
+    );
+    assert_eq!(h.store.get_task(&id).await.expect("get").expect("exists").status, TaskStatus::Working);
+    let answers = h.store.input_responses(&id).await.expect("responses");
+    assert_eq!(answers["a"]["content"]["v"], 1);
+    assert!(answers.get("b").is_some() && answers.get("zzz").is_none(), "{answers}");
+    assert_eq!(
+        h.store.answer_input(&id, "alice", &last).await.expect("answer"),
+        AnswerOutcome::NotWaiting("working".into())
+    );
+}
+
+#[tokio::test]
+async fn listing_pages_through_an_owners_tasks_only() {
+    let h = setup().await;
+    // Many tasks in one millisecond, across every shard: pages must neither skip nor repeat any.
+    let created_at_ms = now_ms();
+    let mut created = Vec::new();
+    for i in 0..250 {
+        created.push(h.create(&NewTask { created_at_ms, ..new_task(Shard(i % 4)) }).await);
+    }
+    h.create(&NewTask { owner: "bob".to_owned(), ..new_task(Shard(0)) }).await;
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let page =
+            h.store.list_tasks("alice", cursor.as_deref(), 50).await.expect("list").expect("valid cursor");
+        assert!(page.tasks.len() <= 50);
+        seen.extend(page.tasks.into_iter().map(|t| t.task_id));
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    let listed = seen.len();
+    seen.sort();
+    seen.dedup();
+    created.sort();
+    assert_eq!(listed, 250, "every task exactly once");
+    assert_eq!(seen, created, "alice's tasks, none of bob's");
+    assert!(
+        h.store.list_tasks("alice", Some("garbage"), 50).await.expect("list").is_err(),
+        "a bad cursor is an error"
+    );
+}
+
+#[tokio::test]
+async fn an_owner_without_tasks_gets_an_empty_page() {
+    let h = setup().await;
+    let page = h.store.list_tasks("nobody", None, 50).await.expect("list").expect("no cursor");
+    assert!(page.tasks.is_empty() && page.next_cursor.is_none());
+}
+
+#[tokio::test]
+async fn a_completion_from_an_attempt_that_was_already_retried_is_refused() {
+    let mut h = setup().await;
+    let graph = json!({"nodes": [{"id": "f", "tool": "flaky", "retries": 2, "backoffMs": 1}]});
+    let id = h.create(&dag_task(Shard(2), graph)).await;
+    let first = h.start_node(&id, "f").await;
+    let failed = h.store.complete(&first, Some(&tool_error()), false).await.expect("complete");
+    assert!(matches!(failed, CompleteOutcome::Retry { .. }), "{failed:?}");
+    assert_eq!(h.promote_retries(Shard(2)).await, 1);
+    let second = h.start_node(&id, "f").await;
+    assert_eq!(second.attempt, first.attempt + 1);
+    // The first attempt's worker was slow and reports success late: refused.
+    let late = h.store.complete(&first, Some(&ok("late")), false).await.expect("complete");
+    assert_eq!(late, CompleteOutcome::Stale);
+    let fresh = h.store.complete(&second, Some(&ok("fresh")), false).await.expect("complete");
+    assert_eq!(fresh, CompleteOutcome::Finalize);
+    let nodes = h.store.get_nodes(&id).await.expect("nodes");
+    assert_eq!(nodes[0].output.as_ref().expect("output")["content"][0]["text"], "fresh");
+}
+
+#[tokio::test]
+async fn an_idempotency_key_returns_the_first_task_and_refuses_a_different_call() {
+    let h = setup().await;
+    // A gateway puts an idempotent call in the shard its key names, so that a retry finds it.
+    let keyed = |owner: &str| NewTask {
+        owner: owner.to_owned(),
+        idempotency_key: Some("order-42".to_owned()),
+        ..new_task(keys::shard_of_key(owner, "order-42", h.store.shards()))
+    };
+    let first = h.create(&keyed("alice")).await;
+    let retry = keyed("alice");
+    assert_eq!(
+        h.store.create_task(&retry, &Limits::default()).await.expect("create"),
+        Created::Duplicate(first.clone())
+    );
+    assert!(h.store.get_task(&retry.task_id).await.expect("get").is_none(), "nothing written for the retry");
+    let different = NewTask { arguments: json!({"seconds": 99}), ..keyed("alice") };
+    assert_eq!(
+        h.store.create_task(&different, &Limits::default()).await.expect("create"),
+        Created::Conflict(first)
+    );
+    // Keys are per owner.
+    h.create(&keyed("bob")).await;
+    let queued: usize = h.store.all_shards().map(|s| h.xlen(&s.queue("slow_compute"))).sum();
+    assert_eq!(queued, 2, "only the two real tasks were queued");
+}
+
+#[tokio::test]
+async fn overload_limits_refuse_new_work_and_free_up_as_work_moves() {
+    let mut h = setup().await;
+    let s = Shard(0);
+    let store = h.store.clone();
+    let create = move |task: NewTask, limits: Limits| {
+        let store = store.clone();
+        async move { store.create_task(&task, &limits).await.expect("create") }
+    };
+    // Each of the 4 shards enforces a quarter of a limit: 8 queued nodes are 2 per shard.
+    let queued = Limits { max_queued: 8, ..Limits::default() };
+    let q1 = new_task(s);
+    let q2 = new_task(s);
+    assert_eq!(create(q1.clone(), queued).await, Created::Created);
+    assert_eq!(create(q2.clone(), queued).await, Created::Created);
+    let q3 = new_task(s);
+    match create(q3.clone(), queued).await {
+        Created::OverLimit(hit) => {
+            assert_eq!((hit.limit.as_str(), hit.current, hit.max), ("queued_nodes", 2, 2))
+        }
+        other => panic!("expected the queue limit, got {other:?}"),
+    }
+    assert!(h.store.get_task(&q3.task_id).await.expect("get").is_none(), "nothing written over the limit");
+    h.start(&q1.task_id).await; // one node leaves the queue
+    assert_eq!(create(q3.clone(), queued).await, Created::Created);
+
+    let per_tool = Limits { max_queued_per_tool: 8, ..Limits::default() };
+    match create(new_task(s), per_tool).await {
+        Created::OverLimit(hit) => {
+            assert_eq!(hit.limit, "queued_nodes_per_tool");
+            assert_eq!(hit.tool.as_deref(), Some("slow_compute"));
+        }
+        other => panic!("expected the per-tool limit, got {other:?}"),
+    }
+
+    let live = Limits { max_live_per_principal: 12, ..Limits::default() };
+    let l1 = new_task(s);
+    match create(l1.clone(), live).await {
+        Created::OverLimit(hit) => {
+            assert_eq!((hit.limit.as_str(), hit.current, hit.max), ("live_tasks_per_principal", 3, 3))
+        }
+        other => panic!("expected the live limit, got {other:?}"),
+    }
+    let b1 = NewTask { owner: "bob".to_owned(), ..new_task(s) };
+    assert_eq!(create(b1, live).await, Created::Created, "per principal");
+    h.store.cancel_task(&q2.task_id, "alice", "x").await.expect("cancel");
+    let attempt = h.start(&q3.task_id).await;
+    h.store.complete(&attempt, Some(&ok("ok")), false).await.expect("complete");
+    assert_eq!(create(l1, live).await, Created::Created);
+
+    // The counters follow the work: q1 running, l1 and b1 queued; q2's node left the queue
+    // counts when it was cancelled, and its entry, dropped when read, changes nothing.
+    let load = h.load(s);
+    assert_eq!(load["queued"], 2, "{load:?}");
+    assert_eq!(load["live:alice"], 2, "q1 and l1: {load:?}");
+    let item = h.item(&q2.task_id, ROOT_NODE).await;
+    assert!(matches!(h.start_item(&item).await, StartOutcome::Skip(_)));
+    let load = h.load(s);
+    assert_eq!(load["queued"], 2, "{load:?}");
+}
+
+#[tokio::test]
+async fn owner_indexes_lose_tasks_when_their_keys_expire() {
+    let mut h = setup().await;
+    let mut ids = HashMap::new();
+    for (name, shard, ttl_ms) in [("short", Shard(0), 200), ("long", Shard(1), 60_000)] {
+        let id = h.create(&NewTask { ttl_ms, ..new_task(shard) }).await;
+        let attempt = h.start(&id).await;
+        h.store.complete(&attempt, Some(&ok("ok")), false).await.expect("complete");
+        ids.insert(name, id);
+    }
+    let cancelled = h.create(&NewTask { ttl_ms: 200, ..new_task(Shard(2)) }).await;
+    h.store.cancel_task(&cancelled, "alice", "x").await.expect("cancel");
+    let abandoned = h.create(&NewTask { ttl_ms: 200, ..new_task(Shard(3)) }).await;
+    for shard in h.store.all_shards() {
+        assert!(h.due(shard).await.1.is_empty(), "nothing has expired yet");
+    }
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    // Settled tasks left the expiry index when they settled (their keys expire by themselves);
+    // only the unsettled one is left for maintenance.
+    let mut expired = Vec::new();
+    for shard in h.store.all_shards() {
+        for id in h.due(shard).await.1 {
+            assert!(h.store.expire_task(shard, &id).await.expect("expire"));
+            expired.push(id);
+        }
+    }
+    assert_eq!(expired, vec![abandoned]);
+    let page = h.store.list_tasks("alice", None, 50).await.expect("list").expect("no cursor");
+    let listed: Vec<String> = page.tasks.into_iter().map(|t| t.task_id).collect();
+    assert_eq!(listed, vec![ids["long"].clone()]);
+    let mut conn = h.conn();
+    let mut left = Vec::new();
+    let mut expiring = 0;
+    for shard in h.store.all_shards() {
+        let index: Vec<String> = conn.zrange(shard.owner_tasks("alice"), 0, -1).expect("zrange");
+        left.extend(index);
+        expiring += conn.zcard::<_, usize>(shard.expiring()).expect("zcard");
+    }
+    assert_eq!(left, vec![ids["long"].clone()], "only the task that still exists is indexed");
+    assert_eq!(expiring, 0, "no unsettled task is left");
+}
+
+#[tokio::test]
+async fn the_work_stream_keeps_only_entries_not_yet_done() {
+    let mut h = setup().await;
+    let s = Shard(1);
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(h.create(&new_task(s)).await);
+    }
+    let stream = s.queue("slow_compute");
+    let first = h.start(&ids[0]).await;
+    let second = h.start(&ids[1]).await;
+    assert_eq!(h.xlen(&stream), 3, "started entries stay until their attempt is done");
+    h.store.complete(&first, Some(&ok("ok")), false).await.expect("complete");
+    assert_eq!(h.xlen(&stream), 2, "a completion acknowledges and deletes its entry");
+    h.store.complete(&second, Some(&ok("ok")), false).await.expect("complete");
+    let entries: StreamRangeReply = h.conn().xrange_all(&stream).expect("xrange");
+    let left: Vec<String> = entries.ids.iter().filter_map(|e| e.get("task")).collect();
+    assert_eq!(left, vec![ids[2].clone()], "the entry not yet done stays");
+    let third = h.start(&ids[2]).await;
+    h.store.complete(&third, Some(&ok("ok")), false).await.expect("complete");
+    assert_eq!(h.xlen(&stream), 0);
+    assert!(h.pending(&stream).is_empty());
+}
+
+#[tokio::test]
+async fn a_reclaimed_entry_that_is_not_the_nodes_current_one_is_dropped_and_fences_nothing() {
+    let mut h = setup().await;
+    let s = Shard(3);
+    let graph = json!({"nodes": [{"id": "f", "tool": "flaky", "retries": 2, "backoffMs": 1}]});
+    let id = h.create(&dag_task(s, graph)).await;
+    let old_item = h.item(&id, "f").await;
+    let first = run(h.start_item(&old_item).await);
+    let failed = h.store.complete(&first, Some(&tool_error()), false).await.expect("complete");
+    assert!(matches!(failed, CompleteOutcome::Retry { .. }), "{failed:?}");
+    assert_eq!(h.promote_retries(s).await, 1);
+    let second = h.start_node(&id, "f").await;
+    assert_eq!(second.attempt, 2);
+
+    // The first entry turns up again (say a reply was lost and maintenance saw it): it is not the
+    // node's current entry, so it is dropped and the running attempt is untouched.
+    let reclaimed = h.store.reclaim(&old_item).await.expect("reclaim");
+    assert!(matches!(reclaimed, ReclaimOutcome::Dropped(_)), "{reclaimed:?}");
+    assert_eq!(h.node_field(&id, "f", "status").as_deref(), Some("running"));
+    assert_eq!(h.node_field(&id, "f", "attempt").as_deref(), Some("2"));
+    assert_eq!(h.node_field(&id, "f", "losses"), None, "no worker was lost");
+    let done = h.store.complete(&second, Some(&ok("fine")), false).await.expect("complete");
+    assert_eq!(done, CompleteOutcome::Finalize);
+
+    let (flaky, builtin) = (s.queue("flaky"), s.queue(keys::BUILTIN_QUEUE));
+    assert!(h.pending(&flaky).is_empty(), "acknowledged inside the scripts: {:?}", h.pending(&flaky));
+    assert!(h.pending(&builtin).is_empty());
+    assert_eq!((h.xlen(&flaky), h.xlen(&builtin)), (0, 1), "only the finalize entry is left");
+}
+
+#[tokio::test]
+async fn queued_nodes_of_a_task_waiting_for_input_still_start_and_its_retries_come_due() {
+    let mut h = setup().await;
+    let s = Shard(2);
+    let graph = json!({"nodes": [
+        {"id": "a", "tool": "slow_compute"},
+        {"id": "b", "tool": "slow_compute"},
+        {"id": "c", "tool": "flaky", "retries": 1, "backoffMs": 1},
+    ]});
+    let id = h.create(&dag_task(s, graph)).await;
+    let a = h.start_node(&id, "a").await;
+    let ask = json!({"k": {"method": "elicitation/create", "params": {"message": "which?"}}});
+    assert!(h.store.request_input(&a, &ask, "waiting", INBOX).await.expect("request"));
+    assert_eq!(h.store.get_task(&id).await.expect("get").expect("exists").status, TaskStatus::InputRequired);
+
+    // The question is a's: the task's other nodes go on.
+    let b = h.start_node(&id, "b").await;
+    assert_eq!(b.attempt, 1);
+    let c = h.start_node(&id, "c").await;
+    let failed = h.store.complete(&c, Some(&tool_error()), false).await.expect("complete");
+    assert!(matches!(failed, CompleteOutcome::Retry { .. }), "{failed:?}");
+    assert_eq!(h.promote_retries(s).await, 1, "the retry comes due while the task waits for input");
+    let again = h.start_node(&id, "c").await;
+    assert_eq!(again.attempt, 2);
+    assert_eq!(h.store.get_task(&id).await.expect("get").expect("exists").status, TaskStatus::InputRequired);
+}
+
+#[tokio::test]
+async fn an_unsettled_task_expires_when_its_ttl_from_creation_runs_out_and_gives_back_its_load() {
+    let mut h = setup().await;
+    let s = Shard(1);
+    let queued = h.create(&NewTask { ttl_ms: 300, ..new_task(s) }).await;
+    let running = h.create(&NewTask { ttl_ms: 300, ..new_task(s) }).await;
+    let attempt = h.start(&running).await;
+    let load = h.load(s);
+    assert_eq!((load["queued"], load["live:alice"]), (1, 2), "{load:?}");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+
+    for id in [&queued, &running] {
+        assert!(h.store.get_task(id).await.expect("get").is_none(), "past its TTL a task does not exist");
+    }
+    let (_, expired) = h.due(s).await;
+    assert_eq!(expired.iter().collect::<BTreeSet<_>>(), BTreeSet::from([&queued, &running]));
+    for id in &expired {
+        assert!(h.store.expire_task(s, id).await.expect("expire"));
+        assert!(!h.store.expire_task(s, id).await.expect("expire"), "a task expires once");
+    }
+    let load = h.load(s);
+    let count = |field: &str| load.get(field).copied().unwrap_or(0);
+    assert_eq!(
+        (count("queued"), count("queued:slow_compute"), count("live:alice")),
+        (0, 0, 0),
+        "the expired tasks gave back their load: {load:?}"
+    );
+    for id in [&queued, &running] {
+        assert!(!h.exists(&task_key(id)) && !h.exists(&nodes_key(id)), "the keys of {id} are gone");
+    }
+    let leftover = h.item(&queued, ROOT_NODE).await;
+    assert!(matches!(h.start_item(&leftover).await, StartOutcome::Skip(_)));
+    let late = h.store.complete(&attempt, Some(&ok("late")), false).await.expect("complete");
+    assert_eq!(late, CompleteOutcome::Stale, "the running attempt of an expired task has nothing to settle");
+    assert_eq!(h.load(s), load, "nothing moved the counters afterwards");
+}
+
+#[tokio::test]
+async fn load_counters_never_drift() {
+    let mut h = setup().await;
+    let never_negative = |h: &Harness| {
+        for shard in h.store.all_shards() {
+            for (field, count) in h.load(shard) {
+                assert!(count >= 0, "{field} of shard {shard} went negative: {count}");
+            }
+        }
+    };
+    let check = |h: &Harness, queued: i64, live: i64| {
+        never_negative(h);
+        let load = h.total_load();
+        let count = |field: &str| load.get(field).copied().unwrap_or(0);
+        assert_eq!((count("queued"), count("queued:slow_compute")), (queued, queued), "{load:?}");
+        assert_eq!(count("live:alice"), live, "{load:?}");
+    };
+    let mut ids = Vec::new();
+    for i in 0..8 {
+        ids.push(h.create(&new_task(Shard(i % 4))).await);
+    }
+    check(&h, 8, 8);
+
+    // Cancelled while queued: the counts drop at once.
+    for id in &ids[..2] {
+        h.store.cancel_task(id, "alice", "x").await.expect("cancel");
+    }
+    check(&h, 6, 6);
+    for id in &ids[2..4] {
+        let attempt = h.start(id).await;
+        h.store.complete(&attempt, Some(&ok("ok")), false).await.expect("complete");
+    }
+    check(&h, 4, 4);
+    let handed_back = h.start(&ids[4]).await;
+    check(&h, 3, 4);
+    assert!(h.store.release(&handed_back).await.expect("release"));
+    check(&h, 4, 4);
+
+    // Everything left, a batch per shard: the cancelled ones' entries are skipped.
+    let mut by_shard: HashMap<Shard, Vec<WorkItem>> = HashMap::new();
+    for id in ids[..2].iter().chain(&ids[4..]) {
+        let item = h.item(id, ROOT_NODE).await;
+        by_shard.entry(item.shard).or_default().push(item);
+    }
+    let (mut runs, mut skips) = (0, 0);
+    for (shard, items) in &by_shard {
+        for outcome in h.store.start_batch(*shard, items, items.len(), "w1").await.expect("start") {
+            match outcome {
+                StartOutcome::Run { .. } => runs += 1,
+                StartOutcome::Skip(_) => skips += 1,
+                StartOutcome::HandedBack => panic!("every item had a slot"),
+            }
+        }
+        never_negative(&h);
+    }
+    assert_eq!((runs, skips), (4, 2));
+    check(&h, 0, 4);
+}
+
+#[tokio::test]
+async fn a_worker_whose_node_was_taken_over_learns_it_lost_the_node() {
+    let mut h = setup().await;
+    let id = h.create(&new_task(Shard(0))).await;
+    let attempt = h.start(&id).await;
+    let (shard, stream) = (shard_of(&id), Shard(0).queue("slow_compute"));
+    assert_eq!(attempt.stream, stream);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let lease = Duration::from_millis(50);
+    let (claimed, _) =
+        h.store.claim_abandoned(shard, &stream, "maint", lease, "0-0", 100).await.expect("claim");
+    assert_eq!(claimed.iter().map(|i| &i.entry_id).collect::<Vec<_>>(), vec![&attempt.entry_id]);
+    let reclaimed = h.store.reclaim(&claimed[0]).await.expect("reclaim");
+    assert_eq!(reclaimed, ReclaimOutcome::Requeued { losses: 1 });
+
+    let held = [(stream.clone(), attempt.entry_id.clone())];
+    assert_eq!(h.store.renew_leases("w1", &held).await.expect("renew"), vec![attempt.entry_id.clone()]);
+    let late = h.store.complete(&attempt, Some(&ok("late")), false).await.expect("complete");
+    assert_eq!(late, CompleteOutcome::Stale);
+    let item = h.item(&id, ROOT_NODE).await;
+    match h.start_item(&item).await {
+        StartOutcome::Run { attempt, losses, .. } => assert_eq!((attempt.attempt, losses), (2, 1)),
+        other => panic!("expected a run, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn abandoned_entries_behind_many_live_ones_are_reached_by_following_the_cursor() {
+    let mut h = setup().await;
+    let s = Shard(0);
+    for _ in 0..300 {
+        h.create(&new_task(s)).await;
+    }
+    let mut items = Vec::new();
+    while items.len() < 300 {
+        let read = h.read("w1").await;
+        assert!(!read.is_empty(), "{} of 300 entries read", items.len());
+        items.extend(read);
+    }
+    let stream = s.queue("slow_compute");
+    assert_eq!(h.pending(&stream).len(), 300);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let live: Vec<(String, String)> =
+        items[..290].iter().map(|i| (i.stream.clone(), i.entry_id.clone())).collect();
+    assert!(h.store.renew_leases("w1", &live).await.expect("renew").is_empty());
+
+    // XAUTOCLAIM looks at no more than 10 × COUNT pending entries per call: with COUNT 20 a call
+    // that starts at the beginning sees only the first 200 entries, all live, and claims nothing.
+    // Only by following the cursor does maintenance reach the abandoned entries behind them.
+    let lease = Duration::from_millis(150);
+    let (mut cursor, mut calls, mut claimed) = ("0-0".to_owned(), 0, BTreeSet::new());
+    loop {
+        let (found, next) =
+            h.store.claim_abandoned(s, &stream, "maint", lease, &cursor, 20).await.expect("claim");
+        claimed.extend(found.into_iter().map(|i| i.entry_id));
+        calls += 1;
+        cursor = next;
+        if cursor == "0-0" {
+            break;
+        }
+        assert!(calls < 100, "the cursor never came back to the beginning");
+    }
+    let abandoned: BTreeSet<String> = items[290..].iter().map(|i| i.entry_id.clone()).collect();
+    assert_eq!(claimed, abandoned, "exactly the entries whose lease was not renewed");
+    assert!(calls >= 2, "one call cannot reach them");
+}
+
+#[tokio::test]
+async fn a_retried_start_after_a_lost_reply_runs_the_same_attempt() {
+    let mut h = setup().await;
+    let id = h.create(&new_task(Shard(2))).await;
+    let item = h.item(&id, ROOT_NODE).await;
+    let first = run(h.start_item(&item).await);
+    let again = run(h.start_item(&item).await);
+    assert_eq!((first.attempt, again.attempt), (1, 1));
+    assert_eq!(h.node_field(&id, ROOT_NODE, "attempt").as_deref(), Some("1"));
+    let load = h.load(Shard(2));
+    assert_eq!(load["queued"], 0, "the node left the queue once: {load:?}");
+}
+
+#[tokio::test]
+async fn extra_entries_of_a_batch_go_back_to_their_queue() {
+    let mut h = setup().await;
+    let s = Shard(1);
+    let mut items = Vec::new();
+    for _ in 0..3 {
+        let id = h.create(&new_task(s)).await;
+        items.push(h.item(&id, ROOT_NODE).await);
+    }
+    let outcomes = h.store.start_batch(s, &items, 1, "w1").await.expect("start");
+    assert!(matches!(outcomes[0], StartOutcome::Run { .. }), "{outcomes:?}");
+    assert_eq!(outcomes[1..], [StartOutcome::HandedBack, StartOutcome::HandedBack]);
+    let stream = s.queue("slow_compute");
+    assert_eq!(h.pending(&stream), vec![(items[0].entry_id.clone(), "w1".to_owned())]);
+
+    let again = h.read("w2").await;
+    let mut tasks: Vec<&str> = again.iter().map(|i| i.task_id.as_str()).collect();
+    tasks.sort();
+    let mut expected = vec![items[1].task_id.as_str(), items[2].task_id.as_str()];
+    expected.sort();
+    assert_eq!(tasks, expected, "the handed-back nodes are read again");
+    let outcomes = h.store.start_batch(s, &again, 2, "w2").await.expect("start");
+    assert!(outcomes.iter().all(|o| matches!(o, StartOutcome::Run { .. })), "{outcomes:?}");
+
+    let mut pending = h.pending(&stream);
+    pending.sort();
+    let mut running: Vec<(String, String)> = std::iter::once(&items[0])
+        .map(|i| (i.entry_id.clone(), "w1".to_owned()))
+        .chain(again.iter().map(|i| (i.entry_id.clone(), "w2".to_owned())))
+        .collect();
+    running.sort();
+    assert_eq!(pending, running, "only the running nodes' entries are pending");
+    assert_eq!(h.xlen(&stream), 3, "the handed-back entries were deleted");
+    assert_eq!(h.load(s)["queued"], 0);
+    for item in &items {
+        assert_eq!(h.node_field(&item.task_id, ROOT_NODE, "status").as_deref(), Some("running"));
+    }
+}
+
+#[tokio::test]
+async fn a_dag_failed_by_one_node_gives_back_the_load_of_its_queued_nodes() {
+    let mut h = setup().await;
+    let s = Shard(3);
+    let graph = json!({"nodes": [{"id": "x", "tool": "flaky"}, {"id": "y", "tool": "slow_compute"}]});
+    let id = h.create(&NewTask { ttl_ms: 300, ..dag_task(s, graph) }).await;
+    let x = h.start_node(&id, "x").await;
+    let failed = h.store.complete(&x, Some(&tool_error()), false).await.expect("complete");
+    assert_eq!(failed, CompleteOutcome::Settled, "x's failure fails the task");
+    assert_eq!(h.store.get_task(&id).await.expect("get").expect("exists").status, TaskStatus::Failed);
+
+    // No worker read y's entry before the failed task's keys expired; one reads it now.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let y = h.item(&id, "y").await;
+    assert!(matches!(h.start_item(&y).await, StartOutcome::Skip(_)));
+    let load = h.load(s);
+    let count = |field: &str| load.get(field).copied().unwrap_or(0);
+    assert_eq!(
+        (count("queued"), count("queued:slow_compute"), count("live:alice")),
+        (0, 0, 0),
+        "y will never run, yet it is still counted as queued: {load:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_node_taken_over_after_its_task_was_cancelled_gives_back_its_load() {
+    let mut h = setup().await;
+    let s = Shard(0);
+    let id = h.create(&NewTask { ttl_ms: 400, ..new_task(s) }).await;
+    let attempt = h.start(&id).await;
+    // Its worker is lost while running it, and the client cancels the task meanwhile.
+    assert_eq!(h.store.cancel_task(&id, "alice", "x").await.expect("cancel"), CancelOutcome::Cancelled);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let lease = Duration::from_millis(50);
+    let (claimed, _) =
+        h.store.claim_abandoned(s, &attempt.stream, "maint", lease, "0-0", 100).await.expect("claim");
+    assert_eq!(claimed.len(), 1);
+    // The task is over: the node is not queued again, and its entry is gone.
+    assert!(matches!(h.store.reclaim(&claimed[0]).await.expect("reclaim"), ReclaimOutcome::Dropped(_)));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(h.read("w2").await.is_empty(), "no entry is left to run");
+    let load = h.load(s);
+    let count = |field: &str| load.get(field).copied().unwrap_or(0);
+    assert_eq!(
+        (count("queued"), count("queued:slow_compute"), count("live:alice")),
+        (0, 0, 0),
+        "the node of a cancelled task is still counted as queued: {load:?}"
+    );
+}
