@@ -621,8 +621,9 @@ async fn nothing_is_lost_or_done_twice_while_workers_gateways_and_redis_die() {
         let task = hgetall(&mut conn, &conveyor_tests::process::task_key(id));
         let nodes = hgetall(&mut conn, &conveyor_tests::process::nodes_key(id));
         let field = |name: &str| task.get(name).cloned().unwrap_or_default();
+        // A graph counts its settled nodes; a single call's one node settles with its task.
         if field("nodeCount") != plan.expected_nodes().to_string()
-            || field("nodesSettled") != field("nodeCount")
+            || (field("kind") == "dag" && field("nodesSettled") != field("nodeCount"))
         {
             wrong(format!(
                 "nodesSettled {:?} against nodeCount {:?} (expected {})",
@@ -645,7 +646,7 @@ async fn nothing_is_lost_or_done_twice_while_workers_gateways_and_redis_die() {
             }
             *losses.entry(node_field("losses").parse().unwrap_or(0)).or_default() += 1;
             if node_field("losses").parse::<u32>().unwrap_or(0) > 0
-                && node_field("retries") == "0"
+                && node_field("retries").parse::<u32>().unwrap_or(0) == 0
                 && let Ok(started) = node_field("startedAt").parse()
             {
                 takeovers.push(started);
