@@ -17,7 +17,7 @@ use futures::StreamExt;
 use rmcp::model::ErrorCode;
 use serde_json::Value;
 
-use crate::dispatch::{self, Reply, RequestCtx, StreamItem};
+use crate::methods::{self, Reply, RequestCtx, StreamItem};
 use crate::rpc::{self, RpcFailure};
 use crate::state::AppState;
 use crate::wire::{self, Wire};
@@ -171,7 +171,7 @@ async fn post_mcp(
         traceparent: traceparent(&headers, object),
     };
     let initialize = wire == Wire::V2025 && method == "initialize";
-    match dispatch::handle(state, ctx).await {
+    match methods::handle(state, ctx).await {
         Ok(Reply::Result(result)) if initialize => {
             // 2025-11-25 clients expect a session id. Conveyor's names no server state: every
             // gateway accepts every id, none is ever terminated, and DELETE answers 405, so the
@@ -213,7 +213,7 @@ fn failure_response(id: &Value, failure: RpcFailure) -> Response {
     json_response(failure.http_status, rpc::error_response(id, &failure.error))
 }
 
-fn sse_response(id: Value, stream: dispatch::ReplyStream) -> Response {
+fn sse_response(id: Value, stream: methods::ReplyStream) -> Response {
     let events = stream.map(move |item| {
         let message = match item {
             StreamItem::Notification(n) => n,

@@ -8,8 +8,8 @@
 //! - [`http`]: the axum router; Host/Origin checks, content negotiation, body limit, the
 //!   `Mcp-Method`/`Mcp-Name` headers, JSON or SSE replies; `/healthz` and `/readyz`.
 //! - [`wire`]: which revision a request speaks, and each revision's task shapes.
-//! - [`dispatch`]: one handler per JSON-RPC method, and the wait on a task's event channel
-//!   that relays progress and ends with the result.
+//! - [`methods`]: one module per JSON-RPC method, and the wait on a task through the gateway's
+//!   inbox that relays progress and ends with the result.
 //! - [`catalog`]: the tools workers publish, cached, with compiled input schemas.
 //! - [`rpc`]: JSON-RPC envelopes and [`rpc::RpcFailure`], the one error type handlers return.
 //! - [`state`]: [`AppState`], shared by all handlers.
@@ -18,8 +18,8 @@
 //! `docs/architecture.md`. MCP shapes come from `rmcp::model` wherever rmcp has them.
 
 pub mod catalog;
-pub mod dispatch;
 pub mod http;
+pub mod methods;
 pub mod rpc;
 pub mod state;
 pub mod wire;

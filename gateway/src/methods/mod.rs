@@ -1,0 +1,194 @@
+//! JSON-RPC methods, one module each (the one-module-per-command layout of mini-redis), the same
+//! task model behind both wires. Handlers read and change tasks only through the store; they run
+//! no tool. This module routes a request to its handler and holds what several handlers share.
+//!
+//! - [`initialize`], [`discover`]: the handshakes of 2025-11-25 and 2026-07-28.
+//! - [`tools_list`], [`tools_call`]: the catalog, and a call (a task, or a synchronous call that
+//!   waits for its hidden task).
+//! - [`tasks_get`], [`tasks_cancel`], [`tasks_update`], [`tasks_list`], [`tasks_result`].
+//! - [`follow`]: a request that waits for a task's end, relaying its progress.
+
+mod discover;
+mod follow;
+mod initialize;
+mod tasks_cancel;
+mod tasks_get;
+mod tasks_list;
+mod tasks_result;
+mod tasks_update;
+mod tools_call;
+mod tools_list;
+
+use std::sync::Arc;
+
+use conveyor_shared::model::{RpcError, TaskRecord};
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use rmcp::model::{ErrorCode, TASKS_EXTENSION_ID};
+use serde_json::{Value, json};
+
+use crate::rpc::RpcFailure;
+use crate::state::AppState;
+use crate::wire::{META_CLIENT_CAPABILITIES, Wire};
+
+pub use tools_call::{IDEMPOTENCY_KEY, OVERLOADED};
+
+/// One request, as the HTTP layer hands it over.
+pub struct RequestCtx {
+    pub id: Value,
+    pub method: String,
+    pub params: Value,
+    pub wire: Wire,
+    pub accepts_sse: bool,
+    pub owner: String,
+    pub traceparent: Option<String>,
+}
+
+/// A message on a reply stream: notifications first, then the response.
+pub enum StreamItem {
+    Notification(Value),
+    Done(Result<Value, RpcFailure>),
+}
+
+pub type ReplyStream = BoxStream<'static, StreamItem>;
+
+pub enum Reply {
+    Result(Value),
+    /// Sent as SSE: the client gets notifications while the response is pending.
+    Stream(ReplyStream),
+}
+
+pub async fn handle(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, RpcFailure> {
+    match ctx.wire {
+        Wire::V2025 => handle_2025(state, ctx).await,
+        Wire::V2026 => handle_2026(state, ctx).await.map(|reply| match reply {
+            // Every 2026-07-28 result says what it is; a plain result is "complete".
+            Reply::Result(result) => Reply::Result(with_result_type(result)),
+            Reply::Stream(stream) => Reply::Stream(
+                stream
+                    .map(|item| match item {
+                        StreamItem::Done(Ok(result)) => StreamItem::Done(Ok(with_result_type(result))),
+                        other => other,
+                    })
+                    .boxed(),
+            ),
+        }),
+    }
+}
+
+async fn handle_2025(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, RpcFailure> {
+    let result = match ctx.method.as_str() {
+        "ping" => json!({}),
+        "initialize" => initialize::initialize(&ctx.params),
+        "tools/list" => tools_list::tools_list(&state, ctx.wire).await?,
+        "tools/call" => return tools_call::tools_call(state, ctx).await,
+        "tasks/get" => tasks_get::tasks_get(&state, &ctx).await?,
+        "tasks/cancel" => tasks_cancel::tasks_cancel(&state, &ctx).await?,
+        "tasks/result" => return tasks_result::tasks_result(state, ctx).await,
+        "tasks/list" => tasks_list::tasks_list(&state, &ctx).await?,
+        method => return Err(RpcFailure::method_not_found(method)),
+    };
+    Ok(Reply::Result(result))
+}
+
+async fn handle_2026(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, RpcFailure> {
+    let method = ctx.method.as_str();
+    if matches!(method, "tasks/get" | "tasks/update" | "tasks/cancel")
+        && !client_has_tasks_extension(&ctx.params)
+    {
+        return Err(missing_capability(
+            format!(
+                "{method} needs the {TASKS_EXTENSION_ID} extension: declare it in the client capabilities"
+            ),
+            json!({"extensions": {TASKS_EXTENSION_ID: {}}}),
+        ));
+    }
+    let result = match method {
+        "server/discover" => discover::discover(),
+        "tools/list" => tools_list::tools_list(&state, ctx.wire).await?,
+        "tools/call" => return tools_call::tools_call(state, ctx).await,
+        "tasks/get" => tasks_get::tasks_get(&state, &ctx).await?,
+        "tasks/update" => tasks_update::tasks_update(&state, &ctx).await?,
+        "tasks/cancel" => tasks_cancel::tasks_cancel(&state, &ctx).await?,
+        // initialize, ping, tasks/result, tasks/list and the rest do not exist on this revision.
+        method => return Err(RpcFailure::method_not_found(method)),
+    };
+    Ok(Reply::Result(result))
+}
+
+fn with_result_type(mut result: Value) -> Value {
+    if let Some(object) = result.as_object_mut() {
+        object.entry("resultType").or_insert_with(|| json!("complete"));
+    }
+    result
+}
+
+pub(crate) fn missing_capability(message: String, required: Value) -> RpcFailure {
+    RpcFailure::new(
+        ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY,
+        message,
+        Some(json!({"requiredCapabilities": required})),
+    )
+}
+
+/// The client capabilities of a 2026-07-28 request.
+fn client_capabilities(params: &Value) -> Option<&Value> {
+    params.get("_meta").and_then(|m| m.get(META_CLIENT_CAPABILITIES))
+}
+
+/// The top-level capabilities in `required` that the request's client does not declare.
+pub(crate) fn undeclared_capabilities(params: &Value, required: &Value) -> Option<Value> {
+    let declared = client_capabilities(params);
+    let missing: serde_json::Map<String, Value> = required
+        .as_object()?
+        .iter()
+        .filter(|(name, _)| declared.and_then(|d| d.get(name.as_str())).is_none())
+        .map(|(name, value)| (name.clone(), value.clone()))
+        .collect();
+    (!missing.is_empty()).then_some(Value::Object(missing))
+}
+
+pub(crate) fn string_param<'a>(params: &'a Value, name: &str) -> Result<&'a str, RpcFailure> {
+    params
+        .get(name)
+        .and_then(Value::as_str)
+        .ok_or_else(|| RpcFailure::invalid_params(format!("Invalid params: `{name}` must be a string")))
+}
+
+pub(crate) fn client_has_tasks_extension(params: &Value) -> bool {
+    client_capabilities(params)
+        .and_then(|c| c.get("extensions"))
+        .and_then(|e| e.get(TASKS_EXTENSION_ID))
+        .is_some()
+}
+
+pub(crate) fn failure_of(error: &RpcError) -> RpcFailure {
+    RpcFailure::new(ErrorCode(error.code), error.message.clone(), error.data.clone())
+}
+
+/// Sends a followed task's stream as SSE, or waits for its end and answers with JSON.
+pub(crate) async fn reply_from(mut stream: ReplyStream, as_sse: bool) -> Result<Reply, RpcFailure> {
+    if as_sse {
+        return Ok(Reply::Stream(stream));
+    }
+    while let Some(item) = stream.next().await {
+        if let StreamItem::Done(done) = item {
+            return done.map(Reply::Result);
+        }
+    }
+    Err(RpcFailure::internal("the task stream ended without a result"))
+}
+
+pub(crate) async fn owned_task(state: &AppState, ctx: &RequestCtx) -> Result<TaskRecord, RpcFailure> {
+    let task_id = string_param(&ctx.params, "taskId")?;
+    match state.store.get_task(task_id).await? {
+        Some(task) if task.owner == ctx.owner => Ok(task),
+        _ => Err(task_not_found(task_id)),
+    }
+}
+
+pub(crate) fn task_not_found(task_id: &str) -> RpcFailure {
+    RpcFailure::invalid_params(format!(
+        "Failed to retrieve task: Task not found: `{task_id}` (unknown, expired, or not yours)"
+    ))
+}

@@ -1,0 +1,77 @@
+//! `tasks/result` (2025-11-25): waits for a task's end, then answers what its `tools/call` would
+//! have, tagged with the related-task `_meta`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use conveyor_shared::model::{RpcError, TaskRecord, TaskStatus};
+use conveyor_shared::store::task_error;
+use rmcp::model::ErrorCode;
+use serde_json::{Value, json};
+
+use super::follow::{Follow, follow_task};
+use super::{Reply, RequestCtx, failure_of, owned_task, reply_from};
+use crate::rpc::RpcFailure;
+use crate::state::AppState;
+use crate::wire::META_RELATED_TASK;
+
+/// 2025-11-25 `tasks/result`: blocks until the task is terminal, then answers exactly what the
+/// `tools/call` would have, tagged with the related-task `_meta`.
+pub(super) async fn tasks_result(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, RpcFailure> {
+    let task = owned_task(&state, &ctx).await?;
+    if task.status.is_terminal() {
+        return task_result_payload(&task).map(Reply::Result);
+    }
+    // An SSE reply can wait as long as the task runs (keep-alives hold it open); a JSON one is
+    // bounded so that no proxy cuts it silently.
+    let deadline =
+        if ctx.accepts_sse { Duration::from_secs(7 * 24 * 60 * 60) } else { state.config.sync_call_timeout };
+    let follow =
+        Follow { progress_token: task.progress_token.clone(), task, owner: ctx.owner.clone(), deadline };
+    let stream = follow_task(state, follow, None, |t| task_result_payload(&t));
+    reply_from(stream, ctx.accepts_sse).await
+}
+
+fn task_result_payload(task: &TaskRecord) -> Result<Value, RpcFailure> {
+    let related = json!({"taskId": task.task_id});
+    match (task.status, &task.result) {
+        (TaskStatus::Completed | TaskStatus::Failed, Some(result)) => {
+            let mut result = result.clone();
+            if let Some(object) = result.as_object_mut() {
+                let meta = object.entry("_meta").or_insert_with(|| json!({}));
+                if let Some(meta) = meta.as_object_mut() {
+                    meta.insert(META_RELATED_TASK.to_owned(), related);
+                }
+            }
+            Ok(result)
+        }
+        (TaskStatus::Failed, None) => {
+            let error = task_error(task);
+            let mut data = error.data.clone().unwrap_or_else(|| json!({}));
+            if let Some(object) = data.as_object_mut() {
+                object.insert("_meta".to_owned(), json!({META_RELATED_TASK: related}));
+            }
+            Err(failure_of(&RpcError { data: Some(data), ..error }))
+        }
+        (TaskStatus::Cancelled, _) => Err(RpcFailure::new(
+            ErrorCode::INVALID_REQUEST,
+            format!("Task `{}` was cancelled and has no result", task.task_id),
+            Some(json!({"_meta": {META_RELATED_TASK: related}})),
+        )),
+        (status, _) => Err(RpcFailure::internal(format!("task is {status} without a result"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tool_error_in_task_result_keeps_the_result_and_tags_the_task() {
+        let mut task = crate::wire::tests_support::record(TaskStatus::Failed);
+        task.result = Some(json!({"content": [{"type": "text", "text": "boom"}], "isError": true}));
+        let r = task_result_payload(&task).expect("a result");
+        assert_eq!(r["isError"], true);
+        assert_eq!(r["_meta"][META_RELATED_TASK]["taskId"], task.task_id);
+    }
+}

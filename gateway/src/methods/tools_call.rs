@@ -1,0 +1,274 @@
+//! `tools/call`: checks the tool and its arguments, decides task or synchronous call, creates the
+//! task in one script, and answers with the task, or waits for a synchronous call's result.
+
+use std::sync::Arc;
+
+use conveyor_shared::dag::{self, DagSpec};
+use conveyor_shared::keys;
+use conveyor_shared::model::{TaskMode, TaskRecord, TaskStatus, new_task_id, now_ms};
+use conveyor_shared::store::{Created, LimitHit, NewTask, task_error};
+use rmcp::model::{ErrorCode, TASKS_EXTENSION_ID};
+use serde_json::{Value, json};
+
+use super::follow::{Follow, follow_task};
+use super::{
+    Reply, RequestCtx, client_has_tasks_extension, failure_of, missing_capability, reply_from, string_param,
+    task_not_found, undeclared_capabilities,
+};
+use crate::catalog::{RUN_DAG, TaskSupport};
+use crate::rpc::RpcFailure;
+use crate::state::AppState;
+use crate::wire::{self, Wire};
+
+/// `_meta` key of a `tools/call`'s idempotency key: a call retried with the same key (after a lost
+/// response, say) returns the task the first one created instead of running the work again.
+pub const IDEMPOTENCY_KEY: &str = "io.conveyor/idempotencyKey";
+
+/// Owner index entries are kept as long as the longest-lived task could be listed.
+const OWNER_INDEX_SLACK_MS: u64 = 7 * 24 * 60 * 60 * 1000;
+
+pub(super) async fn tools_call(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, RpcFailure> {
+    let params = &ctx.params;
+    let name = string_param(params, "name")?;
+    let arguments = match params.get("arguments") {
+        None | Some(Value::Null) => json!({}),
+        Some(a @ Value::Object(_)) => a.clone(),
+        Some(_) => return Err(RpcFailure::invalid_params("Invalid params: `arguments` must be an object")),
+    };
+    let tool = state.catalog.get(name).await?.ok_or_else(|| {
+        RpcFailure::invalid_params(format!(
+            "Unknown tool: `{name}`. tools/list names the tools this server offers."
+        ))
+    })?;
+    let task_param = params.get("task").filter(|t| !t.is_null());
+    let as_task = match ctx.wire {
+        Wire::V2025 => match (task_param, tool.task_support) {
+            (Some(_), TaskSupport::Forbidden) => {
+                return Err(RpcFailure::method_not_found("tools/call").with_data(json!({
+                    "reason": format!("tool `{name}` does not run as a task (execution.taskSupport is \"forbidden\"); call it without `task`")
+                })));
+            }
+            (None, TaskSupport::Required) => {
+                return Err(RpcFailure::new(
+                    ErrorCode::METHOD_NOT_FOUND,
+                    format!("Tool `{name}` must be called as a task: add `task` to the tools/call params"),
+                    None,
+                ));
+            }
+            (task, _) => task.is_some(),
+        },
+        Wire::V2026 => {
+            let client_tasks = client_has_tasks_extension(params);
+            match tool.task_support {
+                TaskSupport::Required if !client_tasks => {
+                    return Err(RpcFailure::new(
+                        ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY,
+                        format!(
+                            "Tool `{name}` runs only as a task: the client must declare the {TASKS_EXTENSION_ID} extension"
+                        ),
+                        Some(json!({"requiredCapabilities": {"extensions": {TASKS_EXTENSION_ID: {}}}})),
+                    ));
+                }
+                TaskSupport::Required | TaskSupport::Optional => client_tasks,
+                TaskSupport::Forbidden => false,
+            }
+        }
+    };
+    if ctx.wire == Wire::V2026
+        && let Some(required) = &tool.required_client_capabilities
+        && let Some(missing) = undeclared_capabilities(params, required)
+    {
+        return Err(missing_capability(
+            format!("Tool `{name}` needs client capabilities this client does not declare: {missing}"),
+            missing,
+        ));
+    }
+    tool.validate(&arguments)?;
+    let graph = if tool.name == RUN_DAG { Some(checked_graph(&state, &arguments).await?) } else { None };
+    let requested_ttl = match task_param.and_then(|t| t.get("ttl")) {
+        None | Some(Value::Null) => None,
+        Some(ttl) => Some(ttl.as_u64().ok_or_else(|| {
+            RpcFailure::invalid_params(
+                "Invalid params: `task.ttl` must be a non-negative integer (milliseconds)",
+            )
+        })?),
+    };
+    let progress_token =
+        params.pointer("/_meta/progressToken").filter(|t| t.is_string() || t.is_number()).cloned();
+    let mode = if as_task { TaskMode::Task } else { TaskMode::Sync };
+    let idempotency_key = match params.pointer(&format!("/_meta/{}", IDEMPOTENCY_KEY.replace('/', "~1"))) {
+        None | Some(Value::Null) => None,
+        Some(Value::String(k)) if !k.is_empty() && k.len() <= 256 && !k.contains(char::is_whitespace) => {
+            Some(k.clone())
+        }
+        Some(_) => {
+            return Err(RpcFailure::invalid_params(format!(
+                "Invalid params: `_meta.{IDEMPOTENCY_KEY}` must be a string of 1 to 256 characters without spaces"
+            )));
+        }
+    };
+    // An idempotent call lands in the shard its key names, so that a retry finds the first task.
+    let shard = match &idempotency_key {
+        Some(key) => keys::shard_of_key(&ctx.owner, key, state.store.shards()),
+        None => state.store.pick_shard(),
+    };
+    let task_id = new_task_id(shard);
+    let idle = idle_tools(&tool, graph.as_ref(), &state.catalog.known().await?);
+    let status_message = if idle.is_empty() {
+        format!("Queued: {name}")
+    } else {
+        format!("Queued: no live worker offers {} now; waiting for one", idle.join(", "))
+    };
+    // A synchronous call hears of its task's progress and end in this gateway's inbox: the local
+    // waiter is registered before the task exists, so that not even its first event is missed.
+    let (waiter, inbox) = if as_task {
+        (None, None)
+    } else {
+        let hub = state.store.events().await?;
+        (Some(hub.waiter(&task_id)), Some(hub.inbox(shard)))
+    };
+    let mut new = NewTask {
+        task_id,
+        owner: ctx.owner.clone(),
+        tool: name.to_owned(),
+        arguments,
+        ttl_ms: state.config.applied_ttl_ms(requested_ttl),
+        poll_interval_ms: state.config.poll_interval_ms,
+        wire: ctx.wire.as_str().to_owned(),
+        progress_token: progress_token.clone(),
+        traceparent: ctx.traceparent.clone(),
+        mode,
+        status_message,
+        created_at_ms: now_ms(),
+        graph,
+        idempotency_key,
+        queues: state.catalog.queues(),
+        waiter: inbox,
+        index_retention_ms: state.config.task_ttl_max_ms + OWNER_INDEX_SLACK_MS,
+    };
+    let mut record = new.record();
+    let mut waiter = waiter;
+    match state.store.create_task(&new, &state.config.limits).await? {
+        Created::Created => {
+            tracing::info!(task = %new.task_id, tool = %name, wire = ctx.wire.as_str(), mode = mode.as_str(), "task created");
+        }
+        Created::Duplicate(earlier) => {
+            // A retried call: answer with the task the first one created; nothing runs twice.
+            tracing::info!(task = %earlier, tool = %name, "idempotent retry: returning the earlier task");
+            record = state.store.get_task(&earlier).await?.ok_or_else(|| task_not_found(&earlier))?;
+            new.task_id = earlier;
+            waiter = None;
+        }
+        Created::Conflict(earlier) => {
+            return Err(RpcFailure::invalid_params(format!(
+                "Idempotency key already used for a different call (task `{earlier}`); use a new key for a new call"
+            )));
+        }
+        Created::OverLimit(hit) => return Err(over_limit(&hit)),
+        Created::IdTaken => {
+            // 112 random bits collided: astronomically unlikely, and nothing was written.
+            return Err(RpcFailure::internal("task id collision; retry the call"));
+        }
+    }
+    if as_task {
+        return Ok(Reply::Result(wire::create_result(ctx.wire, &record)));
+    }
+    let follow = Follow {
+        task: record,
+        owner: ctx.owner.clone(),
+        progress_token: progress_token.clone(),
+        deadline: state.config.sync_call_timeout,
+    };
+    let stream = follow_task(state, follow, waiter, |task| sync_outcome(&task));
+    reply_from(stream, ctx.accepts_sse && progress_token.is_some()).await
+}
+
+/// JSON-RPC code of a call refused because an overload limit is reached.
+pub const OVERLOADED: i32 = -32029;
+/// The retry hint of an overloaded call.
+const RETRY_AFTER_MS: u64 = 1_000;
+
+fn over_limit(hit: &LimitHit) -> RpcFailure {
+    let what = match (hit.limit.as_str(), &hit.tool) {
+        ("queued_nodes_per_tool", Some(tool)) => format!("{} queued nodes of tool `{tool}`", hit.max),
+        ("live_tasks_per_principal", _) => format!("{} unfinished tasks per principal", hit.max),
+        _ => format!("{} queued nodes", hit.max),
+    };
+    RpcFailure::new(
+        ErrorCode(OVERLOADED),
+        format!(
+            "Overloaded: the limit of {what} is reached ({} now); nothing was started. Retry in about {} s.",
+            hit.current,
+            RETRY_AFTER_MS / 1000
+        ),
+        Some(
+            json!({"limit": hit.limit, "current": hit.current, "max": hit.max, "tool": hit.tool, "retryAfterMs": RETRY_AFTER_MS}),
+        ),
+    )
+}
+
+/// A `run_dag` graph, checked before anything is written: its shape and limits, every node's tool,
+/// and the arguments of every node that takes nothing from upstream against its tool's schema.
+async fn checked_graph(state: &AppState, arguments: &Value) -> Result<DagSpec, RpcFailure> {
+    let graph: DagSpec = serde_json::from_value(arguments.clone())
+        .map_err(|e| RpcFailure::invalid_params(format!("Invalid run_dag graph: {e}")))?;
+    graph
+        .validate(&state.config.dag_limits())
+        .map_err(|e| RpcFailure::invalid_params(format!("Invalid run_dag graph: {e}")))?;
+    for node in &graph.nodes {
+        let Some(name) = &node.tool else { continue };
+        if name == RUN_DAG {
+            return Err(RpcFailure::invalid_params(format!(
+                "Invalid run_dag graph: node `{}` cannot nest run_dag",
+                node.id
+            )));
+        }
+        let tool = state.catalog.get(name).await?.ok_or_else(|| {
+            RpcFailure::invalid_params(format!(
+                "Invalid run_dag graph: node `{}` calls unknown tool `{name}`",
+                node.id
+            ))
+        })?;
+        if dag::upstream_references(&node.arguments).is_empty() {
+            tool.validate(&node.arguments).map_err(|mut f| {
+                f.error.message =
+                    format!("Invalid run_dag graph: node `{}`: {}", node.id, f.error.message).into();
+                f
+            })?;
+        }
+    }
+    Ok(graph)
+}
+
+/// What a synchronous `tools/call` returns once its task settles.
+fn sync_outcome(task: &TaskRecord) -> Result<Value, RpcFailure> {
+    match (task.status, &task.result, &task.error) {
+        (TaskStatus::Completed | TaskStatus::Failed, Some(result), _) => Ok(result.clone()),
+        (TaskStatus::Failed, None, _) => Err(failure_of(&task_error(task))),
+        _ => Err(RpcFailure::internal(format!("the call ended as {}", task.status))),
+    }
+}
+
+/// The tools of a call that no live worker offers now (the call waits in their queues).
+fn idle_tools(
+    tool: &crate::catalog::CatalogTool,
+    graph: Option<&DagSpec>,
+    catalog: &[crate::catalog::CatalogTool],
+) -> Vec<String> {
+    match graph {
+        None if tool.live => Vec::new(),
+        None => vec![format!("`{}`", tool.name)],
+        Some(graph) => {
+            let mut idle: Vec<String> = graph
+                .nodes
+                .iter()
+                .filter_map(|n| n.tool.as_deref())
+                .filter(|t| catalog.iter().any(|c| c.name == *t && !c.live))
+                .map(|t| format!("`{t}`"))
+                .collect();
+            idle.sort();
+            idle.dedup();
+            idle
+        }
+    }
+}

@@ -1,0 +1,34 @@
+//! `tools/list`: the tools a live worker offers, in each revision's shape.
+
+use serde_json::{Value, json};
+
+use crate::rpc::RpcFailure;
+use crate::state::AppState;
+use crate::wire::Wire;
+
+/// How long a client may cache `tools/list`: workers may publish new tools at any time.
+const TOOLS_LIST_TTL_MS: u64 = 5_000;
+
+pub(super) async fn tools_list(state: &AppState, wire: Wire) -> Result<Value, RpcFailure> {
+    let tools: Vec<Value> = state
+        .catalog
+        .list()
+        .await?
+        .into_iter()
+        .map(|t| match wire {
+            Wire::V2025 => t.definition,
+            // 2026-07-28 tools carry no `execution`: the server decides per call.
+            Wire::V2026 => {
+                let mut d = t.definition;
+                if let Some(o) = d.as_object_mut() {
+                    o.remove("execution");
+                }
+                d
+            }
+        })
+        .collect();
+    Ok(match wire {
+        Wire::V2025 => json!({"tools": tools}),
+        Wire::V2026 => json!({"tools": tools, "ttlMs": TOOLS_LIST_TTL_MS, "cacheScope": "public"}),
+    })
+}
