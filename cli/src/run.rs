@@ -199,6 +199,23 @@ async fn up(mut args: UpArgs) -> anyhow::Result<()> {
         };
         workers.push(tokio::spawn(worker(store.clone(), worker_args, shutdown.clone())));
     }
+    // Serve once this process's workers have announced themselves, so that the first tools/list
+    // already lists their tools.
+    let expected = args.workers;
+    let ready = async {
+        loop {
+            let now = conveyor_shared::model::now_ms();
+            if let Ok(live) = store.workers().await
+                && live.iter().filter(|w| w.is_live(now)).count() >= expected
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    if tokio::time::timeout(Duration::from_secs(10), ready).await.is_err() {
+        tracing::warn!("the workers have not announced themselves yet; serving anyway");
+    }
     let served = gateway(args.gateway, shutdown.clone()).await;
     shutdown.cancel();
     for w in workers {
