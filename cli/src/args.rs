@@ -106,6 +106,15 @@ pub struct RedisArgs {
     /// worker must use the same number.
     #[arg(long, env = "CONVEYOR_SHARDS", default_value_t = conveyor_shared::store::DEFAULT_SHARDS)]
     pub shards: u16,
+    /// Answer a create or a cancel only once this many replicas have the write (`WAIT`, sent in
+    /// the same round trip), so that a failover cannot lose what a client was told. 0: rely on
+    /// Redis's asynchronous replication.
+    #[arg(long, env = "CONVEYOR_REDIS_WAIT_REPLICAS", default_value_t = 0)]
+    pub wait_replicas: u32,
+    /// How long such a wait may take before the request fails with a retryable error, in
+    /// milliseconds.
+    #[arg(long = "redis-wait-ms", env = "CONVEYOR_REDIS_WAIT_MS", default_value_t = 1000)]
+    pub wait_ms: u64,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -71,6 +71,8 @@ fn store_options(redis: &RedisArgs) -> StoreOptions {
         outage_wait: Duration::from_millis(redis.outage_ms),
         shards: redis.shards,
         process: None,
+        wait_replicas: redis.wait_replicas,
+        wait_timeout: Duration::from_millis(redis.wait_ms),
     }
 }
 
@@ -88,6 +90,8 @@ fn config(args: &GatewayArgs) -> Config {
         redis_timeout: Duration::from_millis(args.redis.timeout_ms),
         redis_outage_wait: Duration::from_millis(args.redis.outage_ms),
         shards: args.redis.shards,
+        redis_wait_replicas: args.redis.wait_replicas,
+        redis_wait_timeout: Duration::from_millis(args.redis.wait_ms),
         sync_call_timeout: Duration::from_millis(args.sync_timeout_ms),
         max_dag_nodes: args.max_dag_nodes,
         max_dag_node_bytes: args.max_dag_node_bytes,

@@ -25,6 +25,11 @@ pub struct Config {
     pub redis_outage_wait: Duration,
     /// Shards of the keyspace (`CONVEYOR_SHARDS`); fixed when a deployment is first set up.
     pub shards: u16,
+    /// Replicas that must have a create or a cancel before the client is answered
+    /// (`CONVEYOR_REDIS_WAIT_REPLICAS`; 0: none), and how long that may take
+    /// (`CONVEYOR_REDIS_WAIT_MS`).
+    pub redis_wait_replicas: u32,
+    pub redis_wait_timeout: Duration,
     /// How long a synchronous `tools/call` waits for its worker (`CONVEYOR_SYNC_TIMEOUT_MS`).
     pub sync_call_timeout: Duration,
     /// Most nodes in one DAG task (`CONVEYOR_MAX_DAG_NODES`).
@@ -47,6 +52,8 @@ impl Default for Config {
             redis_timeout: Duration::from_secs(3),
             redis_outage_wait: Duration::from_secs(5),
             shards: crate::store::DEFAULT_SHARDS,
+            redis_wait_replicas: 0,
+            redis_wait_timeout: Duration::from_secs(1),
             sync_call_timeout: Duration::from_secs(300),
             max_dag_nodes: 10_000,
             max_dag_node_bytes: 64 * 1024,
@@ -104,6 +111,8 @@ impl Config {
             outage_wait: self.redis_outage_wait,
             shards: self.shards,
             process: None,
+            wait_replicas: self.redis_wait_replicas,
+            wait_timeout: self.redis_wait_timeout,
         }
     }
 

@@ -872,3 +872,48 @@ async fn a_node_taken_over_after_its_task_was_cancelled_gives_back_its_load() {
         "the node of a cancelled task is still counted as queued: {load:?}"
     );
 }
+
+#[tokio::test]
+async fn with_wait_replicas_a_create_is_answered_only_once_a_replica_has_it() {
+    let primary = RedisServer::start().expect("primary");
+    let port = primary.port.to_string();
+    let mut replica =
+        RedisServer::start_with(&["--save", "", "--appendonly", "no", "--replicaof", "127.0.0.1", &port])
+            .expect("replica");
+    let linked = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut conn = primary.connection().expect("conn");
+        let info: String = redis::cmd("INFO").arg("replication").query(&mut conn).expect("info");
+        if info.contains("connected_slaves:1") && info.contains("state=online") {
+            break;
+        }
+        assert!(std::time::Instant::now() < linked, "the replica never came online:\n{info}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let options = conveyor_shared::store::StoreOptions {
+        timeout: Duration::from_secs(2),
+        outage_wait: Duration::from_millis(600),
+        wait_replicas: 1,
+        wait_timeout: Duration::from_millis(200),
+        ..Default::default()
+    };
+    let store = Store::open(&primary.url(), options).expect("store");
+    let task = new_task(Shard(1));
+    assert_eq!(store.create_task(&task, &Limits::default()).await.expect("create"), Created::Created);
+    // The replica has the task by the time the create is answered.
+    let mut replica_conn = replica.connection().expect("replica conn");
+    let status: Option<String> =
+        redis::cmd("HGET").arg(task_key(&task.task_id)).arg("status").query(&mut replica_conn).expect("hget");
+    assert_eq!(status.as_deref(), Some("working"));
+    assert_eq!(
+        store.cancel_task(&task.task_id, "alice", "x").await.expect("cancel"),
+        CancelOutcome::Cancelled,
+        "a cancel waits the same way"
+    );
+
+    // Without a replica the create is not confirmed: a retryable error, never a silent success.
+    replica.kill();
+    let lonely = new_task(Shard(2));
+    let error = store.create_task(&lonely, &Limits::default()).await.expect_err("no replica confirms");
+    assert!(error.is_transient() && error.to_string().contains("replicas confirmed"), "{error}");
+}

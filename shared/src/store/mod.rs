@@ -55,6 +55,12 @@ pub struct StoreOptions {
     pub shards: u16,
     /// This process's name: its inbox channels carry it. Random when `None`.
     pub process: Option<String>,
+    /// When above zero, a create or a cancel is answered only once this many replicas have the
+    /// write (`WAIT`, in the same round trip), so that a failover cannot lose what a client was
+    /// told. Zero: Redis's asynchronous replication as it is.
+    pub wait_replicas: u32,
+    /// How long such a `WAIT` may take before the operation fails with a retryable error.
+    pub wait_timeout: Duration,
 }
 
 impl Default for StoreOptions {
@@ -64,6 +70,8 @@ impl Default for StoreOptions {
             outage_wait: Duration::from_secs(5),
             shards: DEFAULT_SHARDS,
             process: None,
+            wait_replicas: 0,
+            wait_timeout: Duration::from_secs(1),
         }
     }
 }
@@ -240,6 +248,48 @@ impl Store {
                 async move { invocation.invoke_async(&mut c).await }
             })
             .await?;
+        serde_json::from_str(&reply).map_err(|e| StoreError::Corrupt(format!("script reply {reply:?}: {e}")))
+    }
+
+    /// Like [`Store::script`] for a transition a client is told about (create, cancel): with
+    /// [`StoreOptions::wait_replicas`] set, the script and a `WAIT` travel in one pipeline on the
+    /// connection to the shard's primary, and the reply counts only once enough replicas have the
+    /// write; too few within the timeout is a retryable error (repeating the script is safe).
+    pub(crate) async fn durable_script<T: DeserializeOwned>(
+        &self,
+        script: &'static redis::Script,
+        keys: &[String],
+        record: &impl Serialize,
+    ) -> Result<T, StoreError> {
+        let (replicas, timeout) = (self.inner.options.wait_replicas, self.inner.options.wait_timeout);
+        if replicas == 0 {
+            return self.script(script, keys, record).await;
+        }
+        let record = serde_json::to_string(record).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let mut pipe = redis::pipe();
+        pipe.cmd("EVALSHA").arg(script.get_hash()).arg(keys.len()).arg(keys).arg(&record);
+        pipe.cmd("WAIT").arg(replicas).arg(timeout.as_millis() as u64);
+        let run = || async {
+            self.run(|mut c| {
+                let pipe = &pipe;
+                async move {
+                    match pipe.query_async::<(String, u32)>(&mut c).await {
+                        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                            script.prepare_invoke().load_async(&mut c).await?;
+                            pipe.query_async(&mut c).await
+                        }
+                        other => other,
+                    }
+                }
+            })
+            .await
+        };
+        let (reply, acknowledged) = run().await?;
+        if acknowledged < replicas {
+            return Err(StoreError::Unavailable(format!(
+                "only {acknowledged} of {replicas} replicas confirmed the write within {timeout:?}"
+            )));
+        }
         serde_json::from_str(&reply).map_err(|e| StoreError::Corrupt(format!("script reply {reply:?}: {e}")))
     }
 

@@ -351,7 +351,7 @@ impl Store {
             "idemTtl": new.ttl_ms.saturating_add(IDEMPOTENCY_SLACK_MS),
             "limits": limits.per_shard(self.shards()),
         });
-        let reply: CreateReply = self.script(&scripts::CREATE_TASK, &keys, &record).await?;
+        let reply: CreateReply = self.durable_script(&scripts::CREATE_TASK, &keys, &record).await?;
         Ok(match reply {
             CreateReply::Created => Created::Created,
             CreateReply::Exists => {
@@ -437,7 +437,7 @@ impl Store {
             "task": task_id, "now": now_ms(), "owner": owner, "message": message,
             "cancelChannel": shard.cancel_channel(),
         });
-        let reply: CancelReply = self.script(&scripts::CANCEL_TASK, &keys, &record).await?;
+        let reply: CancelReply = self.durable_script(&scripts::CANCEL_TASK, &keys, &record).await?;
         Ok(match reply {
             CancelReply::Cancelled => CancelOutcome::Cancelled,
             CancelReply::Terminal { status } => CancelOutcome::AlreadyTerminal(status),
