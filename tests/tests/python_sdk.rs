@@ -99,3 +99,46 @@ async fn the_python_sdk_runs_tools_and_tasks_on_the_2025_wire() -> anyhow::Resul
     print!("{}", String::from_utf8_lossy(&output.stdout));
     Ok(())
 }
+
+/// The official SDK ends its whole session on any HTTP 5xx. Through a Redis restart of about a
+/// second and a half, its calls must wait and succeed (or fail with a JSON-RPC error), and the
+/// session must survive.
+#[tokio::test]
+async fn the_python_sdk_session_survives_a_redis_restart() -> anyhow::Result<()> {
+    let python = python_with_sdk().await?;
+    let mut redis =
+        RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always", "--save", ""])?;
+    let conveyor = Conveyor::up(&redis.url(), &["--fixtures", "--redis-timeout-ms", "1000"])?;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python").join("outage_client.py");
+    let run = Command::new(&python)
+        .arg(&script)
+        .arg(conveyor.mcp_url())
+        .arg("6")
+        .env("PYTHONUNBUFFERED", "1")
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .kill_on_drop(true)
+        .output();
+    let client = tokio::spawn(async move { tokio::time::timeout(SCRIPT_TIMEOUT, run).await });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    redis.kill();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    redis.restart()?;
+    let output = match client.await? {
+        Ok(output) => output.context("cannot run the Python client")?,
+        Err(_) => bail!("the Python client did not finish\n--- conveyor log ---\n{}", conveyor.log_text()),
+    };
+    ensure!(
+        output.status.success(),
+        "the Python SDK's session broke through the Redis restart\n{}\n--- conveyor log ---\n{}",
+        output_text(&output),
+        conveyor.log_text()
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let summary: serde_json::Value =
+        serde_json::from_str(stdout.lines().last().unwrap_or_default()).context("the client's summary")?;
+    println!("through a 1.5 s Redis restart: {summary}");
+    ensure!(summary["succeeded"].as_u64() > Some(0), "no call succeeded: {summary}");
+    // The outage is shorter than the gateway's outage budget: every call waits it out.
+    ensure!(summary["rpc_errors"].as_array().is_some_and(Vec::is_empty), "calls failed: {summary}");
+    Ok(())
+}
