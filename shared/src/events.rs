@@ -259,19 +259,18 @@ async fn run(shared: Arc<Shared>, starter: Starter) {
         loop {
             tokio::select! {
                 push = pushes.recv() => match push {
+                    // A lost node (a restart, a failover): subscribe again from scratch, on the
+                    // nodes that serve the channels' slots now, rather than wait for the client
+                    // to find its way back to a node that may never return.
                     Some(push) => {
                         if let Handled::Disconnected = shared.handle(push, true) {
-                            if let Connection::Single(_) = connection { break; }
-                            // The cluster client reconnects and resubscribes by itself.
-                            shared.resync();
+                            break;
                         }
                     }
                     None => break,
                 },
                 _ = keepalive.tick() => {
-                    if let Connection::Single(c) = &mut connection
-                        && redis::cmd("PING").query_async::<()>(c).await.is_err()
-                    {
+                    if !still_subscribed(&mut connection, &channels).await {
                         break;
                     }
                 }
@@ -284,8 +283,43 @@ async fn run(shared: Arc<Shared>, starter: Starter) {
 
 enum Connection {
     Single(redis::aio::MultiplexedConnection),
-    // Held so that the cluster client keeps its subscriptions alive.
-    Cluster(#[allow(dead_code)] redis::cluster_async::ClusterConnection),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+/// Whether every channel still has a subscriber where its slot is served (ours among them): asks
+/// `PUBSUB SHARDNUMSUB` of the node that serves each channel now. A failover or a resharding that
+/// left a subscription behind on a node that no longer serves its slot shows as a zero.
+async fn still_subscribed(connection: &mut Connection, channels: &[String]) -> bool {
+    use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+    let counts = |value: redis::Value| -> Option<Vec<u64>> {
+        let pairs: Vec<(String, u64)> = redis::from_redis_value(value).ok()?;
+        Some(pairs.into_iter().map(|(_, n)| n).collect())
+    };
+    match connection {
+        Connection::Single(c) => {
+            let mut cmd = redis::cmd("PUBSUB");
+            cmd.arg("SHARDNUMSUB").arg(channels);
+            match c.send_packed_command(&cmd).await.ok().and_then(counts) {
+                Some(n) => n.len() == channels.len() && n.iter().all(|&n| n > 0),
+                None => false,
+            }
+        }
+        Connection::Cluster(c) => {
+            for channel in channels {
+                let mut cmd = redis::cmd("PUBSUB");
+                cmd.arg("SHARDNUMSUB").arg(channel);
+                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::with_key(
+                    channel,
+                    SlotAddr::Master,
+                )));
+                match c.route_command(cmd, route).await.ok().and_then(counts) {
+                    Some(n) if n.first().is_some_and(|&n| n > 0) => {}
+                    _ => return false,
+                }
+            }
+            true
+        }
+    }
 }
 
 /// On one server: a RESP3 connection whose pushes reach `push`. `SSUBSCRIBE` is sent without

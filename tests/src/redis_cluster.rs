@@ -461,6 +461,39 @@ impl RedisCluster {
     }
 }
 
+/// Reads over the whole keyspace, for the checks at the end of a test.
+impl RedisCluster {
+    /// The keys matching `pattern` on every running primary (a `SCAN` of each, so that no node is
+    /// blocked), each with the port of the primary that holds it. Replicas are not scanned: they
+    /// hold copies. Call it while the cluster is settled: a slot moving meanwhile could be missed.
+    pub fn keys_by_primary(&self, pattern: &str) -> anyhow::Result<Vec<(u16, String)>> {
+        let mut found = Vec::new();
+        for port in self.primaries()? {
+            let mut conn = connect(port)?;
+            // SCAN may return a key more than once.
+            let mut keys = std::collections::BTreeSet::new();
+            let mut cursor = 0u64;
+            loop {
+                let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(pattern)
+                    .arg("COUNT")
+                    .arg(1000)
+                    .query(&mut conn)
+                    .with_context(|| format!("SCAN MATCH {pattern} on node {port}"))?;
+                keys.extend(batch);
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
+            }
+            found.extend(keys.into_iter().map(|key| (port, key)));
+        }
+        Ok(found)
+    }
+}
+
 impl Drop for RedisCluster {
     fn drop(&mut self) {
         for node in &mut self.nodes {
