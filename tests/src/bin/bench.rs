@@ -1,109 +1,139 @@
-//! End-to-end throughput and latency of Conveyor through MCP, against a private redis-server.
+//! Conveyor beside BullMQ 6.7: one run, one private `redis-server`, the same machine.
 //!
-//! For each worker count it starts a fresh redis-server, one `conveyor gateway` and N
-//! `conveyor worker --fixtures` processes, then drives the no-op fixture tool two ways:
-//! - `sync`: a 2026-07-28 `tools/call` without the tasks extension; the gateway creates a hidden
-//!   task, a worker runs it, and the gateway answers with the result.
-//! - `task`: a 2025-11-25 `tools/call` with `task`, then `tasks/result`, which blocks until the
-//!   worker has settled the task; latency is from the `tools/call` to the result.
+//! What is measured, one after the other on the same server:
 //!
-//! Usage: cargo run --release -p conveyor-tests --bin bench -- [--tasks N] [--concurrency C] [--workers 1,2]
+//! 1. **BullMQ 6.7** ([`conveyor_tests::bullmq::run`], Node.js, first): N no-op jobs added then
+//!    consumed at concurrency C (consume jobs/s), add→completed of jobs one at a time (p50), a
+//!    fan-out of F jobs added at once and drained (jobs/s over add + drain), and Redis CPU and
+//!    Redis commands per job over add + consume (`INFO cpu`, `INFO commandstats`; commands that
+//!    Lua scripts run count too).
+//! 2. **Conveyor sync over HTTP**: one `conveyor gateway` and `--workers` `conveyor worker
+//!    --fixtures --concurrency 64` processes (at the binary's own log level). A `tools/call` of
+//!    the `noop` fixture as a synchronous 2026-07-28 call (no tasks extension: the gateway creates
+//!    a hidden task, a worker runs it, the gateway answers with the result), C in flight, N calls
+//!    after a warm-up: calls/s and p50/p90/p99. Driven by `wrk` when it is installed (one thread;
+//!    a Lua script checks every reply body and marks the N-th reply, then wrk is stopped), else
+//!    by this process's HTTP client. Either driver takes CPU from the same cores; it is reported.
+//! 3. **Round trip at one connection**: sequential sync calls through HTTP (this process's
+//!    client), p50/p90/p99, beside BullMQ's add→completed.
+//! 4. **Fan-out**: one `run_dag` task through the gateway, root → F no-op nodes → sink, polled
+//!    with `tasks/get` every 10 ms until completed: nodes/s.
+//! 5. **Queue core without HTTP**, in this process: a [`Store`] creates no-op tasks (sync mode, the
+//!    process's inbox as waiter; the local waiter is registered before the create) and
+//!    [`conveyor_worker::run`] runs them with the fixtures registry at concurrency 64. (a) N
+//!    tasks, K in flight, timed from create to the terminal status event: tasks/s. (b) N tasks
+//!    created first with no worker (add rate), then a worker started and timed until the last one
+//!    settles: the consume rate, BullMQ's add-then-consume shape. (c) Sequential tasks: the round
+//!    trip without HTTP.
+//! 6. **Cost per call**, for the sync HTTP run and the queue-core run (a): Redis CPU per call
+//!    (`used_cpu_sys + used_cpu_user` delta over the measured run), Redis commands per call
+//!    (`INFO commandstats`, as BullMQ's figure), Conveyor's CPU per call (`utime + stime` from
+//!    `/proc/<pid>/stat` of the gateway and workers, or of this process), Redis time per command
+//!    (`INFO commandstats` usec: wall time, so it can exceed CPU time when cores are short); and,
+//!    from a separate smaller run under `MONITOR` (which slows Redis down, so never during a timed
+//!    run), the commands Conveyor sends per call apart from the commands its scripts run.
+//!
+//! It ends with a table of ratios and targets, each marked met or not. Nothing is asserted: a
+//! missed target does not fail the run; errors in Conveyor do.
+//!
+//! Usage: cargo run --release -p conveyor-tests --bin bench -- --help
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use conveyor_tests::{Conveyor, Mcp, RedisServer};
+use anyhow::{Context, bail};
+use conveyor_shared::Store;
+use conveyor_shared::events::{Delivery, EventHub, Waiter};
+use conveyor_shared::model::{TaskEvent, TaskMode, TaskStatus, new_task_id, now_ms};
+use conveyor_shared::store::{Created, Limits, NewTask};
+use conveyor_tests::bullmq::{self, BullmqFigures, BullmqOptions};
+use conveyor_tests::mcp::tasks_client_capabilities;
+use conveyor_tests::monitor::{Monitor, MonitorCounts};
+use conveyor_tests::process::{commands_per, conveyor_bin, free_port, scratch_dir};
+use conveyor_tests::{Mcp, RedisServer};
 use futures::StreamExt;
 use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+const HELP: &str = "\
+bench: Conveyor beside BullMQ 6.7 on one private redis-server (see the header of tests/src/bin/bench.rs)
+
+Usage: cargo run --release -p conveyor-tests --bin bench -- [options]
+
+  --calls N           sync calls over HTTP and queue-core tasks per measured run (20000)
+  --concurrency C     calls in flight over HTTP; BullMQ's worker concurrency (64)
+  --workers N         conveyor worker processes, each --concurrency 64 (1)
+  --in-flight K       queue-core tasks in flight (256)
+  --bullmq-jobs N     BullMQ jobs added then consumed (20000)
+  --fanout F          nodes between root and sink of the run_dag; BullMQ fan-out jobs (10000)
+  --latency-calls L   sequential calls for the round trip (500)
+  --monitor-calls M   calls counted under MONITOR, HTTP and queue core each (2000)
+  --skip-bullmq       leave BullMQ out (no ratios)
+  --skip-http         leave the gateway and worker processes out (queue core only)
+  -h, --help          this text";
+
+/// Worker concurrency of every Conveyor worker, in a process or in this one.
+const WORKER_CONCURRENCY: usize = 64;
+/// Calls run first and not counted, before a round-trip measurement.
+const ROUND_TRIP_WARMUP: usize = 10;
 
 struct Options {
-    tasks: usize,
+    calls: u64,
     concurrency: usize,
-    workers: Vec<usize>,
+    workers: usize,
+    in_flight: usize,
+    bullmq_jobs: u64,
+    fanout: usize,
+    latency_calls: usize,
+    monitor_calls: u64,
+    skip_bullmq: bool,
+    skip_http: bool,
 }
 
 fn parse() -> anyhow::Result<Options> {
-    let mut options = Options { tasks: 2000, concurrency: 32, workers: vec![1, 2] };
+    let mut options = Options {
+        calls: 20_000,
+        concurrency: 64,
+        workers: 1,
+        in_flight: 256,
+        bullmq_jobs: 20_000,
+        fanout: 10_000,
+        latency_calls: 500,
+        monitor_calls: 2000,
+        skip_bullmq: false,
+        skip_http: false,
+    };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
-        let mut value = || args.next().ok_or_else(|| anyhow::anyhow!("{arg} needs a value"));
+        let mut value = || -> anyhow::Result<u64> {
+            let text = args.next().with_context(|| format!("{arg} needs a value"))?;
+            let n: u64 = text.parse().with_context(|| format!("{arg} takes a number, not {text:?}"))?;
+            anyhow::ensure!(n > 0, "{arg} must be at least 1");
+            Ok(n)
+        };
         match arg.as_str() {
-            "--tasks" => options.tasks = value()?.parse()?,
-            "--concurrency" => options.concurrency = value()?.parse()?,
-            "--workers" => {
-                options.workers = value()?.split(',').map(str::parse).collect::<Result<_, _>>()?;
-            }
+            "--calls" => options.calls = value()?,
+            "--concurrency" => options.concurrency = value()? as usize,
+            "--workers" => options.workers = value()? as usize,
+            "--in-flight" => options.in_flight = value()? as usize,
+            "--bullmq-jobs" => options.bullmq_jobs = value()?,
+            "--fanout" => options.fanout = value()? as usize,
+            "--latency-calls" => options.latency_calls = value()? as usize,
+            "--monitor-calls" => options.monitor_calls = value()?,
+            "--skip-bullmq" => options.skip_bullmq = true,
+            "--skip-http" => options.skip_http = true,
             "-h" | "--help" => {
-                println!("bench [--tasks N (2000)] [--concurrency C (32)] [--workers 1,2]");
+                println!("{HELP}");
                 std::process::exit(0);
             }
-            other => anyhow::bail!("unknown argument {other}; see --help"),
+            other => bail!("unknown argument {other}; see --help"),
         }
     }
     Ok(options)
-}
-
-#[derive(Clone, Copy, PartialEq)]
-enum Mode {
-    Sync,
-    Task,
-}
-
-async fn one_call(mcp: &Mcp, mode: Mode) -> anyhow::Result<Duration> {
-    let started = Instant::now();
-    match mode {
-        Mode::Sync => {
-            let reply =
-                mcp.call_2026("tools/call", json!({"name": "noop", "arguments": {}}), json!({})).await?;
-            anyhow::ensure!(reply.result()["content"][0]["text"] == "ok", "unexpected reply {}", reply.raw);
-        }
-        Mode::Task => {
-            let created = mcp
-                .call_2025("tools/call", json!({"name": "noop", "arguments": {}, "task": {"ttl": 60_000}}))
-                .await?;
-            let task_id = created.result()["task"]["taskId"]
-                .as_str()
-                .ok_or_else(|| anyhow::anyhow!("no task in {}", created.raw))?
-                .to_owned();
-            let result = mcp.call_2025("tasks/result", json!({"taskId": task_id})).await?;
-            anyhow::ensure!(
-                result.result()["content"][0]["text"] == "ok",
-                "unexpected result {}",
-                result.raw
-            );
-        }
-    }
-    Ok(started.elapsed())
-}
-
-async fn run(
-    mcp: &Mcp,
-    mode: Mode,
-    tasks: usize,
-    concurrency: usize,
-) -> anyhow::Result<(Duration, Vec<Duration>)> {
-    let started = Instant::now();
-    let mcp = Arc::new(mcp.clone());
-    let results: Vec<anyhow::Result<Duration>> = futures::stream::iter(0..tasks)
-        .map(|_| {
-            let mcp = mcp.clone();
-            async move { one_call(&mcp, mode).await }
-        })
-        .buffer_unordered(concurrency)
-        .collect()
-        .await;
-    let elapsed = started.elapsed();
-    let mut latencies = results.into_iter().collect::<anyhow::Result<Vec<_>>>()?;
-    latencies.sort();
-    Ok((elapsed, latencies))
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[index.min(sorted.len() - 1)].as_secs_f64() * 1000.0
 }
 
 #[tokio::main]
@@ -113,49 +143,1143 @@ async fn main() -> anyhow::Result<()> {
         // A release benchmark measures the release build of conveyor too.
         conveyor_tests::process::prefer_release_binary();
     }
+    let redis = RedisServer::start()?;
+    let cores = std::thread::available_parallelism().map(usize::from).unwrap_or(1);
     println!(
-        "Conveyor end-to-end benchmark: no-op tool, {} calls per run, {} in flight, gateway and workers as separate processes",
-        options.tasks, options.concurrency
+        "Conveyor beside BullMQ {}: one redis-server ({}), {cores} cores shared by every process",
+        bullmq::BULLMQ_VERSION,
+        redis.url()
+    );
+
+    let bullmq = if options.skip_bullmq { None } else { Some(measure_bullmq(&redis, &options)?) };
+    let http = if options.skip_http {
+        None
+    } else {
+        let deployment = Deployment::start(&redis, &options)?;
+        let figures = measure_http(&redis, &deployment, &options, cores).await?;
+        drop(deployment); // its workers would take the queue core's tasks
+        Some(figures)
+    };
+    let core = measure_core(&redis, &options, cores).await?;
+    print_ratios(bullmq.as_ref(), http.as_ref(), &core);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. BullMQ
+
+fn measure_bullmq(redis: &RedisServer, options: &Options) -> anyhow::Result<BullmqFigures> {
+    let bullmq_options = BullmqOptions {
+        jobs: options.bullmq_jobs,
+        concurrency: options.concurrency as u64,
+        latency_jobs: options.latency_calls as u64,
+        fanout: options.fanout as u64,
+    };
+    let f = bullmq::run(&redis.url(), &bullmq_options)?;
+    println!();
+    println!(
+        "== BullMQ {} (ioredis {}, Node.js {}, Redis {}), worker concurrency {}",
+        f.bullmq, f.ioredis, f.node, f.redis, f.concurrency
+    );
+    for (name, phase) in [("add", &f.add), ("consume", &f.consume)] {
+        println!(
+            "  {name:<8} {:>6} jobs {:>7.2} s {:>9.0} jobs/s   Redis CPU {:>6.1} µs/job   Redis commands {:>5.1}/job",
+            phase.jobs,
+            phase.seconds,
+            phase.jobs_per_sec,
+            phase.redis_cpu_seconds * 1e6 / phase.jobs.max(1) as f64,
+            phase.redis_commands as f64 / phase.jobs.max(1) as f64,
+        );
+    }
+    println!(
+        "  cycle    add + consume: Redis CPU {:.1} µs/job, Redis commands {:.1}/job (scripts' commands included)",
+        f.cycle.redis_cpu_us_per_job, f.cycle.redis_commands_per_job
     );
     println!(
-        "{:<8} {:<6} {:>8} {:>10} {:>9} {:>9} {:>9} {:>9} {:>12}  busiest commands per call",
-        "workers", "mode", "calls", "calls/s", "p50 ms", "p90 ms", "p99 ms", "max ms", "Redis cmds/call"
+        "  latency  add→completed, one at a time ({} jobs after {} warm-up): p50 {:.2} ms  p90 {:.2} ms  p99 {:.2} ms",
+        f.latency.jobs, f.latency.warmup, f.latency.p50_ms, f.latency.p90_ms, f.latency.p99_ms
     );
-    for &workers in &options.workers {
-        let redis = RedisServer::start()?;
-        let gateway = Conveyor::gateway(&redis.url(), &[])?;
-        let mut worker_processes = Vec::new();
-        for _ in 0..workers {
-            worker_processes.push(Conveyor::worker(&redis.url(), &["--fixtures", "--concurrency", "64"])?);
-        }
-        let mcp = Mcp::new(gateway.mcp_url());
-        mcp.wait_for_tool("noop", Duration::from_secs(20)).await?;
-        for mode in [Mode::Sync, Mode::Task] {
-            run(&mcp, mode, options.tasks / 10 + 1, options.concurrency).await?; // warm-up
-            let before = redis.command_stats()?;
-            let (elapsed, latencies) = run(&mcp, mode, options.tasks, options.concurrency).await?;
-            let after = redis.command_stats()?;
-            let (total, per_command) =
-                conveyor_tests::process::commands_per(&before, &after, latencies.len() as f64);
-            let busiest: Vec<String> =
-                per_command.iter().take(6).map(|(name, n)| format!("{name} {n:.1}")).collect();
-            println!(
-                "{:<8} {:<6} {:>8} {:>10.0} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>12.1}  {}",
-                workers,
-                if mode == Mode::Sync { "sync" } else { "task" },
-                latencies.len(),
-                latencies.len() as f64 / elapsed.as_secs_f64(),
-                percentile(&latencies, 0.50),
-                percentile(&latencies, 0.90),
-                percentile(&latencies, 0.99),
-                percentile(&latencies, 1.0),
-                total,
-                busiest.join(", "),
+    let fanout_cpu = f.fanout.add.redis_cpu_seconds + f.fanout.consume.redis_cpu_seconds;
+    println!(
+        "  fan-out  {} jobs added at once then drained: {:.2} s, {:.0} jobs/s, Redis CPU {:.1} µs/job",
+        f.fanout.jobs,
+        f.fanout.seconds,
+        f.fanout.jobs_per_sec,
+        fanout_cpu * 1e6 / f.fanout.jobs.max(1) as f64
+    );
+    Ok(f)
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2-4 and 6. Conveyor through HTTP
+
+/// What the HTTP part measured.
+struct HttpFigures {
+    sync: SyncRun,
+    round_trip: Latencies,
+    fanout: FanoutRun,
+    counts: PerCall,
+}
+
+/// The measured run of synchronous calls.
+struct SyncRun {
+    driver: String,
+    calls: u64,
+    seconds: f64,
+    latency: Latencies,
+    cost: Cost,
+    /// CPU of the load generator per call (wrk, or this process).
+    client_cpu_us: f64,
+}
+
+/// The `run_dag` fan-out.
+struct FanoutRun {
+    nodes: usize,
+    seconds: f64,
+    cost: Cost,
+}
+
+async fn measure_http(
+    redis: &RedisServer,
+    deployment: &Deployment,
+    options: &Options,
+    cores: usize,
+) -> anyhow::Result<HttpFigures> {
+    let mcp = Mcp::new(deployment.gateway.mcp_url());
+    mcp.wait_for_tool("noop", Duration::from_secs(30)).await?;
+    // One call through the full client first, so that a wrong reply shape shows as itself.
+    let reply = mcp.call_2026("tools/call", json!({"name": "noop", "arguments": {}}), json!({})).await?;
+    anyhow::ensure!(reply.result()["content"][0]["text"] == "ok", "a sync noop call answered {}", reply.raw);
+    let caller = SyncCaller::new(&deployment.gateway.mcp_url())?;
+    println!();
+    println!(
+        "== Conveyor sync tools/call over HTTP: 1 gateway + {} worker process(es) x concurrency {WORKER_CONCURRENCY}",
+        options.workers
+    );
+
+    let warmup = (options.calls / 10).max(200);
+    drive_rust(&caller, warmup, options.concurrency).await?;
+    let sync = sync_calls(redis, deployment, &caller, options).await?;
+    println!(
+        "  throughput  {} calls, {} in flight, driven by {}: {:.2} s, {:.0} calls/s",
+        sync.calls,
+        options.concurrency,
+        sync.driver,
+        sync.seconds,
+        sync.calls as f64 / sync.seconds
+    );
+    println!("  latency     {}", sync.latency);
+    print_cost("  per call   ", &sync.cost, Some(("load generator", sync.client_cpu_us)), cores);
+
+    let round_trip = round_trip(|| caller.call(), options.latency_calls).await?;
+    println!("  round trip  one call at a time ({} calls): {round_trip}", options.latency_calls);
+
+    let fanout = fanout(redis, &mcp, deployment, options.fanout).await?;
+    println!(
+        "  fan-out     run_dag root → {} → sink ({} nodes): {:.2} s, {:.0} nodes/s",
+        options.fanout,
+        fanout.nodes,
+        fanout.seconds,
+        fanout.nodes as f64 / fanout.seconds
+    );
+    print_cost("  per node   ", &fanout.cost, None, cores);
+
+    let monitor = Monitor::start(&redis.url())?;
+    drive_rust(&caller, options.monitor_calls, options.concurrency).await?;
+    let counts = PerCall::new(monitor.stop()?, options.monitor_calls);
+    println!("  MONITOR     {}", counts.describe(options.concurrency));
+    Ok(HttpFigures { sync, round_trip, fanout, counts })
+}
+
+/// The measured run of sync calls, with wrk when installed.
+async fn sync_calls(
+    redis: &RedisServer,
+    deployment: &Deployment,
+    caller: &SyncCaller,
+    options: &Options,
+) -> anyhow::Result<SyncRun> {
+    let meter = Meter::start(redis, deployment.processes())?;
+    if wrk_installed() {
+        let url = deployment.gateway.mcp_url();
+        let (calls, concurrency) = (options.calls, options.concurrency);
+        let run = tokio::task::spawn_blocking(move || drive_wrk(&url, calls, concurrency)).await??;
+        let cost = meter.stop(run.requests)?;
+        if run.bad > 0 || run.socket_errors > 0 {
+            bail!(
+                "wrk saw {} bad replies and {} socket errors in {} calls; first bad reply: {}",
+                run.bad,
+                run.socket_errors,
+                run.requests,
+                run.first_bad
             );
         }
-        drop(worker_processes);
-        drop(gateway);
-        drop(redis);
+        anyhow::ensure!(run.finished, "wrk did not see {calls} replies in time ({} seen)", run.requests);
+        return Ok(SyncRun {
+            driver: "wrk (1 thread; percentiles include wrk's coordinated-omission correction)".to_owned(),
+            calls: run.requests,
+            seconds: run.seconds,
+            latency: run.latency,
+            cost,
+            client_cpu_us: run.cpu_seconds * 1e6 / run.requests.max(1) as f64,
+        });
     }
+    let own = process_cpu_seconds(std::process::id());
+    let (elapsed, latencies) = drive_rust(caller, options.calls, options.concurrency).await?;
+    let client = process_cpu_seconds(std::process::id()) - own;
+    let cost = meter.stop(options.calls)?;
+    Ok(SyncRun {
+        driver: "this process's HTTP client (wrk is not installed)".to_owned(),
+        calls: options.calls,
+        seconds: elapsed.as_secs_f64(),
+        latency: Latencies::of(latencies),
+        cost,
+        client_cpu_us: client * 1e6 / options.calls as f64,
+    })
+}
+
+/// One `run_dag` task fanning out to `width` no-op nodes, from `tools/call` to `completed`.
+async fn fanout(
+    redis: &RedisServer,
+    mcp: &Mcp,
+    deployment: &Deployment,
+    width: usize,
+) -> anyhow::Result<FanoutRun> {
+    let mut graph = vec![json!({"id": "root", "kind": "noop"})];
+    graph.extend((0..width).map(|i| json!({"id": format!("n{i}"), "kind": "noop", "dependsOn": ["root"]})));
+    let all: Vec<String> = (0..width).map(|i| format!("n{i}")).collect();
+    graph.push(json!({"id": "sink", "kind": "noop", "dependsOn": all}));
+    let nodes = graph.len();
+    let arguments = json!({"name": "run_dag", "arguments": {"nodes": graph}});
+
+    let meter = Meter::start(redis, deployment.processes())?;
+    let started = Instant::now();
+    let created = mcp.call_2026("tools/call", arguments, tasks_client_capabilities()).await?;
+    let task = created.result()["taskId"]
+        .as_str()
+        .with_context(|| format!("run_dag created no task: {}", truncated(&created.raw)))?
+        .to_owned();
+    loop {
+        let got = mcp.call_2026("tasks/get", json!({"taskId": task}), tasks_client_capabilities()).await?;
+        match got.result()["status"].as_str() {
+            Some("completed") => break,
+            Some("working") => tokio::time::sleep(Duration::from_millis(10)).await,
+            _ => bail!("the run_dag task did not complete: {}", truncated(&got.raw)),
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    Ok(FanoutRun { nodes, seconds, cost: meter.stop(nodes as u64)? })
+}
+
+/// A `conveyor gateway` and its worker processes.
+struct Deployment {
+    gateway: Proc,
+    workers: Vec<Proc>,
+}
+
+impl Deployment {
+    fn start(redis: &RedisServer, options: &Options) -> anyhow::Result<Self> {
+        let dag_nodes = (options.fanout + 10).to_string();
+        let gateway = Proc::start(
+            "gateway",
+            &redis.url(),
+            &["--max-dag-nodes", &dag_nodes, "--max-body-bytes", "67108864"],
+        )?;
+        let concurrency = WORKER_CONCURRENCY.to_string();
+        let workers = (0..options.workers)
+            .map(|_| Proc::start("worker", &redis.url(), &["--fixtures", "--concurrency", &concurrency]))
+            .collect::<anyhow::Result<_>>()?;
+        Ok(Self { gateway, workers })
+    }
+
+    /// The processes by name, for CPU readings.
+    fn processes(&self) -> Vec<(String, u32)> {
+        let mut all = vec![("gateway".to_owned(), self.gateway.child.id())];
+        let many = self.workers.len() > 1;
+        for (i, worker) in self.workers.iter().enumerate() {
+            all.push((
+                if many { format!("worker {}", i + 1) } else { "worker".to_owned() },
+                worker.child.id(),
+            ));
+        }
+        all
+    }
+}
+
+/// A `conveyor` process at the binary's own log level (`info`, or `CONVEYOR_LOG` from this
+/// process's environment), not the end-to-end tests' debug level, whose line per node would cost
+/// CPU that a deployment does not spend.
+struct Proc {
+    child: Child,
+    /// `http://127.0.0.1:<port>` of a gateway; empty for a worker.
+    base: String,
+    log: PathBuf,
+}
+
+impl Proc {
+    fn start(command: &str, redis_url: &str, args: &[&str]) -> anyhow::Result<Self> {
+        let log = scratch_dir(&format!("bench-{command}")).join("conveyor.log");
+        let file = std::fs::File::create(&log)?;
+        let mut cmd = Command::new(conveyor_bin());
+        cmd.arg(command).args(args).env("REDIS_URL", redis_url).stdin(Stdio::null());
+        let listen = (command == "gateway").then(|| format!("127.0.0.1:{}", free_port()));
+        if let Some(listen) = &listen {
+            cmd.args(["--listen", listen]);
+        }
+        let child = cmd.stdout(file.try_clone()?).stderr(file).spawn().context("cannot start conveyor")?;
+        let mut proc = Self { child, base: String::new(), log };
+        if let Some(listen) = listen {
+            proc.base = format!("http://{listen}");
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while std::net::TcpStream::connect(&listen).is_err() {
+                if let Ok(Some(status)) = proc.child.try_wait() {
+                    bail!("conveyor {command} exited ({status}); log:\n{}", proc.log_text());
+                }
+                anyhow::ensure!(Instant::now() < deadline, "conveyor {command} did not listen on {listen}");
+                std::thread::sleep(Duration::from_millis(25));
+            }
+        }
+        Ok(proc)
+    }
+
+    fn mcp_url(&self) -> String {
+        format!("{}/mcp", self.base)
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Load generators for sync calls
+
+/// Synchronous `tools/call`s of `noop` as a 2026-07-28 client without the tasks extension sends
+/// them (the headers and `_meta` of [`Mcp::call_2026`]), the body made once.
+#[derive(Clone)]
+struct SyncCaller {
+    http: reqwest::Client,
+    url: String,
+    headers: reqwest::header::HeaderMap,
+    body: String,
+}
+
+/// The headers of a synchronous 2026-07-28 `tools/call` of `noop`.
+const SYNC_HEADERS: [(&str, &str); 5] = [
+    ("Content-Type", "application/json"),
+    ("Accept", "application/json, text/event-stream"),
+    ("MCP-Protocol-Version", "2026-07-28"),
+    ("Mcp-Method", "tools/call"),
+    ("Mcp-Name", "noop"),
+];
+
+/// What a reply to a `noop` call holds when it succeeded.
+const OK_REPLY: &str = r#""text":"ok""#;
+
+fn sync_body() -> String {
+    json!({
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {
+            "name": "noop",
+            "arguments": {},
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": {"name": "conveyor-bench", "version": "1"},
+                "io.modelcontextprotocol/clientCapabilities": {},
+            },
+        },
+    })
+    .to_string()
+}
+
+impl SyncCaller {
+    fn new(url: &str) -> anyhow::Result<Self> {
+        let mut headers = reqwest::header::HeaderMap::new();
+        for (name, value) in SYNC_HEADERS {
+            headers.insert(reqwest::header::HeaderName::from_bytes(name.as_bytes())?, value.parse()?);
+        }
+        let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build()?;
+        Ok(Self { http, url: url.to_owned(), headers, body: sync_body() })
+    }
+
+    /// One call; its time from send to the whole reply.
+    async fn call(&self) -> anyhow::Result<Duration> {
+        let started = Instant::now();
+        let response =
+            self.http.post(&self.url).headers(self.headers.clone()).body(self.body.clone()).send().await?;
+        let status = response.status();
+        let text = response.text().await?;
+        let elapsed = started.elapsed();
+        anyhow::ensure!(status == 200 && text.contains(OK_REPLY), "a sync call answered {status}: {text}");
+        Ok(elapsed)
+    }
+}
+
+/// `calls` sync calls, `concurrency` in flight, from this process: the wall time and each call's.
+async fn drive_rust(
+    caller: &SyncCaller,
+    calls: u64,
+    concurrency: usize,
+) -> anyhow::Result<(Duration, Vec<Duration>)> {
+    let started = Instant::now();
+    let latencies: Vec<anyhow::Result<Duration>> =
+        futures::stream::iter(0..calls).map(|_| caller.call()).buffer_unordered(concurrency).collect().await;
+    let elapsed = started.elapsed();
+    Ok((elapsed, latencies.into_iter().collect::<anyhow::Result<_>>()?))
+}
+
+fn wrk_installed() -> bool {
+    Command::new("wrk").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok()
+}
+
+/// What one wrk run reported.
+struct WrkRun {
+    /// Replies received (a few more than asked for: wrk stops within 100 ms of the signal).
+    requests: u64,
+    seconds: f64,
+    latency: Latencies,
+    /// Replies that were not HTTP 200 with the tool's text.
+    bad: u64,
+    first_bad: String,
+    socket_errors: u64,
+    /// Whether the asked-for number of replies arrived before the time budget ran out.
+    finished: bool,
+    /// wrk's own CPU time up to the N-th reply.
+    cpu_seconds: f64,
+}
+
+/// The Lua script of a wrk run: the request, a check of every reply, `BENCH_DONE` on stderr at
+/// the `calls`-th reply, and the figures on one stdout line at the end.
+fn wrk_script(calls: u64) -> String {
+    let mut headers = String::new();
+    for (name, value) in SYNC_HEADERS {
+        headers.push_str(&format!("wrk.headers[\"{name}\"] = \"{value}\"\n"));
+    }
+    format!(
+        r#"wrk.method = "POST"
+wrk.body = [==[{body}]==]
+{headers}
+local limit = {calls}
+local seen = 0
+bad = 0
+first_bad = ""
+
+function response(status, headers, body)
+  seen = seen + 1
+  if status ~= 200 or not string.find(body, '{OK_REPLY}', 1, true) then
+    bad = bad + 1
+    if first_bad == "" then first_bad = status .. " " .. string.sub(body, 1, 400) end
+  end
+  if seen == limit then io.stderr:write("BENCH_DONE\n") end
+end
+
+local threads = {{}}
+function setup(thread) table.insert(threads, thread) end
+
+function done(summary, latency, requests)
+  local bad_total, first = 0, ""
+  for _, t in ipairs(threads) do
+    bad_total = bad_total + (t:get("bad") or 0)
+    local f = t:get("first_bad")
+    if first == "" and f then first = f end
+  end
+  local e = summary.errors
+  io.write(string.format("BENCH_RESULT %d %d %d %d %.1f %.1f %.1f %.1f\n",
+    summary.requests, summary.duration, bad_total, e.connect + e.read + e.write + e.timeout,
+    latency:percentile(50), latency:percentile(90), latency:percentile(99), latency.max))
+  if first ~= "" then io.write("BENCH_FIRST_BAD ", (string.gsub(first, "%s+", " ")), "\n") end
+end
+"#,
+        body = sync_body(),
+    )
+}
+
+/// Runs wrk (one thread, `concurrency` connections) until `calls` replies arrived, then stops it
+/// with SIGINT so that it prints its figures.
+fn drive_wrk(url: &str, calls: u64, concurrency: usize) -> anyhow::Result<WrkRun> {
+    let script = std::env::temp_dir().join(format!("conveyor-bench-{}.lua", std::process::id()));
+    std::fs::write(&script, wrk_script(calls))?;
+    let mut child = Command::new("wrk")
+        .args(["-t1", &format!("-c{concurrency}"), "-d3600s", "--timeout", "60s", "-s"])
+        .arg(&script)
+        .arg(url)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("cannot start wrk")?;
+    let pid = child.id();
+    let stderr = child.stderr.take().context("wrk's stderr")?;
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut other = String::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if line == "BENCH_DONE" {
+                let _ = done_tx.send(());
+            } else {
+                other.push_str(&line);
+                other.push('\n');
+            }
+        }
+        other
+    });
+    let budget = Duration::from_secs(120 + calls / 200);
+    let finished = done_rx.recv_timeout(budget).is_ok();
+    let cpu_seconds = process_cpu_seconds(pid);
+    let _ = Command::new("kill").arg("-INT").arg(pid.to_string()).status();
+    let output = child.wait_with_output()?;
+    let stderr = reader.join().unwrap_or_default();
+    let _ = std::fs::remove_file(&script);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let figures: Vec<f64> = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("BENCH_RESULT "))
+        .with_context(|| {
+            format!("wrk printed no figures\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}")
+        })?
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<Result<_, _>>()?;
+    anyhow::ensure!(figures.len() == 8, "wrk's figures do not parse: {figures:?}");
+    let first_bad =
+        stdout.lines().find_map(|l| l.strip_prefix("BENCH_FIRST_BAD ")).unwrap_or_default().to_owned();
+    let ms = |us: f64| us / 1000.0;
+    Ok(WrkRun {
+        requests: figures[0] as u64,
+        seconds: figures[1] / 1e6,
+        bad: figures[2] as u64,
+        socket_errors: figures[3] as u64,
+        latency: Latencies {
+            p50: ms(figures[4]),
+            p90: ms(figures[5]),
+            p99: ms(figures[6]),
+            max: ms(figures[7]),
+        },
+        first_bad,
+        finished,
+        cpu_seconds,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5-6. The queue core in this process
+
+/// What the queue-core part measured.
+struct CoreFigures {
+    settle: CoreRun,
+    add: CoreRun,
+    consume: CoreRun,
+    round_trip: Latencies,
+    counts: PerCall,
+}
+
+/// One measured run of the queue core.
+struct CoreRun {
+    tasks: u64,
+    seconds: f64,
+    cost: Cost,
+}
+
+impl CoreRun {
+    fn per_sec(&self) -> f64 {
+        self.tasks as f64 / self.seconds
+    }
+}
+
+async fn measure_core(redis: &RedisServer, options: &Options, cores: usize) -> anyhow::Result<CoreFigures> {
+    let core = Core::connect(&redis.url()).await?;
+    let me = vec![("this process".to_owned(), std::process::id())];
+    println!();
+    println!(
+        "== Conveyor queue core in this process: Store + conveyor_worker::run (fixtures, concurrency {WORKER_CONCURRENCY}), no HTTP"
+    );
+
+    let worker = InProcessWorker::start(&redis.url())?;
+    core.run_tasks((options.calls / 10).max(200), options.in_flight).await?; // warm-up
+    let meter = Meter::start(redis, me.clone())?;
+    let (elapsed, latencies) = core.run_tasks(options.calls, options.in_flight).await?;
+    let settle =
+        CoreRun { tasks: options.calls, seconds: elapsed.as_secs_f64(), cost: meter.stop(options.calls)? };
+    println!(
+        "  create→settle  {} tasks, {} in flight: {:.2} s, {:.0} tasks/s; latency {}",
+        settle.tasks,
+        options.in_flight,
+        settle.seconds,
+        settle.per_sec(),
+        Latencies::of(latencies)
+    );
+    print_cost("  per task      ", &settle.cost, None, cores);
+
+    let round_trip = round_trip(|| core.run_task(), options.latency_calls).await?;
+    println!("  round trip     one task at a time ({} tasks): {round_trip}", options.latency_calls);
+
+    let monitor = Monitor::start(&redis.url())?;
+    core.run_tasks(options.monitor_calls, options.in_flight).await?;
+    let counts = PerCall::new(monitor.stop()?, options.monitor_calls);
+    println!("  MONITOR        {}", counts.describe(options.in_flight));
+    worker.stop().await?;
+
+    // BullMQ's shape: everything added first, then one worker drains the queue.
+    let meter = Meter::start(redis, me.clone())?;
+    let started = Instant::now();
+    let waiting: Vec<(String, Waiter)> = futures::stream::iter(0..options.calls)
+        .map(|_| core.create())
+        .buffer_unordered(options.in_flight)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<anyhow::Result<_>>()?;
+    let add = CoreRun {
+        tasks: options.calls,
+        seconds: started.elapsed().as_secs_f64(),
+        cost: meter.stop(options.calls)?,
+    };
+    let meter = Meter::start(redis, me)?;
+    let started = Instant::now();
+    let worker = InProcessWorker::start(&redis.url())?;
+    let settled = waiting.into_iter().map(|(task_id, mut waiter)| {
+        let store = core.store.clone();
+        async move { await_settled(&store, &task_id, &mut waiter).await }
+    });
+    futures::future::try_join_all(settled).await?;
+    let consume = CoreRun {
+        tasks: options.calls,
+        seconds: started.elapsed().as_secs_f64(),
+        cost: meter.stop(options.calls)?,
+    };
+    worker.stop().await?;
+    for (name, run) in [("add", &add), ("consume", &consume)] {
+        println!(
+            "  {name:<8}       {} tasks: {:.2} s, {:.0} tasks/s   Redis CPU {:.1} µs/task   Redis commands {:.1}/task   this process {:.1} µs/task",
+            run.tasks,
+            run.seconds,
+            run.per_sec(),
+            run.cost.redis_cpu_us,
+            run.cost.redis_commands,
+            run.cost.process_cpu_us
+        );
+    }
+    println!(
+        "  cycle          add + consume: Redis CPU {:.1} µs/task, Redis commands {:.1}/task",
+        add.cost.redis_cpu_us + consume.cost.redis_cpu_us,
+        add.cost.redis_commands + consume.cost.redis_commands
+    );
+    Ok(CoreFigures { settle, add, consume, round_trip, counts })
+}
+
+/// A producer of no-op tasks that waits for their end as a gateway does.
+struct Core {
+    store: Store,
+    hub: EventHub,
+}
+
+impl Core {
+    async fn connect(url: &str) -> anyhow::Result<Self> {
+        let store = Store::new(url, Duration::from_secs(3))?;
+        let hub = store.events().await?;
+        Ok(Self { store, hub })
+    }
+
+    /// Creates one sync no-op task with this process's inbox as its waiter; the local waiter is
+    /// registered first, so that no event is missed.
+    async fn create(&self) -> anyhow::Result<(String, Waiter)> {
+        let shard = self.store.pick_shard();
+        let task_id = new_task_id(shard);
+        let waiter = self.hub.waiter(&task_id);
+        let new = NewTask {
+            task_id: task_id.clone(),
+            owner: "bench".to_owned(),
+            tool: "noop".to_owned(),
+            arguments: json!({}),
+            ttl_ms: 3_600_000,
+            poll_interval_ms: 1000,
+            wire: "2026-07-28".to_owned(),
+            progress_token: None,
+            traceparent: None,
+            mode: TaskMode::Sync,
+            status_message: "Queued: noop".to_owned(),
+            created_at_ms: now_ms(),
+            graph: None,
+            idempotency_key: None,
+            queues: HashMap::new(),
+            waiter: Some(self.hub.inbox(shard)),
+            index_retention_ms: 86_400_000,
+        };
+        match self.store.create_task(&new, &Limits::default()).await? {
+            Created::Created => Ok((task_id, waiter)),
+            other => bail!("task {task_id} was not created: {other:?}"),
+        }
+    }
+
+    /// One task from create to its terminal status event.
+    async fn run_task(&self) -> anyhow::Result<Duration> {
+        let started = Instant::now();
+        let (task_id, mut waiter) = self.create().await?;
+        await_settled(&self.store, &task_id, &mut waiter).await?;
+        Ok(started.elapsed())
+    }
+
+    /// `tasks` tasks, `in_flight` at a time: the wall time and each task's.
+    async fn run_tasks(&self, tasks: u64, in_flight: usize) -> anyhow::Result<(Duration, Vec<Duration>)> {
+        let started = Instant::now();
+        let latencies: Vec<anyhow::Result<Duration>> = futures::stream::iter(0..tasks)
+            .map(|_| self.run_task())
+            .buffer_unordered(in_flight)
+            .collect()
+            .await;
+        let elapsed = started.elapsed();
+        Ok((elapsed, latencies.into_iter().collect::<anyhow::Result<_>>()?))
+    }
+}
+
+/// Waits for a task's terminal status event and checks that it completed with the tool's text.
+async fn await_settled(store: &Store, task_id: &str, waiter: &mut Waiter) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
+    let (status, result) = loop {
+        let delivery = tokio::time::timeout_at(deadline, waiter.recv())
+            .await
+            .with_context(|| format!("task {task_id} did not settle within 300 s"))?;
+        match delivery {
+            Some(Delivery::Event(TaskEvent::Status { status, result, .. })) if status.is_terminal() => {
+                break (status, result);
+            }
+            Some(Delivery::Event(TaskEvent::Expired)) => bail!("task {task_id} expired"),
+            Some(Delivery::Event(_)) => {}
+            Some(Delivery::Resync) => {
+                if let Some(task) = store.get_task(task_id).await?
+                    && task.status.is_terminal()
+                {
+                    break (task.status, task.result);
+                }
+            }
+            None => bail!("the event hub is gone"),
+        }
+    };
+    // A result too big for the event is read back; a no-op's never is.
+    let result = match result {
+        Some(result) => Some(result),
+        None => store.get_task(task_id).await?.and_then(|t| t.result),
+    };
+    anyhow::ensure!(
+        status == TaskStatus::Completed && result.as_ref().is_some_and(|r| r["content"][0]["text"] == "ok"),
+        "task {task_id} ended {status} with {result:?}"
+    );
     Ok(())
+}
+
+/// [`conveyor_worker::run`] with the fixture tools, on a store of its own, in this process.
+struct InProcessWorker {
+    shutdown: CancellationToken,
+    handle: tokio::task::JoinHandle<Result<(), conveyor_shared::StoreError>>,
+}
+
+impl InProcessWorker {
+    fn start(url: &str) -> anyhow::Result<Self> {
+        let store = Store::new(url, Duration::from_secs(3))?;
+        let registry = Arc::new(conveyor_worker::fixtures::registry());
+        let options = conveyor_worker::WorkerOptions::new(WORKER_CONCURRENCY);
+        let shutdown = CancellationToken::new();
+        let handle = tokio::spawn(conveyor_worker::run(store, registry, options, shutdown.clone()));
+        Ok(Self { shutdown, handle })
+    }
+
+    async fn stop(self) -> anyhow::Result<()> {
+        self.shutdown.cancel();
+        Ok(self.handle.await??)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared measurements
+
+/// `calls` calls one at a time after a few not counted.
+async fn round_trip<F, Fut>(call: F, calls: usize) -> anyhow::Result<Latencies>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = anyhow::Result<Duration>>,
+{
+    for _ in 0..ROUND_TRIP_WARMUP {
+        call().await?;
+    }
+    let mut latencies = Vec::with_capacity(calls);
+    for _ in 0..calls {
+        latencies.push(call().await?);
+    }
+    Ok(Latencies::of(latencies))
+}
+
+/// Percentiles of a run, in milliseconds.
+#[derive(Debug, Clone, Copy, Default)]
+struct Latencies {
+    p50: f64,
+    p90: f64,
+    p99: f64,
+    max: f64,
+}
+
+impl Latencies {
+    fn of(mut samples: Vec<Duration>) -> Self {
+        samples.sort();
+        let at = |p: f64| {
+            let Some(last) = samples.len().checked_sub(1) else { return 0.0 };
+            samples[((last as f64 * p).round() as usize).min(last)].as_secs_f64() * 1000.0
+        };
+        Self { p50: at(0.50), p90: at(0.90), p99: at(0.99), max: at(1.0) }
+    }
+}
+
+impl std::fmt::Display for Latencies {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "p50 {:.2} ms  p90 {:.2} ms  p99 {:.2} ms  max {:.2} ms",
+            self.p50, self.p90, self.p99, self.max
+        )
+    }
+}
+
+/// Costs per unit of work over one measured run.
+struct Cost {
+    /// Redis `used_cpu_sys + used_cpu_user`, µs.
+    redis_cpu_us: f64,
+    /// `INFO commandstats` calls, commands that scripts ran included.
+    redis_commands: f64,
+    busiest: Vec<(String, f64)>,
+    /// `INFO commandstats` µs per command, busiest first (a script's time includes its commands').
+    redis_time: Vec<(String, f64)>,
+    /// `utime + stime` of the measured Conveyor processes together, µs.
+    process_cpu_us: f64,
+    /// The same, process by process.
+    processes: Vec<(String, f64)>,
+}
+
+/// Readings before a measured run, turned into a [`Cost`] after it.
+struct Meter<'a> {
+    redis: &'a RedisServer,
+    processes: Vec<(String, u32, f64)>,
+    redis_cpu: f64,
+    stats: CommandStats,
+}
+
+impl<'a> Meter<'a> {
+    /// Starts measuring Redis and the named processes.
+    fn start(redis: &'a RedisServer, processes: Vec<(String, u32)>) -> anyhow::Result<Self> {
+        let processes =
+            processes.into_iter().map(|(name, pid)| (name, pid, process_cpu_seconds(pid))).collect();
+        Ok(Self { redis, processes, redis_cpu: redis_cpu_seconds(redis)?, stats: CommandStats::read(redis)? })
+    }
+
+    fn stop(self, units: u64) -> anyhow::Result<Cost> {
+        let per = |seconds: f64| seconds * 1e6 / units.max(1) as f64;
+        let processes: Vec<(String, f64)> = self
+            .processes
+            .iter()
+            .map(|(name, pid, before)| (name.clone(), per(process_cpu_seconds(*pid) - before)))
+            .collect();
+        let redis_cpu = redis_cpu_seconds(self.redis)?;
+        let stats = CommandStats::read(self.redis)?;
+        let (redis_commands, busiest) = commands_per(&self.stats.calls, &stats.calls, units as f64);
+        let mut redis_time: Vec<(String, f64)> = stats
+            .usec
+            .iter()
+            .map(|(name, usec)| {
+                (name.clone(), (usec - self.stats.usec.get(name).unwrap_or(&0.0)) / units.max(1) as f64)
+            })
+            .filter(|(_, us)| *us > 0.0)
+            .collect();
+        redis_time.sort_by(|a, b| b.1.total_cmp(&a.1));
+        Ok(Cost {
+            redis_cpu_us: per(redis_cpu - self.redis_cpu),
+            redis_commands,
+            busiest,
+            redis_time,
+            process_cpu_us: processes.iter().map(|(_, us)| us).sum(),
+            processes,
+        })
+    }
+}
+
+/// Calls and time per command from `INFO commandstats` (`info` left out).
+struct CommandStats {
+    calls: HashMap<String, u64>,
+    usec: HashMap<String, f64>,
+}
+
+impl CommandStats {
+    fn read(redis: &RedisServer) -> anyhow::Result<Self> {
+        let mut conn = redis.connection()?;
+        let info: String = redis::cmd("INFO").arg("commandstats").query(&mut conn)?;
+        let mut stats = Self { calls: HashMap::new(), usec: HashMap::new() };
+        for line in info.lines() {
+            let Some((name, rest)) = line.strip_prefix("cmdstat_").and_then(|l| l.split_once(':')) else {
+                continue;
+            };
+            if name == "info" {
+                continue;
+            }
+            let field = |key: &str| rest.split(',').find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='));
+            if let Some(calls) = field("calls").and_then(|c| c.parse().ok()) {
+                stats.calls.insert(name.to_owned(), calls);
+            }
+            if let Some(usec) = field("usec").and_then(|u| u.parse().ok()) {
+                stats.usec.insert(name.to_owned(), usec);
+            }
+        }
+        Ok(stats)
+    }
+}
+
+/// Redis's own CPU time so far (`used_cpu_sys + used_cpu_user` from `INFO cpu`).
+fn redis_cpu_seconds(redis: &RedisServer) -> anyhow::Result<f64> {
+    let mut conn = redis.connection()?;
+    let info: String = redis::cmd("INFO").arg("cpu").query(&mut conn)?;
+    let field = |name: &str| -> anyhow::Result<f64> {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .with_context(|| format!("INFO cpu has no {name}"))?
+            .trim()
+            .parse()
+            .with_context(|| format!("INFO cpu's {name} is not a number"))
+    };
+    Ok(field("used_cpu_sys")? + field("used_cpu_user")?)
+}
+
+/// A process's CPU time so far (`utime + stime` of `/proc/<pid>/stat`, all threads); 0 when it
+/// cannot be read.
+fn process_cpu_seconds(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0.0 };
+    // The command name in parentheses may hold spaces: count fields after its closing one, where
+    // field 3 (state) is index 0, utime (14) is index 11 and stime (15) index 12.
+    let Some((_, rest)) = stat.rsplit_once(')') else { return 0.0 };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / clock_ticks()
+}
+
+/// Clock ticks per second of `/proc` times.
+fn clock_ticks() -> f64 {
+    static TICKS: OnceLock<f64> = OnceLock::new();
+    *TICKS.get_or_init(|| {
+        Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+            .unwrap_or(100.0)
+    })
+}
+
+fn print_cost(label: &str, cost: &Cost, client: Option<(&str, f64)>, cores: usize) {
+    let list = |l: &[(String, f64)], n: usize, precision: usize| {
+        l.iter().take(n).map(|(name, v)| format!("{name} {v:.precision$}")).collect::<Vec<_>>().join(", ")
+    };
+    println!(
+        "{label} Redis CPU {:.1} µs; Redis commands {:.1} ({})",
+        cost.redis_cpu_us,
+        cost.redis_commands,
+        list(&cost.busiest, 6, 2)
+    );
+    println!(
+        "{label} Redis time in commands (commandstats usec: wall time, scripts include their commands'), µs: {}",
+        list(&cost.redis_time, 5, 1)
+    );
+    let mut total = cost.redis_cpu_us + cost.process_cpu_us;
+    let mut parts = format!("Redis {:.0}", cost.redis_cpu_us);
+    for (name, us) in &cost.processes {
+        parts.push_str(&format!(" + {name} {us:.0}"));
+    }
+    if let Some((name, us)) = client {
+        total += us;
+        parts.push_str(&format!(" + {name} {us:.0}"));
+    }
+    println!(
+        "{label} CPU µs of every process: {parts} = {total:.0}; {cores} cores allow at most {:.0}/s",
+        cores as f64 * 1e6 / total.max(1.0)
+    );
+}
+
+/// Commands per call from a `MONITOR` run.
+struct PerCall {
+    client: f64,
+    script: f64,
+    busiest_client: Vec<(String, f64)>,
+    busiest_script: Vec<(String, f64)>,
+}
+
+impl PerCall {
+    fn new(counts: MonitorCounts, calls: u64) -> Self {
+        let calls = calls.max(1) as f64;
+        let per = |by: &std::collections::BTreeMap<String, u64>| {
+            let mut list: Vec<(String, f64)> =
+                by.iter().map(|(k, &n)| (k.clone(), n as f64 / calls)).collect();
+            list.sort_by(|a, b| b.1.total_cmp(&a.1));
+            list
+        };
+        Self {
+            client: counts.client_commands as f64 / calls,
+            script: counts.script_commands as f64 / calls,
+            busiest_client: per(&counts.by_command),
+            busiest_script: per(&counts.script_by_command),
+        }
+    }
+
+    fn describe(&self, in_flight: usize) -> String {
+        let list = |l: &[(String, f64)]| {
+            l.iter().take(7).map(|(name, n)| format!("{name} {n:.2}")).collect::<Vec<_>>().join(", ")
+        };
+        format!(
+            "separate run, {in_flight} in flight, commands per call: sent by Conveyor {:.2} ({}); run inside scripts {:.2} ({})",
+            self.client,
+            list(&self.busiest_client),
+            self.script,
+            list(&self.busiest_script)
+        )
+    }
+}
+
+fn truncated(text: &str) -> String {
+    text.chars().take(500).collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// 7. Ratios and targets
+
+/// How a figure is held against its target.
+enum Goal {
+    /// Conveyor ÷ BullMQ at least this.
+    RatioAtLeast(f64),
+    /// Conveyor ÷ BullMQ at most this.
+    RatioAtMost(f64),
+    /// Conveyor's figure at most this.
+    AtMost(f64),
+    /// Shown for comparison only.
+    None,
+}
+
+struct Row {
+    what: &'static str,
+    conveyor: Option<f64>,
+    bullmq: Option<f64>,
+    goal: Goal,
+}
+
+fn print_ratios(bullmq: Option<&BullmqFigures>, http: Option<&HttpFigures>, core: &CoreFigures) {
+    let b = |f: fn(&BullmqFigures) -> f64| bullmq.map(f);
+    let h = |f: fn(&HttpFigures) -> f64| http.map(f);
+    let rows = [
+        Row {
+            what: "sync HTTP calls/s ÷ BullMQ consume jobs/s",
+            conveyor: h(|h| h.sync.calls as f64 / h.sync.seconds),
+            bullmq: b(|b| b.consume.jobs_per_sec),
+            goal: Goal::RatioAtLeast(0.5),
+        },
+        Row {
+            what: "queue core create→settle tasks/s ÷ consume",
+            conveyor: Some(core.settle.per_sec()),
+            bullmq: b(|b| b.consume.jobs_per_sec),
+            goal: Goal::RatioAtLeast(1.5),
+        },
+        Row {
+            what: "queue core consume tasks/s ÷ consume",
+            conveyor: Some(core.consume.per_sec()),
+            bullmq: b(|b| b.consume.jobs_per_sec),
+            goal: Goal::RatioAtLeast(1.5),
+        },
+        Row {
+            what: "queue core add tasks/s ÷ BullMQ add jobs/s",
+            conveyor: Some(core.add.per_sec()),
+            bullmq: b(|b| b.add.jobs_per_sec),
+            goal: Goal::None,
+        },
+        Row {
+            what: "fan-out nodes/s ÷ BullMQ fan-out jobs/s",
+            conveyor: h(|h| h.fanout.nodes as f64 / h.fanout.seconds),
+            bullmq: b(|b| b.fanout.jobs_per_sec),
+            goal: Goal::RatioAtLeast(0.75),
+        },
+        Row {
+            what: "round trip p50 ms, sync HTTP vs add→completed",
+            conveyor: h(|h| h.round_trip.p50),
+            bullmq: b(|b| b.latency.p50_ms),
+            goal: Goal::RatioAtMost(1.0),
+        },
+        Row {
+            what: "round trip p50 ms, queue core vs add→completed",
+            conveyor: Some(core.round_trip.p50),
+            bullmq: b(|b| b.latency.p50_ms),
+            goal: Goal::RatioAtMost(1.0),
+        },
+        Row {
+            what: "commands sent per call, sync HTTP (MONITOR)",
+            conveyor: h(|h| h.counts.client),
+            bullmq: None,
+            goal: Goal::AtMost(6.0),
+        },
+        Row {
+            what: "commands sent per task, queue core (MONITOR)",
+            conveyor: Some(core.counts.client),
+            bullmq: None,
+            goal: Goal::AtMost(6.0),
+        },
+        Row {
+            what: "Redis CPU µs per call, sync HTTP vs cycle",
+            conveyor: h(|h| h.sync.cost.redis_cpu_us),
+            bullmq: b(|b| b.cycle.redis_cpu_us_per_job),
+            goal: Goal::RatioAtMost(1.0),
+        },
+        Row {
+            what: "Redis CPU µs per task, queue core vs cycle",
+            conveyor: Some(core.settle.cost.redis_cpu_us),
+            bullmq: b(|b| b.cycle.redis_cpu_us_per_job),
+            goal: Goal::RatioAtMost(1.0),
+        },
+        Row {
+            what: "Redis CPU µs per task, core add + consume vs cycle",
+            conveyor: Some(core.add.cost.redis_cpu_us + core.consume.cost.redis_cpu_us),
+            bullmq: b(|b| b.cycle.redis_cpu_us_per_job),
+            goal: Goal::RatioAtMost(1.0),
+        },
+        Row {
+            what: "Redis commands per call (INFO), sync HTTP vs cycle",
+            conveyor: h(|h| h.sync.cost.redis_commands),
+            bullmq: b(|b| b.cycle.redis_commands_per_job),
+            goal: Goal::None,
+        },
+    ];
+    println!();
+    println!("== Conveyor against BullMQ {} (targets are reported, not asserted)", bullmq::BULLMQ_VERSION);
+    println!("{:<50} {:>10} {:>10} {:>7}  {:<10} met", "figure", "Conveyor", "BullMQ", "ratio", "target");
+    let number = |v: Option<f64>| v.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.2}"));
+    for row in rows {
+        let ratio = row.conveyor.zip(row.bullmq).map(|(c, b)| c / b);
+        let (target, met) = match row.goal {
+            Goal::RatioAtLeast(t) => (format!("≥ {t}×"), ratio.map(|r| r >= t)),
+            Goal::None => (String::new(), None),
+            Goal::RatioAtMost(t) => (format!("≤ {t}×"), ratio.map(|r| r <= t)),
+            Goal::AtMost(t) => (format!("≤ {t}"), row.conveyor.map(|c| c <= t)),
+        };
+        let met = match met {
+            Some(true) => "yes",
+            Some(false) => "NO",
+            None if target.is_empty() => "",
+            None => "n/a",
+        };
+        println!(
+            "{:<50} {:>10} {:>10} {:>7}  {:<10} {}",
+            row.what,
+            number(row.conveyor),
+            number(row.bullmq),
+            number(ratio),
+            target,
+            met
+        );
+    }
 }
