@@ -109,7 +109,7 @@ pub struct RedisArgs {
     /// Answer a create or a cancel only once this many replicas have the write (`WAIT`, sent in
     /// the same round trip), so that a failover cannot lose what a client was told. 0: rely on
     /// Redis's asynchronous replication.
-    #[arg(long, env = "CONVEYOR_REDIS_WAIT_REPLICAS", default_value_t = 0)]
+    #[arg(long = "redis-wait-replicas", env = "CONVEYOR_REDIS_WAIT_REPLICAS", default_value_t = 0)]
     pub wait_replicas: u32,
     /// How long such a wait may take before the request fails with a retryable error, in
     /// milliseconds.

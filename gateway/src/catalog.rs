@@ -98,15 +98,19 @@ impl CatalogTool {
     }
 }
 
+/// One reading of the catalog, shared by every request until the next one: requests hold it
+/// (or one of its tools) by `Arc`, never by copy.
 #[derive(Default)]
-struct Snapshot {
+pub struct Snapshot {
     fetched: Option<Instant>,
     /// In `tools/list` order; catalogs are small, so lookups scan.
-    tools: Vec<CatalogTool>,
+    pub tools: Vec<Arc<CatalogTool>>,
+    /// The queue of every known tool, by name.
+    pub queues: Arc<std::collections::HashMap<String, String>>,
 }
 
 impl Snapshot {
-    fn get(&self, name: &str) -> Option<&CatalogTool> {
+    fn get(&self, name: &str) -> Option<&Arc<CatalogTool>> {
         self.tools.iter().find(|t| t.name == name)
     }
 }
@@ -164,7 +168,7 @@ fn run_dag_tool() -> CatalogTool {
 /// The cached catalog. Cheap to share.
 pub struct ToolCatalog {
     store: Store,
-    snapshot: RwLock<Snapshot>,
+    snapshot: RwLock<Arc<Snapshot>>,
 }
 
 impl ToolCatalog {
@@ -172,9 +176,9 @@ impl ToolCatalog {
         Self { store, snapshot: RwLock::default() }
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, Snapshot> {
+    fn read(&self) -> Arc<Snapshot> {
         // Writers replace the snapshot in one assignment, so a poisoned lock still holds a whole one.
-        self.snapshot.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.snapshot.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
     async fn refresh(&self) -> Result<(), StoreError> {
@@ -191,8 +195,10 @@ impl ToolCatalog {
             .collect();
         tools.retain(|t| t.name != RUN_DAG);
         tools.push(run_dag_tool());
+        let queues = Arc::new(tools.iter().map(|t| (t.name.clone(), t.queue.clone())).collect());
+        let tools = tools.into_iter().map(Arc::new).collect();
         *self.snapshot.write().unwrap_or_else(std::sync::PoisonError::into_inner) =
-            Snapshot { fetched: Some(Instant::now()), tools };
+            Arc::new(Snapshot { fetched: Some(Instant::now()), tools, queues });
         Ok(())
     }
 
@@ -201,29 +207,21 @@ impl ToolCatalog {
     }
 
     /// The tools a live worker offers (and `run_dag`), in registration order.
-    pub async fn list(&self) -> Result<Vec<CatalogTool>, StoreError> {
+    pub async fn list(&self) -> Result<Vec<Arc<CatalogTool>>, StoreError> {
+        Ok(self.snapshot().await?.tools.iter().filter(|t| t.live).cloned().collect())
+    }
+
+    /// The current reading: every known tool, offered by a live worker or not, and their queues.
+    pub async fn snapshot(&self) -> Result<Arc<Snapshot>, StoreError> {
         if self.age().is_none_or(|age| age > FRESH_FOR) {
             self.refresh().await?;
         }
-        Ok(self.read().tools.iter().filter(|t| t.live).cloned().collect())
-    }
-
-    /// Every known tool, offered by a live worker or not.
-    pub async fn known(&self) -> Result<Vec<CatalogTool>, StoreError> {
-        if self.age().is_none_or(|age| age > FRESH_FOR) {
-            self.refresh().await?;
-        }
-        Ok(self.read().tools.clone())
-    }
-
-    /// The queue of every known tool, by name.
-    pub fn queues(&self) -> std::collections::HashMap<String, String> {
-        self.read().tools.iter().map(|t| (t.name.clone(), t.queue.clone())).collect()
+        Ok(self.read())
     }
 
     /// One known tool by name (offered by a live worker or not), re-reading the catalog when the
     /// name is unknown and the cache is not new.
-    pub async fn get(&self, name: &str) -> Result<Option<CatalogTool>, StoreError> {
+    pub async fn get(&self, name: &str) -> Result<Option<Arc<CatalogTool>>, StoreError> {
         let stale = self.age().is_none_or(|age| age > FRESH_FOR);
         if !stale && let Some(tool) = self.read().get(name) {
             return Ok(Some(tool.clone()));

@@ -42,14 +42,18 @@ impl Shard {
         format!("{PREFIX}:{{cv.{}}}", self.0)
     }
 
-    /// Hash of a task: status, timestamps, TTL, owner, tool, arguments, result or error, waiters.
+    /// Hash of a task: status, timestamps, TTL, owner, tool, arguments, result or error, waiters,
+    /// and its nodes as fields `<nodeId>:<field>` (task fields never contain a `:`, node ids never
+    /// do). One key per task: a transition reads and writes the task and its node in one command
+    /// each, and a settled task's keys expire with one command.
     pub fn task(self, task_id: &str) -> String {
         format!("{}:t:{task_id}", self.tag())
     }
 
-    /// Hash of a task's nodes, with fields `<nodeId>:<field>`.
+    /// Where a task's nodes live: its own hash. Scripts take it as a key of its own, so that
+    /// the scripts say which fields are the task's and which the nodes'.
     pub fn nodes(self, task_id: &str) -> String {
-        format!("{}:n:{task_id}", self.tag())
+        self.task(task_id)
     }
 
     /// The stream of runnable nodes of one queue in this shard (consumer group [`WORK_GROUP`]).
@@ -161,6 +165,7 @@ mod tests {
     fn key_names_are_stable() {
         // Gateways and workers of different builds meet in Redis: renaming a key is a migration.
         assert_eq!(Shard(0).task("x"), "cv:{cv.0}:t:x");
+        assert_eq!(Shard(0).nodes("x"), Shard(0).task("x"), "a task's nodes live in its hash");
         assert_eq!(Shard(12).queue("research"), "cv:{cv.12}:q:research");
     }
 

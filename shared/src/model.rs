@@ -116,7 +116,39 @@ pub struct TaskRecord {
     pub output_node: Option<String>,
 }
 
+/// The fields of a task hash that make a [`TaskRecord`] (the hash also holds its nodes).
+pub const TASK_FIELDS: [&str; 18] = [
+    "status",
+    "statusMessage",
+    "createdAt",
+    "updatedAt",
+    "ttlMs",
+    "pollMs",
+    "owner",
+    "tool",
+    "arguments",
+    "wire",
+    "progressToken",
+    "traceparent",
+    "progress",
+    "total",
+    "result",
+    "error",
+    "inputRequests",
+    "outputNode",
+];
+
 impl TaskRecord {
+    /// Parses the values of [`TASK_FIELDS`], in that order; `None` when there is no such task.
+    pub fn from_fields(task_id: &str, values: Vec<Option<String>>) -> Result<Option<Self>, String> {
+        let hash: HashMap<String, String> = TASK_FIELDS
+            .iter()
+            .zip(values)
+            .filter_map(|(field, value)| Some(((*field).to_owned(), value?)))
+            .collect();
+        Self::from_hash(task_id, hash)
+    }
+
     /// Parses the fields of a task hash; `None` when the hash is empty (no such task).
     pub fn from_hash(task_id: &str, mut hash: HashMap<String, String>) -> Result<Option<Self>, String> {
         if hash.is_empty() {

@@ -465,6 +465,43 @@ impl Conveyor {
     }
 }
 
+/// Processes started with settings given by environment (`CONVEYOR_*`), as operators set them.
+impl Conveyor {
+    /// `conveyor <command>` (`gateway`, `worker` or `up`) with the given extra arguments and
+    /// environment variables; `gateway` and `up` listen on a free port and are waited for, as
+    /// [`Conveyor::gateway`] is.
+    pub fn with_env(
+        command: &str,
+        redis_url: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
+        let serving = command != "worker";
+        let listen = format!("127.0.0.1:{}", free_port());
+        let mut all: Vec<&str> = if serving { vec!["--listen", listen.as_str()] } else { Vec::new() };
+        all.extend_from_slice(args);
+        let log = scratch_dir(command).join("conveyor.log");
+        let file = std::fs::File::create(&log)?;
+        let child = Command::new(conveyor_bin())
+            .arg(command)
+            .args(&all)
+            .env("REDIS_URL", redis_url)
+            .env("CONVEYOR_LOG", "info,conveyor_worker=debug")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .spawn()
+            .context("cannot start conveyor")?;
+        let base = if serving { format!("http://{listen}") } else { String::new() };
+        let mut conveyor = Self { child: Some(child), base, log };
+        if serving {
+            conveyor.wait_healthy()?;
+        }
+        Ok(conveyor)
+    }
+}
+
 impl Drop for Conveyor {
     fn drop(&mut self) {
         self.kill();

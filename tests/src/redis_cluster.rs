@@ -494,6 +494,68 @@ impl RedisCluster {
     }
 }
 
+/// Replication lag on demand, so that a test can kill a primary that acknowledged writes its
+/// replica never got (what asynchronous replication loses in a failover).
+impl RedisCluster {
+    /// The running replicas of a primary, as one running node's `CLUSTER NODES` says.
+    pub fn replicas_of(&self, primary: u16) -> anyhow::Result<Vec<u16>> {
+        let live = self.live_ports();
+        let (seen_by, view) = self.any_view()?;
+        let id = view
+            .iter()
+            .find(|n| n.port == primary)
+            .map(|n| n.id.clone())
+            .with_context(|| format!("node {seen_by} does not know node {primary}"))?;
+        let mut ports: Vec<u16> = view
+            .iter()
+            .filter(|n| n.is_replica() && n.master_id.as_ref() == Some(&id) && live.contains(&n.port))
+            .map(|n| n.port)
+            .collect();
+        ports.sort_unstable();
+        Ok(ports)
+    }
+
+    /// Stops a running node's process (SIGSTOP) until [`Self::resume`]: it answers nothing, and as
+    /// a replica it neither reads its primary's stream nor connects again. Other calls of this
+    /// harness that ask that node wait for their timeouts meanwhile.
+    pub fn pause(&self, port: u16) -> anyhow::Result<()> {
+        self.signal(port, "STOP")
+    }
+
+    /// Lets a node stopped by [`Self::pause`] run on (SIGCONT).
+    pub fn resume(&self, port: u16) -> anyhow::Result<()> {
+        self.signal(port, "CONT")
+    }
+
+    fn signal(&self, port: u16, signal: &str) -> anyhow::Result<()> {
+        let pid = self
+            .node(port)?
+            .child
+            .as_ref()
+            .map(Child::id)
+            .with_context(|| format!("node {port} is not running"))?;
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .context("kill must be on PATH")?;
+        anyhow::ensure!(status.success(), "kill -{signal} {pid} (node {port}) failed: {status}");
+        Ok(())
+    }
+
+    /// Closes a primary's connections to its replicas (`CLIENT KILL TYPE replica`); returns how
+    /// many it closed. A replica connects again by itself within about a second, unless paused.
+    pub fn cut_replication(&self, primary: u16) -> anyhow::Result<u64> {
+        let mut conn = connect(primary)?;
+        redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("replica")
+            .query(&mut conn)
+            .with_context(|| format!("CLIENT KILL TYPE replica on node {primary}"))
+    }
+}
+
 impl Drop for RedisCluster {
     fn drop(&mut self) {
         for node in &mut self.nodes {

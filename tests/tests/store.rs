@@ -59,7 +59,7 @@ fn new_task(shard: Shard) -> NewTask {
         created_at_ms: now_ms(),
         graph: None,
         idempotency_key: None,
-        queues: HashMap::new(),
+        queues: Default::default(),
         waiter: None,
         index_retention_ms: 60_000,
     }

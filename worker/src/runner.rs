@@ -240,10 +240,11 @@ pub async fn run(
     tracing::info!(worker = %name, running = jobs.len(), "worker stopping: no new work is read");
     if tokio::time::timeout(worker.options.shutdown_grace, jobs.wait()).await.is_err() {
         tracing::warn!(worker = %name, "grace period over: stopping running nodes and handing them back");
-        worker.stop_running.cancel();
+        // Each run learns why before its token fires, so that it hands its node back.
         for run in worker.running.lock().values() {
             run.stop(StopReason::Shutdown);
         }
+        worker.stop_running.cancel();
         jobs.wait().await;
     }
     for task in background {
@@ -305,7 +306,16 @@ async fn heartbeat(worker: Worker, shutdown: CancellationToken) {
     }
 }
 
+/// How long an entry read beyond this worker's free slots may wait in its buffer for a slot
+/// before it goes back to its queue for another worker.
+const PREFETCH_FOR: Duration = Duration::from_millis(250);
+
 /// One reader: takes free slots, reads a batch for them, starts it, runs what started.
+///
+/// One `XREADGROUP` returns up to COUNT entries *per stream*, so a read across shards and queues
+/// may bring more entries than free slots. Those wait in a small buffer and start as slots free
+/// up; one that waits longer than [`PREFETCH_FOR`] (a worker busy with long nodes) goes back to
+/// its queue, so that an idle worker takes it.
 async fn read_loop(
     worker: Worker,
     mut reader: WorkReader,
@@ -314,43 +324,102 @@ async fn read_loop(
     shutdown: CancellationToken,
 ) {
     let mut backoff = Backoff::default();
+    let mut buffer: std::collections::VecDeque<(WorkItem, tokio::time::Instant)> = Default::default();
     loop {
         let first = tokio::select! {
-            permit = semaphore.clone().acquire_owned() => match permit {
+            permit = semaphore.clone().acquire_owned() => Some(match permit {
                 Ok(p) => p,
                 Err(_) => return,
-            },
-            () = shutdown.cancelled() => return,
+            }),
+            () = shutdown.cancelled() => None,
+            // Buffered entries must not outwait their time while every slot is busy.
+            () = tokio::time::sleep(PREFETCH_FOR), if !buffer.is_empty() => {
+                hand_back_stale(&worker, &mut buffer).await;
+                continue;
+            }
+        };
+        let Some(first) = first else {
+            let rest: Vec<WorkItem> = buffer.drain(..).map(|(item, _)| item).collect();
+            hand_back(&worker, rest).await;
+            return;
         };
         let mut permits = vec![first];
         while let Ok(p) = semaphore.clone().try_acquire_owned() {
             permits.push(p);
         }
-        let read =
-            reader.read(&worker.store, &worker.options.name, permits.len(), worker.options.block).await;
-        let items = match read {
-            Ok(items) => {
-                backoff.reset();
-                items
-            }
-            Err(e) => {
-                if e.to_string().contains("NOGROUP") {
-                    // Redis lost its data (restarted without persistence): set the groups up again.
-                    let _ = worker.store.ensure_groups(&worker.queues).await;
-                } else {
-                    tracing::warn!(error = %e, "reading work failed; reconnecting");
-                    backoff.wait(&shutdown).await;
+        hand_back_stale(&worker, &mut buffer).await;
+        let items: Vec<WorkItem> = if buffer.is_empty() {
+            let read =
+                reader.read(&worker.store, &worker.options.name, permits.len(), worker.options.block).await;
+            match read {
+                Ok(items) => {
+                    backoff.reset();
+                    items
                 }
-                continue;
+                Err(e) => {
+                    if e.to_string().contains("NOGROUP") {
+                        // Redis lost its data (restarted without persistence): set the groups up again.
+                        let _ = worker.store.ensure_groups(&worker.queues).await;
+                    } else {
+                        tracing::warn!(error = %e, "reading work failed; reconnecting");
+                        backoff.wait(&shutdown).await;
+                    }
+                    continue;
+                }
             }
+        } else {
+            let take = permits.len().min(buffer.len());
+            buffer.drain(..take).map(|(item, _)| item).collect()
         };
         // After shutdown nothing read is run: it goes back to its queue.
         if shutdown.is_cancelled() {
-            permits.clear();
-        }
-        dispatch(&worker, items, permits, &jobs).await;
-        if shutdown.is_cancelled() {
+            let mut rest = items;
+            rest.extend(buffer.drain(..).map(|(item, _)| item));
+            hand_back(&worker, rest).await;
             return;
+        }
+        // Nodes beyond the free slots wait in the buffer; finalize and empty entries need none.
+        let mut now_items = Vec::with_capacity(items.len());
+        let mut nodes = 0;
+        let read_at = tokio::time::Instant::now();
+        for item in items {
+            let needs_slot = !item.task_id.is_empty() && item.node_id != keys::FINALIZE_NODE;
+            if needs_slot && nodes >= permits.len() {
+                buffer.push_back((item, read_at));
+            } else {
+                nodes += usize::from(needs_slot);
+                now_items.push(item);
+            }
+        }
+        dispatch(&worker, now_items, permits, &jobs).await;
+    }
+}
+
+/// Hands back the buffered entries that waited longer than [`PREFETCH_FOR`].
+async fn hand_back_stale(
+    worker: &Worker,
+    buffer: &mut std::collections::VecDeque<(WorkItem, tokio::time::Instant)>,
+) {
+    let mut stale = Vec::new();
+    while buffer.front().is_some_and(|(_, at)| at.elapsed() >= PREFETCH_FOR) {
+        if let Some((item, _)) = buffer.pop_front() {
+            stale.push(item);
+        }
+    }
+    hand_back(worker, stale).await;
+}
+
+/// Puts entries this worker read but will not run back on their queues (one script per shard).
+async fn hand_back(worker: &Worker, items: Vec<WorkItem>) {
+    let mut by_shard: HashMap<Shard, Vec<WorkItem>> = HashMap::new();
+    // Only node entries go back; a finalize entry left pending is taken over after its lease.
+    for item in items.into_iter().filter(|i| !i.task_id.is_empty() && i.node_id != keys::FINALIZE_NODE) {
+        by_shard.entry(item.shard).or_default().push(item);
+    }
+    for (shard, items) in by_shard {
+        if let Err(e) = worker.store.start_batch(shard, &items, 0, &worker.options.name).await {
+            // They stay pending with this worker, unrenewed: maintenance queues them again later.
+            tracing::warn!(entries = items.len(), error = %e, "could not hand entries back");
         }
     }
 }
@@ -499,9 +568,10 @@ async fn recheck_running(worker: &Worker) {
 /// How long the maintenance holder of a shard waits at most between two looks.
 const MAINTAIN_EVERY: Duration = Duration::from_millis(500);
 /// How often a worker that does not hold a shard's maintenance lease tries to take it.
-const MAINTAIN_TRY_EVERY: Duration = Duration::from_secs(5);
-/// How long a shard's maintenance lease lasts without renewal.
-const MAINTENANCE_LEASE: Duration = Duration::from_secs(10);
+const MAINTAIN_TRY_EVERY: Duration = Duration::from_secs(2);
+/// How long a shard's maintenance lease lasts without renewal: when its holder dies, another
+/// worker takes the shard's maintenance over within this plus [`MAINTAIN_TRY_EVERY`].
+const MAINTENANCE_LEASE: Duration = Duration::from_secs(3);
 /// Most due items handled per shard per look.
 const MAINTAIN_BATCH: usize = 256;
 
@@ -694,6 +764,10 @@ impl NodeJob {
             }
         };
         self.worker.running.lock().remove(&attempt.entry_id);
+        if self.worker.stop_running.is_cancelled() {
+            let _ =
+                reason.compare_exchange(0, StopReason::Shutdown as u8, Ordering::SeqCst, Ordering::SeqCst);
+        }
         match reason_of(&reason) {
             StopReason::Lost => {
                 // Another worker runs the node now; this attempt's completion would be refused.

@@ -113,7 +113,8 @@ pub(super) async fn tools_call(state: Arc<AppState>, ctx: RequestCtx) -> Result<
         None => state.store.pick_shard(),
     };
     let task_id = new_task_id(shard);
-    let idle = idle_tools(&tool, graph.as_ref(), &state.catalog.known().await?);
+    let catalog = state.catalog.snapshot().await?;
+    let idle = idle_tools(&tool, graph.as_ref(), &catalog.tools);
     let status_message = if idle.is_empty() {
         format!("Queued: {name}")
     } else {
@@ -142,7 +143,7 @@ pub(super) async fn tools_call(state: Arc<AppState>, ctx: RequestCtx) -> Result<
         created_at_ms: now_ms(),
         graph,
         idempotency_key,
-        queues: state.catalog.queues(),
+        queues: catalog.queues.clone(),
         waiter: inbox,
         index_retention_ms: state.config.task_ttl_max_ms + OWNER_INDEX_SLACK_MS,
     };
@@ -253,7 +254,7 @@ fn sync_outcome(task: &TaskRecord) -> Result<Value, RpcFailure> {
 fn idle_tools(
     tool: &crate::catalog::CatalogTool,
     graph: Option<&DagSpec>,
-    catalog: &[crate::catalog::CatalogTool],
+    catalog: &[std::sync::Arc<crate::catalog::CatalogTool>],
 ) -> Vec<String> {
     match graph {
         None if tool.live => Vec::new(),

@@ -16,10 +16,10 @@ pub(super) async fn tools_list(state: &AppState, wire: Wire) -> Result<Value, Rp
         .await?
         .into_iter()
         .map(|t| match wire {
-            Wire::V2025 => t.definition,
+            Wire::V2025 => t.definition.clone(),
             // 2026-07-28 tools carry no `execution`: the server decides per call.
             Wire::V2026 => {
-                let mut d = t.definition;
+                let mut d = t.definition.clone();
                 if let Some(o) = d.as_object_mut() {
                     o.remove("execution");
                 }

@@ -19,7 +19,8 @@
 local r = cjson.decode(ARGV[1])
 local keys = {task = KEYS[1], nodes = KEYS[2], load = KEYS[3], expiring = KEYS[5]}
 local node = r.node
-local n = node_state(KEYS[2], node)
+local n = node_state(KEYS[2], node, {'status', 'kind', 'wire', 'ttlMs', 'nodeCount', 'owner', 'createdAt',
+  'traceparent', 'waiters'})
 if n.status ~= 'running' or n.attempt ~= r.attempt then
   return cjson.encode({outcome = 'stale'})
 end
@@ -28,11 +29,10 @@ local function stream(q)
 end
 ack(stream(n.q), n.entry)
 local now = r.now
-local t = redis.call('HMGET', KEYS[1], 'status', 'kind', 'wire', 'ttlMs', 'nodeCount', 'owner',
-  'createdAt', 'traceparent')
-local task = {owner = t[6] or '', createdAt = t[7], ttlMs = t[4]}
-local live = is_live(t[1])
-local dag = t[2] == 'dag'
+local t = n.task
+local task = {owner = t.owner or '', createdAt = t.createdAt, ttlMs = t.ttlMs, waiters = t.waiters}
+local live = is_live(t.status)
+local dag = t.kind == 'dag'
 local payload = r.payload
 -- In a DAG a tool error is a failed node; a single call reports it as its result.
 local failed = r.outcome == 'failed' or (dag and r.outcome == 'completed' and r.isError)
@@ -55,17 +55,22 @@ if r.outcome == 'cancelled' then
 elseif failed then
   node_status = 'failed'
 end
-redis.call('HSET', KEYS[2], nf(node, 'status'), node_status, nf(node, 'finishedAt'), now)
+-- The node's fields, written with the task's when the task settles now (one command).
+local node_fields = {nf(node, 'status'), node_status, nf(node, 'finishedAt'), now}
 local dead_letter = ''
 if failed then
-  redis.call('HSET', KEYS[2], nf(node, 'error'), payload)
-  local args = redis.call('HGET', KEYS[2], nf(node, 'args'))
+  node_fields[#node_fields + 1] = nf(node, 'error')
+  node_fields[#node_fields + 1] = payload
   dead_letter = redis.call('XADD', KEYS[6], 'MAXLEN', '~', 100000, '*',
-    'task', r.task, 'node', node, 'tool', n.tool, 'arguments', args or '{}',
+    'task', r.task, 'node', node, 'tool', n.tool, 'arguments', n.args or '{}',
     'owner', task.owner, 'attempts', r.attempt, 'error', payload, 'at', now)
 end
 if dag and (node_status == 'completed' or (failed and n.onFailure == 'continue')) then
-  redis.call('HSET', KEYS[2], nf(node, 'output'), payload)
+  node_fields[#node_fields + 1] = nf(node, 'output')
+  node_fields[#node_fields + 1] = payload
+end
+if not live or dag then
+  redis.call('HSET', KEYS[2], unpack(node_fields))
 end
 if not live then
   return cjson.encode({outcome = 'dropped'})
@@ -73,7 +78,7 @@ end
 
 if not dag then
   local status = r.outcome
-  if r.outcome == 'completed' and r.isError and t[3] == '2025-11-25' then
+  if r.outcome == 'completed' and r.isError and t.wire == '2025-11-25' then
     -- That revision's rule: a tool error fails the task (its result is still kept).
     status = 'failed'
   end
@@ -87,7 +92,7 @@ if not dag then
   if dead_letter ~= '' then
     message = message .. ' (dead letter ' .. dead_letter .. ')'
   end
-  settle(keys, r.task, task, status, field, payload, message, now, r.inlineMax)
+  settle(keys, r.task, task, status, field, payload, message, now, r.inlineMax, node_fields)
   return cjson.encode({outcome = 'settled'})
 end
 
@@ -133,7 +138,7 @@ else
     if left == 0 then
       local fields = redis.call('HMGET', KEYS[2], nf(d, 'status'), nf(d, 'tool'), nf(d, 'q'))
       if fields[1] == 'pending' then
-        enqueue(KEYS[2], stream(tonumber(fields[3] or '1')), KEYS[3], r.task, d, fields[2] or '', t[8])
+        enqueue(KEYS[2], stream(tonumber(fields[3] or '1')), KEYS[3], r.task, d, fields[2] or '', t.traceparent)
         released = released + 1
       end
     end
@@ -141,13 +146,13 @@ else
 end
 
 local total = redis.call('HGET', KEYS[1], 'weightTotal')
-local message = settled .. ' of ' .. t[5] .. ' nodes settled'
+local message = settled .. ' of ' .. t.nodeCount .. ' nodes settled'
 redis.call('HSET', KEYS[1], 'progress', weight_settled, 'total', total, 'updatedAt', now, 'statusMessage', message)
 notify(KEYS[1], cjson.encode({task = r.task, type = 'progress', progress = tonumber(weight_settled),
-  total = tonumber(total), message = message}))
-if settled >= tonumber(t[5]) then
+  total = tonumber(total), message = message}), t.waiters)
+if settled >= tonumber(t.nodeCount) then
   -- The built-in queue is always the task's first queue.
-  redis.call('XADD', stream(1), '*', 'task', r.task, 'node', '$finalize', 'trace', t[8] or '')
+  redis.call('XADD', stream(1), '*', 'task', r.task, 'node', '$finalize', 'trace', t.traceparent or '')
   return cjson.encode({outcome = 'finalize'})
 end
 return cjson.encode({outcome = 'released', count = released})

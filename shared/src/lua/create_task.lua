@@ -73,15 +73,21 @@ local waiters = '[]'
 if r.waiter ~= '' then
   waiters = cjson.encode({r.waiter})
 end
-redis.call('HSET', KEYS[1],
+local task_fields = {
   'status', 'working', 'statusMessage', r.message, 'createdAt', r.now, 'updatedAt', r.now,
   'ttlMs', r.ttl, 'pollMs', r.poll, 'owner', r.owner, 'tool', r.tool, 'arguments', r.args,
   'wire', r.wire, 'progressToken', r.token, 'traceparent', r.trace, 'mode', r.mode, 'kind', r.kind,
   'outputNode', r.output, 'nodeCount', #r.nodes, 'nodesSettled', 0, 'weightTotal', weight_total,
-  'weightSettled', 0, 'queues', cjson.encode(r.queues), 'waiters', waiters)
+  'weightSettled', 0, 'queues', cjson.encode(r.queues), 'waiters', waiters}
 redis.call('HINCRBY', KEYS[3], 'live:' .. r.owner, 1)
-for _, n in ipairs(r.nodes) do
-  write_node(keys, streams, r.id, n, r.trace)
+if #r.nodes == 1 then
+  -- A single call: the task and its node in one write.
+  write_node(keys, streams, r.id, r.nodes[1], r.trace, task_fields)
+else
+  redis.call('HSET', KEYS[1], unpack(task_fields))
+  for _, n in ipairs(r.nodes) do
+    write_node(keys, streams, r.id, n, r.trace)
+  end
 end
 redis.call('ZADD', KEYS[4], r.now + r.ttl, r.id)
 if r.index then

@@ -59,8 +59,11 @@ local function drop_queued(nodes, load, status)
 end
 
 -- Sends an event to every process waiting on the task (their inbox channels, stored by them).
-local function notify(task, message)
-  local waiters = redis.call('HGET', task, 'waiters')
+-- `waiters` is the task's `waiters` field when the caller has already read it.
+local function notify(task, message, waiters)
+  if waiters == nil then
+    waiters = redis.call('HGET', task, 'waiters')
+  end
   if waiters and waiters ~= '' and waiters ~= '[]' then
     for _, channel in ipairs(cjson.decode(waiters)) do
       redis.call('SPUBLISH', channel, message)
@@ -81,39 +84,72 @@ end
 
 -- A live task ends: its status never changes again, it leaves its owner's live count and the
 -- expiry index, its keys expire when its TTL (counted from creation) runs out, and its waiters
--- hear of it. `t` holds the task's owner, createdAt and ttlMs.
-local function settle(keys, task_id, t, status, field, value, message, now, inline_max)
+-- hear of it. `t` holds the task's owner, createdAt, ttlMs and (when read) waiters; `extra` are
+-- more fields to write to the task's hash in the same command (the settling node's).
+local function settle(keys, task_id, t, status, field, value, message, now, inline_max, extra)
+  local fields = extra or {}
+  fields[#fields + 1] = 'status'
+  fields[#fields + 1] = status
+  fields[#fields + 1] = 'statusMessage'
+  fields[#fields + 1] = message
+  fields[#fields + 1] = 'updatedAt'
+  fields[#fields + 1] = now
   if field then
-    redis.call('HSET', keys.task, 'status', status, field, value, 'statusMessage', message, 'updatedAt', now)
-  else
-    redis.call('HSET', keys.task, 'status', status, 'statusMessage', message, 'updatedAt', now)
+    fields[#fields + 1] = field
+    fields[#fields + 1] = value
   end
+  redis.call('HSET', keys.task, unpack(fields))
   redis.call('HINCRBY', keys.load, 'live:' .. t.owner, -1)
   redis.call('ZREM', keys.expiring, task_id)
   local expires = tonumber(t.createdAt) + tonumber(t.ttlMs)
   redis.call('PEXPIREAT', keys.task, expires)
-  redis.call('PEXPIREAT', keys.nodes, expires)
-  notify(keys.task, status_event(task_id, status, message, field, value, inline_max))
+  if keys.nodes and keys.nodes ~= keys.task then
+    redis.call('PEXPIREAT', keys.nodes, expires)
+  end
+  notify(keys.task, status_event(task_id, status, message, field, value, inline_max), t.waiters)
 end
 
--- The stored record of a node, with the defaults a single tool call leaves out.
-local function node_state(nodes, node)
-  local v = redis.call('HMGET', nodes,
-    nf(node, 'status'), nf(node, 'attempt'), nf(node, 'tool'), nf(node, 'entry'), nf(node, 'q'),
+-- The stored record of a node, with the defaults a single tool call leaves out, and the named
+-- fields of its task (a task's nodes live in its hash, so one HMGET reads both): `n.task[name]`.
+local function node_state(nodes, node, task_fields)
+  local fields = {nf(node, 'status'), nf(node, 'attempt'), nf(node, 'tool'), nf(node, 'entry'), nf(node, 'q'),
     nf(node, 'retries'), nf(node, 'backoffMs'), nf(node, 'onFailure'), nf(node, 'weight'),
-    nf(node, 'dependents'), nf(node, 'losses'))
+    nf(node, 'dependents'), nf(node, 'losses'), nf(node, 'args'), nf(node, 'timeoutMs')}
+  for _, name in ipairs(task_fields or {}) do
+    fields[#fields + 1] = name
+  end
+  local v = redis.call('HMGET', nodes, unpack(fields))
+  local task = {}
+  for i, name in ipairs(task_fields or {}) do
+    task[name] = v[13 + i]
+  end
   return {
     status = v[1], attempt = tonumber(v[2] or '0'), tool = v[3] or '', entry = v[4] or '',
     q = tonumber(v[5] or '1'), retries = tonumber(v[6] or '0'), backoffMs = tonumber(v[7] or '200'),
     onFailure = v[8] or 'fail', weight = v[9] or '1', dependents = v[10], losses = tonumber(v[11] or '0'),
+    args = v[12], timeoutMs = tonumber(v[13] or '0'), task = task,
   }
 end
 
 -- Writes a new node (of a created task or a planned graph); a node without dependencies joins
--- its queue at once. Fields at their defaults are left out.
-local function write_node(keys, streams, task_id, n, trace)
-  local fields = {nf(n.id, 'status'), 'pending', nf(n.id, 'attempt'), 0, nf(n.id, 'tool'), n.tool,
+-- its queue at once. Fields at their defaults are left out. `fields` may already hold fields of
+-- the task's hash to write in the same command.
+local function write_node(keys, streams, task_id, n, trace, fields)
+  fields = fields or {}
+  local status = 'pending'
+  if n.deps == 0 then
+    status = 'queued'
+    local entry = redis.call('XADD', streams[n.q], '*', 'task', task_id, 'node', n.id, 'trace', trace or '')
+    fields[#fields + 1] = nf(n.id, 'entry')
+    fields[#fields + 1] = entry
+    redis.call('HINCRBY', keys.load, 'queued', 1)
+    redis.call('HINCRBY', keys.load, 'queued:' .. n.tool, 1)
+  end
+  local more = {nf(n.id, 'status'), status, nf(n.id, 'attempt'), 0, nf(n.id, 'tool'), n.tool,
     nf(n.id, 'args'), n.args, nf(n.id, 'q'), n.q}
+  for _, v in ipairs(more) do
+    fields[#fields + 1] = v
+  end
   local function put(field, value, default)
     if value ~= nil and value ~= default then
       fields[#fields + 1] = nf(n.id, field)
@@ -130,7 +166,4 @@ local function write_node(keys, streams, task_id, n, trace)
   put('onFailure', n.onFailure, 'fail')
   put('weight', n.weight, '1')
   redis.call('HSET', keys.nodes, unpack(fields))
-  if n.deps == 0 then
-    enqueue(keys.nodes, streams[n.q], keys.load, task_id, n.id, n.tool, trace)
-  end
 end

@@ -17,17 +17,18 @@ local results = {}
 for i, item in ipairs(r.items) do
   local task, nodes, stream = KEYS[3 * i - 1], KEYS[3 * i], KEYS[3 * i + 1]
   local node = item.node
-  local n = node_state(nodes, node)
-  local t = redis.call('HMGET', task, 'status', 'kind', 'progressToken', 'nodesSettled', 'nodeCount',
-    'queues', 'createdAt', 'ttlMs')
+  local n = node_state(nodes, node, {'status', 'kind', 'progressToken', 'nodesSettled', 'nodeCount',
+    'queues', 'createdAt', 'ttlMs'})
+  local t = n.task
   local result
+  local function run(attempt)
+    return {outcome = 'run', attempt = attempt, tool = n.tool, args = n.args or '{}', token = t.progressToken or '',
+      timeoutMs = n.timeoutMs, losses = n.losses, queues = cjson.decode(t.queues or '[]'), kind = t.kind or 'single'}
+  end
   if n.status == 'running' and n.entry == item.entry then
     -- This worker already started it (its reply was lost and the batch was sent again).
-    local more = redis.call('HMGET', nodes, nf(node, 'args'), nf(node, 'timeoutMs'))
-    result = {outcome = 'run', attempt = n.attempt, tool = n.tool, args = more[1] or '{}',
-      token = t[3] or '', timeoutMs = tonumber(more[2] or '0'), losses = n.losses,
-      queues = cjson.decode(t[6] or '[]'), kind = t[2] or 'single'}
-  elseif not t[1] then
+    result = run(n.attempt)
+  elseif not t.status then
     ack(stream, item.entry)
     result = {outcome = 'skip', reason = 'task no longer exists'}
   elseif n.status ~= 'queued' or n.entry ~= item.entry then
@@ -38,28 +39,27 @@ for i, item in ipairs(r.items) do
     local entry = redis.call('XADD', stream, '*', 'task', item.task, 'node', node, 'trace', item.trace or '')
     redis.call('HSET', nodes, nf(node, 'entry'), entry)
     result = {outcome = 'handedBack'}
-  elseif not is_live(t[1]) then
+  elseif not is_live(t.status) then
     dequeued(load, n.tool)
     redis.call('HSET', nodes, nf(node, 'status'), 'dropped')
     ack(stream, item.entry)
-    result = {outcome = 'skip', reason = 'task is ' .. t[1]}
-  elseif tonumber(t[7]) + tonumber(t[8]) <= r.now then
+    result = {outcome = 'skip', reason = 'task is ' .. t.status}
+  elseif tonumber(t.createdAt) + tonumber(t.ttlMs) <= r.now then
     -- Past its TTL: the shard's maintenance expires the task and frees its load.
     ack(stream, item.entry)
     result = {outcome = 'skip', reason = 'task expired'}
   else
     dequeued(load, n.tool)
     local attempt = n.attempt + 1
-    redis.call('HSET', nodes, nf(node, 'status'), 'running', nf(node, 'attempt'), attempt,
-      nf(node, 'startedAt'), r.now, nf(node, 'worker'), r.worker)
-    if t[2] == 'dag' then
-      redis.call('HSET', task, 'updatedAt', r.now, 'statusMessage',
-        'Running ' .. node .. ' (' .. t[4] .. ' of ' .. t[5] .. ' nodes settled)')
+    if t.kind == 'dag' then
+      redis.call('HSET', nodes, nf(node, 'status'), 'running', nf(node, 'attempt'), attempt,
+        nf(node, 'startedAt'), r.now, nf(node, 'worker'), r.worker, 'updatedAt', r.now, 'statusMessage',
+        'Running ' .. node .. ' (' .. t.nodesSettled .. ' of ' .. t.nodeCount .. ' nodes settled)')
+    else
+      redis.call('HSET', nodes, nf(node, 'status'), 'running', nf(node, 'attempt'), attempt,
+        nf(node, 'startedAt'), r.now, nf(node, 'worker'), r.worker)
     end
-    local more = redis.call('HMGET', nodes, nf(node, 'args'), nf(node, 'timeoutMs'))
-    result = {outcome = 'run', attempt = attempt, tool = n.tool, args = more[1] or '{}',
-      token = t[3] or '', timeoutMs = tonumber(more[2] or '0'), losses = n.losses,
-      queues = cjson.decode(t[6] or '[]'), kind = t[2] or 'single'}
+    result = run(attempt)
   end
   results[i] = result
 end

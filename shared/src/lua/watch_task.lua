@@ -3,18 +3,24 @@
 -- so that no event can fall between the read and the wait.
 --
 -- KEYS[1] task hash
--- ARGV[1] the waiter's inbox channel
--- Returns the task hash as a flat list of fields and values (empty when there is no such task).
-local t = redis.call('HGETALL', KEYS[1])
-if #t == 0 then
-  return t
+-- ARGV[1] the waiter's inbox channel   ARGV[2 ..] the task fields to read
+-- Returns the values of those fields (all nil when there is no such task).
+local fields = {}
+for i = 2, #ARGV do
+  fields[#fields + 1] = ARGV[i]
 end
-local waiters = cjson.decode(redis.call('HGET', KEYS[1], 'waiters') or '[]')
+local values = redis.call('HMGET', KEYS[1], 'waiters', unpack(fields))
+if not values[1] and redis.call('EXISTS', KEYS[1]) == 0 then
+  return {}
+end
+local waiters = cjson.decode(values[1] or '[]')
+local known = false
 for _, w in ipairs(waiters) do
-  if w == ARGV[1] then
-    return t
-  end
+  known = known or w == ARGV[1]
 end
-waiters[#waiters + 1] = ARGV[1]
-redis.call('HSET', KEYS[1], 'waiters', cjson.encode(waiters))
-return t
+if not known then
+  waiters[#waiters + 1] = ARGV[1]
+  redis.call('HSET', KEYS[1], 'waiters', cjson.encode(waiters))
+end
+table.remove(values, 1)
+return values

@@ -117,7 +117,7 @@ impl Store {
             created_at_ms: now_ms(),
             graph: None,
             idempotency_key: None,
-            queues: self.tool_queues().await?,
+            queues: std::sync::Arc::new(self.tool_queues().await?),
             waiter: None,
             index_retention_ms: ttl_ms.saturating_mul(2),
         };

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use super::Store;
 use crate::error::StoreError;
 use crate::keys::Shard;
-use crate::model::TaskRecord;
+use crate::model::{TASK_FIELDS, TaskRecord};
 
 /// A page of tasks and the cursor of the next one.
 #[derive(Debug, Clone)]
@@ -53,13 +53,13 @@ impl Store {
         for (shard, ids) in by_shard {
             let mut pipe = redis::pipe();
             for id in &ids {
-                pipe.hgetall(shard.task(id));
+                pipe.cmd("HMGET").arg(shard.task(id)).arg(&TASK_FIELDS[..]);
             }
-            let hashes: Vec<HashMap<String, String>> = self.pipeline(&pipe).await?;
+            let records: Vec<Vec<Option<String>>> = self.pipeline(&pipe).await?;
             let mut gone = Vec::new();
-            for (id, hash) in ids.into_iter().zip(hashes) {
+            for (id, values) in ids.into_iter().zip(records) {
                 // One unreadable record breaks only itself: it is left out of the page.
-                match Self::readable(&id, hash) {
+                match Self::readable(&id, values) {
                     Some(task) if task.owner == owner => {
                         found.insert(id, task);
                     }
@@ -75,10 +75,9 @@ impl Store {
         Ok(Ok(TaskPage { tasks, next_cursor }))
     }
 
-    fn readable(id: &str, hash: HashMap<String, String>) -> Option<TaskRecord> {
-        let now = crate::model::now_ms();
-        match TaskRecord::from_hash(id, hash) {
-            Ok(task) => task.filter(|t| t.created_at_ms.saturating_add(t.ttl_ms) > now),
+    fn readable(id: &str, values: Vec<Option<String>>) -> Option<TaskRecord> {
+        match Self::live_record(id, values) {
+            Ok(task) => task,
             Err(e) => {
                 tracing::warn!(task = %id, error = %e, "leaving an unreadable task out of a listing");
                 None

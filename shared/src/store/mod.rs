@@ -196,7 +196,15 @@ impl Store {
         F: Fn(Conn) -> Fut,
         Fut: Future<Output = Result<T, redis::RedisError>>,
     {
-        let timeout = self.inner.options.timeout;
+        self.run_within(self.inner.options.timeout, op).await
+    }
+
+    /// [`Store::run`] with a round trip allowed `timeout` (longer for one that waits for replicas).
+    async fn run_within<T, F, Fut>(&self, timeout: Duration, op: F) -> Result<T, StoreError>
+    where
+        F: Fn(Conn) -> Fut,
+        Fut: Future<Output = Result<T, redis::RedisError>>,
+    {
         let give_up = tokio::time::Instant::now() + self.inner.options.outage_wait;
         let mut delay = Duration::from_millis(25);
         loop {
@@ -270,7 +278,7 @@ impl Store {
         pipe.cmd("EVALSHA").arg(script.get_hash()).arg(keys.len()).arg(keys).arg(&record);
         pipe.cmd("WAIT").arg(replicas).arg(timeout.as_millis() as u64);
         let run = || async {
-            self.run(|mut c| {
+            self.run_within(self.inner.options.timeout + timeout, |mut c| {
                 let pipe = &pipe;
                 async move {
                     match pipe.query_async::<(String, u32)>(&mut c).await {

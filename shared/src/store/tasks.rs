@@ -10,7 +10,7 @@ use super::Store;
 use crate::dag::{self, DagSpec};
 use crate::error::StoreError;
 use crate::keys::{self, Shard};
-use crate::model::{NodeRecord, RpcError, TaskMode, TaskRecord, TaskStatus, now_ms};
+use crate::model::{NodeRecord, RpcError, TASK_FIELDS, TaskMode, TaskRecord, TaskStatus, now_ms};
 use crate::scripts;
 
 /// Everything a new task is created with.
@@ -34,7 +34,7 @@ pub struct NewTask {
     /// The client's idempotency key: a retried call with the same key returns the same task.
     pub idempotency_key: Option<String>,
     /// The queue of each tool the task calls; a tool missing here waits in a queue of its name.
-    pub queues: HashMap<String, String>,
+    pub queues: std::sync::Arc<HashMap<String, String>>,
     /// The inbox channel of the process that waits for the task's end (a synchronous call), so
     /// that it hears of progress and of the end without asking.
     pub waiter: Option<String>,
@@ -384,12 +384,17 @@ impl Store {
     pub async fn get_task(&self, task_id: &str) -> Result<Option<TaskRecord>, StoreError> {
         let Some(shard) = self.task_shard(task_id) else { return Ok(None) };
         let key = shard.task(task_id);
-        let hash: HashMap<String, String> = self.query(|| redis::Cmd::hgetall(&key)).await?;
-        Self::live_record(task_id, hash)
+        let values: Vec<Option<String>> =
+            self.query(|| redis::cmd("HMGET").arg(&key).arg(&TASK_FIELDS[..]).clone()).await?;
+        Self::live_record(task_id, values)
     }
 
-    fn live_record(task_id: &str, hash: HashMap<String, String>) -> Result<Option<TaskRecord>, StoreError> {
-        let task = TaskRecord::from_hash(task_id, hash).map_err(StoreError::Corrupt)?;
+    /// A task read as the values of [`TASK_FIELDS`], unless it is past its TTL.
+    pub(crate) fn live_record(
+        task_id: &str,
+        values: Vec<Option<String>>,
+    ) -> Result<Option<TaskRecord>, StoreError> {
+        let task = TaskRecord::from_fields(task_id, values).map_err(StoreError::Corrupt)?;
         Ok(task.filter(|t| t.created_at_ms.saturating_add(t.ttl_ms) > now_ms()))
     }
 
@@ -400,19 +405,17 @@ impl Store {
         let Some(shard) = self.task_shard(task_id) else { return Ok(None) };
         let key = shard.task(task_id);
         let inbox = inbox.to_owned();
-        let fields: Vec<String> = self
+        let values: Vec<Option<String>> = self
             .run(|mut c| {
                 let (key, inbox) = (key.clone(), inbox.clone());
                 async move {
                     let mut invocation = scripts::WATCH_TASK.prepare_invoke();
-                    invocation.key(key).arg(inbox);
+                    invocation.key(key).arg(inbox).arg(&TASK_FIELDS[..]);
                     invocation.invoke_async(&mut c).await
                 }
             })
             .await?;
-        let hash: HashMap<String, String> =
-            fields.chunks_exact(2).map(|kv| (kv[0].clone(), kv[1].clone())).collect();
-        Self::live_record(task_id, hash)
+        Self::live_record(task_id, values)
     }
 
     /// Reads a task's nodes, ordered by node id.

@@ -8,7 +8,8 @@
 //!    Redis commands per job over add + consume (`INFO cpu`, `INFO commandstats`; commands that
 //!    Lua scripts run count too).
 //! 2. **Conveyor sync over HTTP**: one `conveyor gateway` and `--workers` `conveyor worker
-//!    --fixtures --concurrency 64` processes (at the binary's own log level). A `tools/call` of
+//!    --fixtures --tools noop --concurrency 64` processes (a worker serving one queue, as BullMQ's
+//!    worker does) (at the binary's own log level). A `tools/call` of
 //!    the `noop` fixture as a synchronous 2026-07-28 call (no tasks extension: the gateway creates
 //!    a hidden task, a worker runs it, the gateway answers with the result), C in flight, N calls
 //!    after a warm-up: calls/s and p50/p90/p99. Driven by `wrk` when it is installed (one thread;
@@ -386,7 +387,13 @@ impl Deployment {
         )?;
         let concurrency = WORKER_CONCURRENCY.to_string();
         let workers = (0..options.workers)
-            .map(|_| Proc::start("worker", &redis.url(), &["--fixtures", "--concurrency", &concurrency]))
+            .map(|_| {
+                Proc::start(
+                    "worker",
+                    &redis.url(),
+                    &["--fixtures", "--tools", "noop", "--concurrency", &concurrency],
+                )
+            })
             .collect::<anyhow::Result<_>>()?;
         Ok(Self { gateway, workers })
     }
@@ -809,7 +816,7 @@ impl Core {
             created_at_ms: now_ms(),
             graph: None,
             idempotency_key: None,
-            queues: HashMap::new(),
+            queues: Default::default(),
             waiter: Some(self.hub.inbox(shard)),
             index_retention_ms: 86_400_000,
         };
@@ -884,7 +891,10 @@ struct InProcessWorker {
 impl InProcessWorker {
     fn start(url: &str) -> anyhow::Result<Self> {
         let store = Store::new(url, Duration::from_secs(3))?;
-        let registry = Arc::new(conveyor_worker::fixtures::registry());
+        // Like BullMQ's worker on its one queue: the worker serves the measured tool only.
+        let registry = Arc::new(
+            conveyor_worker::fixtures::registry().only(&["noop".to_owned()]).map_err(anyhow::Error::msg)?,
+        );
         let options = conveyor_worker::WorkerOptions::new(WORKER_CONCURRENCY);
         let shutdown = CancellationToken::new();
         let handle = tokio::spawn(conveyor_worker::run(store, registry, options, shutdown.clone()));
