@@ -23,6 +23,22 @@ pub fn nodes_key(task_id: &str) -> String {
     shard_of(task_id).nodes(task_id)
 }
 
+/// The keys matching `pattern` on one server, each once (`SCAN`, so that a big keyspace is not
+/// blocked).
+pub fn scan(conn: &mut redis::Connection, pattern: &str) -> redis::RedisResult<Vec<String>> {
+    let mut keys = std::collections::BTreeSet::new();
+    let mut cursor = 0u64;
+    loop {
+        let (next, batch): (u64, Vec<String>) =
+            redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(1000).query(conn)?;
+        keys.extend(batch);
+        if next == 0 {
+            return Ok(keys.into_iter().collect());
+        }
+        cursor = next;
+    }
+}
+
 /// A free TCP port on the loopback interface.
 pub fn free_port() -> u16 {
     #[allow(clippy::expect_used)] // tests cannot run at all without a local port
@@ -235,26 +251,7 @@ impl RedisServer {
 
     /// Keys matching a pattern (SCAN, so that a big keyspace is not blocked).
     pub fn keys(&self, pattern: &str) -> Vec<String> {
-        let Ok(mut conn) = self.connection() else { return Vec::new() };
-        let mut found = Vec::new();
-        let mut cursor = 0u64;
-        loop {
-            let Ok((next, keys)): redis::RedisResult<(u64, Vec<String>)> = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query(&mut conn)
-            else {
-                return found;
-            };
-            found.extend(keys);
-            if next == 0 {
-                return found;
-            }
-            cursor = next;
-        }
+        self.connection().and_then(|mut conn| Ok(scan(&mut conn, pattern)?)).unwrap_or_default()
     }
 
     /// Task hashes in every shard.

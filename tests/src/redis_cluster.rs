@@ -470,24 +470,8 @@ impl RedisCluster {
         let mut found = Vec::new();
         for port in self.primaries()? {
             let mut conn = connect(port)?;
-            // SCAN may return a key more than once.
-            let mut keys = std::collections::BTreeSet::new();
-            let mut cursor = 0u64;
-            loop {
-                let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-                    .arg(cursor)
-                    .arg("MATCH")
-                    .arg(pattern)
-                    .arg("COUNT")
-                    .arg(1000)
-                    .query(&mut conn)
-                    .with_context(|| format!("SCAN MATCH {pattern} on node {port}"))?;
-                keys.extend(batch);
-                if next == 0 {
-                    break;
-                }
-                cursor = next;
-            }
+            let keys = crate::process::scan(&mut conn, pattern)
+                .with_context(|| format!("SCAN MATCH {pattern} on node {port}"))?;
             found.extend(keys.into_iter().map(|key| (port, key)));
         }
         Ok(found)

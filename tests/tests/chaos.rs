@@ -831,23 +831,7 @@ fn hgetall(conn: &mut redis::Connection, key: &str) -> HashMap<String, String> {
 }
 
 fn scan_count(conn: &mut redis::Connection, pattern: &str) -> usize {
-    let mut cursor = 0u64;
-    let mut seen = HashSet::new();
-    loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query(conn)
-            .expect("scan");
-        seen.extend(keys);
-        if next == 0 {
-            return seen.len();
-        }
-        cursor = next;
-    }
+    conveyor_tests::process::scan(conn, pattern).expect("scan").len()
 }
 
 /// Everything Redis and the logs know about one task, for a failure message.

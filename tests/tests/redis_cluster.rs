@@ -67,26 +67,12 @@ fn all_nodes_hashes(cluster: &RedisCluster) -> BTreeMap<String, HashMap<String, 
     let mut found = BTreeMap::new();
     for port in cluster.primaries().expect("primaries") {
         let mut conn = cluster.connection(port).expect("a connection to a primary");
-        let mut cursor = 0u64;
-        loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg("cv:{cv.*}:n:*")
-                .arg("COUNT")
-                .arg(1000)
-                .query(&mut conn)
-                .expect("SCAN");
-            for key in keys {
-                let Some((_, id)) = key.rsplit_once(":n:") else { continue };
-                let hash: HashMap<String, String> =
-                    redis::cmd("HGETALL").arg(&key).query(&mut conn).expect("HGETALL");
-                found.insert(id.to_owned(), hash);
-            }
-            if next == 0 {
-                break;
-            }
-            cursor = next;
+        // A task's nodes live in its hash.
+        for key in conveyor_tests::process::scan(&mut conn, "cv:{cv.*}:t:*").expect("SCAN") {
+            let Some((_, id)) = key.rsplit_once(":t:") else { continue };
+            let hash: HashMap<String, String> =
+                redis::cmd("HGETALL").arg(&key).query(&mut conn).expect("HGETALL");
+            found.insert(id.to_owned(), hash);
         }
     }
     found
