@@ -118,16 +118,25 @@ async fn gateway(args: GatewayArgs, shutdown: CancellationToken) -> anyhow::Resu
             "no API keys configured (CONVEYOR_API_KEYS): the endpoint is open and every caller shares one principal"
         );
     }
-    wait_for_layout(&store, &shutdown).await?;
-    let state = Arc::new(AppState::new(store, config, policy));
+    let state = Arc::new(AppState::new(store.clone(), config, policy));
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let address = listener.local_addr()?;
     tracing::info!(%address, "gateway listening: MCP at http://{address}/mcp");
-    conveyor_gateway::serve(listener, state, async move { shutdown.cancelled().await })
-        .await
-        .context("the gateway stopped with an error")
+    // Serve at once (readiness says whether Redis answers); a deployment whose recorded shard
+    // count differs from this gateway's is a configuration error that stops it.
+    let stop = shutdown.clone();
+    let layout = async move {
+        wait_for_layout(&store, &stop).await?;
+        std::future::pending::<anyhow::Result<()>>().await
+    };
+    tokio::select! {
+        served = conveyor_gateway::serve(listener, state, async move { shutdown.cancelled().await }) => {
+            served.context("the gateway stopped with an error")
+        }
+        refused = layout => refused,
+    }
 }
 
 /// Waits for Redis to answer, then checks that it agrees with this process's shard count; a

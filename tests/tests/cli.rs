@@ -138,3 +138,44 @@ fn bad_flags_are_refused_with_the_reason() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("CONVEYOR_TASK_TTL_MS"), "{stderr}");
 }
+
+#[test]
+fn processes_with_another_shard_count_than_the_deployment_refuse_to_run() {
+    let redis = conveyor_tests::RedisServer::start().expect("redis");
+    let mut conn = redis.connection().expect("conn");
+    // The deployment was set up with 4 shards.
+    let _: () =
+        redis::cmd("HSET").arg("cv:{cv.meta}:layout").arg("shards").arg(4).query(&mut conn).expect("hset");
+    for command in ["gateway", "worker"] {
+        let port = free_port().to_string();
+        let listen = format!("127.0.0.1:{port}");
+        let mut args = vec![command, "--shards", "8"];
+        if command == "gateway" {
+            args.extend(["--listen", &listen]);
+        } else {
+            args.push("--fixtures");
+        }
+        let mut child = Command::new(conveyor_bin())
+            .args(&args)
+            .env("REDIS_URL", redis.url())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("conveyor runs");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "`conveyor {command}` kept running with the wrong shard count"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let output = child.wait_with_output().expect("output");
+        assert!(!status.success());
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("CONVEYOR_SHARDS=4"), "{command}: {stderr}");
+    }
+}
