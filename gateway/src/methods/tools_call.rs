@@ -151,7 +151,7 @@ pub(super) async fn tools_call(state: Arc<AppState>, ctx: RequestCtx) -> Result<
     let mut waiter = waiter;
     match state.store.create_task(&new, &state.config.limits).await? {
         Created::Created => {
-            tracing::info!(task = %new.task_id, tool = %name, wire = ctx.wire.as_str(), mode = mode.as_str(), "task created");
+            tracing::debug!(task = %new.task_id, tool = %name, wire = ctx.wire.as_str(), mode = mode.as_str(), "task created");
         }
         Created::Duplicate(earlier) => {
             // A retried call: answer with the task the first one created; nothing runs twice.
