@@ -706,6 +706,21 @@ async fn result_patiently(
     }
 }
 
+/// A cluster, where its shards' slots are, a gateway (given one node) and two workers (given
+/// every node) with the fixtures, ready: what the failover tests start from.
+async fn failover_stack() -> (RedisCluster, BTreeMap<u16, u16>, Conveyor, Vec<Conveyor>, Mcp) {
+    let cluster = start_cluster();
+    let spread = shard_primaries(&cluster);
+    println!("shard -> primary: {spread:?}");
+    let gateway = Conveyor::gateway(&cluster.seed_url(), &["--shards", SHARDS]).expect("gateway");
+    let workers: Vec<Conveyor> = (0..2)
+        .map(|_| Conveyor::worker(&cluster.seed_urls(), &["--fixtures", "--shards", SHARDS]).expect("worker"))
+        .collect();
+    let mcp = Mcp::new(gateway.mcp_url());
+    wait_for_tools(&mcp, &["greet", "slow_compute"]).await;
+    (cluster, spread, gateway, workers, mcp)
+}
+
 /// A primary is SIGKILLed while tasks run on it, and its replica takes over.
 ///
 /// What an asynchronous replica can lose: Redis replicates asynchronously, so a write that the
@@ -721,15 +736,7 @@ async fn result_patiently(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_primary_killed_mid_run_loses_no_accepted_task() {
     let began = Instant::now();
-    let mut cluster = start_cluster();
-    let spread = shard_primaries(&cluster);
-    println!("shard -> primary: {spread:?}");
-    let gateway = Conveyor::gateway(&cluster.seed_url(), &["--shards", SHARDS]).expect("gateway");
-    let workers: Vec<Conveyor> = (0..2)
-        .map(|_| Conveyor::worker(&cluster.seed_urls(), &["--fixtures", "--shards", SHARDS]).expect("worker"))
-        .collect();
-    let mcp = Mcp::new(gateway.mcp_url());
-    wait_for_tools(&mcp, &["greet", "slow_compute"]).await;
+    let (mut cluster, spread, gateway, workers, mcp) = failover_stack().await;
     let journal = Journal::default();
 
     // Synchronous greets in flight all along.
@@ -1001,15 +1008,7 @@ async fn holds_within(timeout: Duration, mut check: impl AsyncFnMut() -> bool) -
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_and_cancels_reach_processes_after_a_failover() {
     let began = Instant::now();
-    let mut cluster = start_cluster();
-    let spread = shard_primaries(&cluster);
-    println!("shard -> primary: {spread:?}");
-    let gateway = Conveyor::gateway(&cluster.seed_url(), &["--shards", SHARDS]).expect("gateway");
-    let workers: Vec<Conveyor> = (0..2)
-        .map(|_| Conveyor::worker(&cluster.seed_urls(), &["--fixtures", "--shards", SHARDS]).expect("worker"))
-        .collect();
-    let mcp = Mcp::new(gateway.mcp_url());
-    wait_for_tools(&mcp, &["greet", "slow_compute"]).await;
+    let (mut cluster, spread, gateway, workers, mcp) = failover_stack().await;
     let mut names = Vec::new();
     for w in &workers {
         names.push(worker_name(w).await);
