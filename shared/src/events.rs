@@ -128,7 +128,6 @@ enum Handled {
 pub struct EventHub {
     shared: Arc<Shared>,
     process: Arc<str>,
-    shards: u16,
     ready: watch::Receiver<bool>,
     start: Arc<Mutex<Option<Starter>>>,
 }
@@ -182,7 +181,6 @@ impl EventHub {
                 inboxes,
             }),
             process: process.into(),
-            shards,
             ready,
             start: Arc::new(Mutex::new(Some(Starter { backend, channels, ready: ready_tx }))),
         }
@@ -191,10 +189,6 @@ impl EventHub {
     /// The inbox channel of this process in `shard`, as waiters register it in tasks.
     pub fn inbox(&self, shard: Shard) -> String {
         shard.inbox(&self.process)
-    }
-
-    pub fn shards(&self) -> u16 {
-        self.shards
     }
 
     /// Starts the subscriber (once) and waits up to `timeout` until its subscriptions are live.

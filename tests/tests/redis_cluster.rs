@@ -295,13 +295,7 @@ async fn tasks_run_end_to_end_on_a_cluster() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dag_and_a_cancel_work_on_a_cluster() {
     let began = Instant::now();
-    let cluster = start_cluster();
-    let gateway = Conveyor::gateway(&cluster.seed_url(), &["--shards", SHARDS]).expect("gateway");
-    let workers: Vec<Conveyor> = (0..2)
-        .map(|_| Conveyor::worker(&cluster.seed_urls(), &["--fixtures", "--shards", SHARDS]).expect("worker"))
-        .collect();
-    let mcp = Mcp::new(gateway.mcp_url());
-    wait_for_tools(&mcp, &["echo", "greet", "slow_compute"]).await;
+    let (cluster, _, _gateway, workers, mcp) = two_worker_stack().await;
     let caps = tasks_client_capabilities();
 
     // A diamond: a's value goes to b, c runs beside it, d collects both.
@@ -707,8 +701,8 @@ async fn result_patiently(
 }
 
 /// A cluster, where its shards' slots are, a gateway (given one node) and two workers (given
-/// every node) with the fixtures, ready: what the failover tests start from.
-async fn failover_stack() -> (RedisCluster, BTreeMap<u16, u16>, Conveyor, Vec<Conveyor>, Mcp) {
+/// every node) with the fixtures, ready.
+async fn two_worker_stack() -> (RedisCluster, BTreeMap<u16, u16>, Conveyor, Vec<Conveyor>, Mcp) {
     let cluster = start_cluster();
     let spread = shard_primaries(&cluster);
     println!("shard -> primary: {spread:?}");
@@ -717,7 +711,7 @@ async fn failover_stack() -> (RedisCluster, BTreeMap<u16, u16>, Conveyor, Vec<Co
         .map(|_| Conveyor::worker(&cluster.seed_urls(), &["--fixtures", "--shards", SHARDS]).expect("worker"))
         .collect();
     let mcp = Mcp::new(gateway.mcp_url());
-    wait_for_tools(&mcp, &["greet", "slow_compute"]).await;
+    wait_for_tools(&mcp, &["echo", "greet", "slow_compute"]).await;
     (cluster, spread, gateway, workers, mcp)
 }
 
@@ -736,7 +730,7 @@ async fn failover_stack() -> (RedisCluster, BTreeMap<u16, u16>, Conveyor, Vec<Co
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_primary_killed_mid_run_loses_no_accepted_task() {
     let began = Instant::now();
-    let (mut cluster, spread, gateway, workers, mcp) = failover_stack().await;
+    let (mut cluster, spread, gateway, workers, mcp) = two_worker_stack().await;
     let journal = Journal::default();
 
     // Synchronous greets in flight all along.
@@ -1008,7 +1002,7 @@ async fn holds_within(timeout: Duration, mut check: impl AsyncFnMut() -> bool) -
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_and_cancels_reach_processes_after_a_failover() {
     let began = Instant::now();
-    let (mut cluster, spread, gateway, workers, mcp) = failover_stack().await;
+    let (mut cluster, spread, gateway, workers, mcp) = two_worker_stack().await;
     let mut names = Vec::new();
     for w in &workers {
         names.push(worker_name(w).await);

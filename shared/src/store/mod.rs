@@ -139,11 +139,6 @@ impl Store {
         Shard((rand::random::<u32>() % u32::from(self.shards())) as u16)
     }
 
-    /// This process's name, as its inbox channels carry it.
-    pub fn process(&self) -> &str {
-        &self.inner.process
-    }
-
     pub fn timeout(&self) -> Duration {
         self.inner.options.timeout
     }

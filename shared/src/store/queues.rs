@@ -24,11 +24,6 @@ pub struct WorkReader {
 }
 
 impl WorkReader {
-    /// The streams this reader covers.
-    pub fn streams(&self) -> &[(Shard, String)] {
-        &self.streams
-    }
-
     /// Reads up to `count` entries per stream that no worker has seen, blocking up to `block` for
     /// the first. The read is never abandoned half-way (Redis would still deliver an entry to a
     /// read its worker stopped waiting for), so it is bounded by `block` plus a margin.
