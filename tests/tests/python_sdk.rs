@@ -37,8 +37,11 @@ async fn has_sdk(venv: &Path) -> bool {
     }
 }
 
-/// `<workspace>/target/py-venv` with `mcp==1.30.0`; returns its python.
+/// `<workspace>/target/py-venv` with `mcp==1.30.0`; returns its python. The tests of this file
+/// run in parallel: one of them sets the venv up while the others wait for it.
 async fn python_with_sdk() -> anyhow::Result<PathBuf> {
+    static SETUP: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _setting_up = SETUP.lock().await;
     let venv = workspace_root().join("target").join("py-venv");
     let python = venv.join("bin").join("python");
     if has_sdk(&venv).await {
