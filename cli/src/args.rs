@@ -46,6 +46,27 @@ pub enum Command {
         #[command(subcommand)]
         command: DlqCommand,
     },
+    /// Static bearer tokens for a tokens file (`--tokens-file`).
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Make a new random token: prints the token (give it to its holder; it is not shown again)
+    /// and the `[[token]]` entry to add to the tokens file, which keeps only its SHA-256.
+    New {
+        /// The principal the token speaks for: tasks are owned by it.
+        #[arg(long)]
+        principal: String,
+        /// Groups of the principal, for the access file's `group:<name>` rules (repeatable).
+        #[arg(long = "group")]
+        groups: Vec<String>,
+    },
+    /// Print the SHA-256 of a token read from standard input, as a tokens file stores it.
+    Hash,
 }
 
 #[derive(Debug, Subcommand)]
@@ -126,11 +147,10 @@ pub struct GatewayArgs {
     /// rebinding. `*` accepts any. localhost, 127.0.0.1 and ::1 are always accepted.
     #[arg(long, env = "CONVEYOR_ALLOWED_HOSTS", value_delimiter = ',')]
     pub allowed_hosts: Vec<String>,
-    /// API keys as `principal=key` pairs, comma-separated (keys of 16 characters or more). When
-    /// set, every MCP request needs `Authorization: Bearer <key>`, and each principal sees only its
-    /// own tasks. When unset, the endpoint is open and every caller is `anonymous`.
-    #[arg(long, env = "CONVEYOR_API_KEYS", hide_env_values = true, default_value = "")]
-    pub api_keys: String,
+    #[command(flatten)]
+    pub auth: AuthArgs,
+    #[command(flatten)]
+    pub limits: LimitArgs,
     /// TTL of a task whose client asks for none, in milliseconds.
     #[arg(long, env = "CONVEYOR_TASK_TTL_MS", default_value_t = 3_600_000)]
     pub task_ttl_ms: u64,
@@ -165,6 +185,95 @@ pub struct GatewayArgs {
     pub sync_timeout_ms: u64,
     #[command(flatten)]
     pub redis: RedisArgs,
+}
+
+/// Who may call: static tokens, OAuth 2.1 access tokens (JWT), the access policy.
+#[derive(Debug, Clone, Args)]
+pub struct AuthArgs {
+    /// Serve without authentication: every caller is `anonymous` and may do anything. For a
+    /// gateway on your own machine only; a gateway refuses to start with no authentication
+    /// configured unless this is given.
+    #[arg(long, env = "CONVEYOR_NO_AUTH")]
+    pub no_auth: bool,
+    /// Static bearer tokens: a TOML file of `[[token]]` entries, each a `principal`, its `groups`
+    /// and the token's `sha256` (`conveyor token new` makes one).
+    #[arg(long, env = "CONVEYOR_TOKENS_FILE")]
+    pub tokens_file: Option<std::path::PathBuf>,
+    /// OAuth 2.1: the issuer (`iss`) of the access tokens this gateway accepts. Needs `--jwks`.
+    #[arg(long, env = "CONVEYOR_JWT_ISSUER")]
+    pub jwt_issuer: Option<String>,
+    /// The authorization server's JSON Web Key Set: a file or an https URL, read at start, every
+    /// `--jwks-refresh-s`, and when a token names a key not in it.
+    #[arg(long, env = "CONVEYOR_JWKS")]
+    pub jwks: Option<String>,
+    /// Accepted token audiences (`aud`), comma-separated; default: `--resource-url`.
+    #[arg(long, env = "CONVEYOR_JWT_AUDIENCE", value_delimiter = ',')]
+    pub jwt_audience: Vec<String>,
+    /// Scopes every access token must grant, comma-separated.
+    #[arg(long, env = "CONVEYOR_JWT_SCOPES", value_delimiter = ',')]
+    pub jwt_scopes: Vec<String>,
+    /// Clock skew allowed on `exp` and `nbf`, in seconds.
+    #[arg(long, env = "CONVEYOR_JWT_LEEWAY_S", default_value_t = 60)]
+    pub jwt_leeway_s: u64,
+    /// The claim that names the principal.
+    #[arg(long, env = "CONVEYOR_JWT_PRINCIPAL_CLAIM", default_value = "sub")]
+    pub jwt_principal_claim: String,
+    /// The claim that lists the principal's groups (an array, or a space-separated string).
+    #[arg(long, env = "CONVEYOR_JWT_GROUPS_CLAIM", default_value = "groups")]
+    pub jwt_groups_claim: String,
+    /// How often the JWKS is read again, in seconds.
+    #[arg(long, env = "CONVEYOR_JWKS_REFRESH_S", default_value_t = 300)]
+    pub jwks_refresh_s: u64,
+    /// The URL clients reach this endpoint at (e.g. https://conveyor.example.com/mcp): the
+    /// `resource` of the protected resource metadata, and the default token audience.
+    #[arg(long, env = "CONVEYOR_RESOURCE_URL")]
+    pub resource_url: Option<String>,
+    /// Authorization servers named in the resource metadata, comma-separated; default: the issuer.
+    #[arg(long, env = "CONVEYOR_AUTHORIZATION_SERVERS", value_delimiter = ',')]
+    pub authorization_servers: Vec<String>,
+    /// Who may call which tool, and who operates (sees and cancels every task): a TOML file
+    /// (see docs/security.md). Without one every caller may call every tool.
+    #[arg(long, env = "CONVEYOR_ACCESS_FILE")]
+    pub access_file: Option<std::path::PathBuf>,
+}
+
+/// Bounds on what one request, one client or one connection may cost.
+#[derive(Debug, Clone, Args)]
+pub struct LimitArgs {
+    /// Deepest nesting of arrays and objects in a request.
+    #[arg(long, env = "CONVEYOR_MAX_JSON_DEPTH", default_value_t = 64)]
+    pub max_json_depth: usize,
+    /// Most memory one request's JSON may take once parsed, in bytes (measured before parsing).
+    #[arg(long, env = "CONVEYOR_MAX_PARSED_BYTES", default_value_t = 32 * 1024 * 1024)]
+    pub max_parsed_bytes: usize,
+    /// Memory all requests of this gateway may hold at once for bodies and parsed JSON, in bytes;
+    /// past it a request waits up to 2 s, then is refused with a retryable error.
+    #[arg(long, env = "CONVEYOR_MAX_INFLIGHT_BYTES", default_value_t = 256 * 1024 * 1024)]
+    pub max_inflight_bytes: usize,
+    /// Largest `arguments` of one tools/call, in bytes of JSON.
+    #[arg(long, env = "CONVEYOR_MAX_ARGUMENT_BYTES", default_value_t = 1024 * 1024)]
+    pub max_argument_bytes: usize,
+    /// How long a client may take to send a request's headers, and how long an idle connection is
+    /// kept open, in milliseconds.
+    #[arg(long, env = "CONVEYOR_HEADER_TIMEOUT_MS", default_value_t = 10_000)]
+    pub header_timeout_ms: u64,
+    /// How long a client may take to send a request's body, in milliseconds.
+    #[arg(long, env = "CONVEYOR_BODY_TIMEOUT_MS", default_value_t = 30_000)]
+    pub body_timeout_ms: u64,
+    /// Connections served at once; more wait to be accepted.
+    #[arg(long, env = "CONVEYOR_MAX_CONNECTIONS", default_value_t = 1024)]
+    pub max_connections: usize,
+    /// Requests per second per principal, over every gateway of the deployment (kept in Redis).
+    /// 0: no limit.
+    #[arg(long, env = "CONVEYOR_RATE_LIMIT_RPS", default_value_t = 0.0)]
+    pub rate_limit_rps: f64,
+    /// Requests a principal may send at once above its rate. 0: twice the rate.
+    #[arg(long, env = "CONVEYOR_RATE_LIMIT_BURST", default_value_t = 0)]
+    pub rate_limit_burst: u32,
+    /// Shortest time between two tasks/get of one task by one principal, over every gateway, in
+    /// milliseconds (clients should poll at the task's pollInterval). 0: no limit.
+    #[arg(long, env = "CONVEYOR_MIN_POLL_GAP_MS", default_value_t = 0)]
+    pub min_poll_gap_ms: u64,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -4,13 +4,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use conveyor_gateway::access::AccessPolicy;
+use conveyor_gateway::auth::{Authenticator, JwksSource, JwtSettings, JwtVerifier, StaticTokens};
+use conveyor_gateway::state::SharedLimits;
 use conveyor_gateway::{AppState, HttpPolicy};
 use conveyor_shared::store::StoreOptions;
 use conveyor_shared::{Config, Store};
 use conveyor_worker::{ToolRegistry, WorkerOptions};
 use tokio_util::sync::CancellationToken;
 
-use crate::args::{Cli, Command, DlqCommand, GatewayArgs, RedisArgs, TasksCommand, UpArgs, WorkerArgs};
+use crate::args::{
+    AuthArgs, Cli, Command, DlqCommand, GatewayArgs, RedisArgs, TasksCommand, TokenCommand, UpArgs,
+    WorkerArgs,
+};
 use crate::private_redis::PrivateRedis;
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -33,6 +39,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Dlq { command: DlqCommand::Retry { id, task_ttl_ms, redis } } => {
             dlq_retry(&redis, &id, task_ttl_ms).await
         }
+        Command::Token { command: TokenCommand::New { principal, groups } } => token_new(&principal, &groups),
+        Command::Token { command: TokenCommand::Hash } => token_hash(),
     }
 }
 
@@ -87,6 +95,15 @@ fn config(args: &GatewayArgs) -> Config {
         task_ttl_max_ms: args.task_ttl_max_ms,
         poll_interval_ms: args.poll_interval_ms,
         max_body_bytes: args.max_body_bytes,
+        json_limits: conveyor_shared::json_limits::JsonLimits {
+            max_depth: args.limits.max_json_depth,
+            max_parsed_bytes: args.limits.max_parsed_bytes,
+        },
+        max_inflight_bytes: args.limits.max_inflight_bytes,
+        max_argument_bytes: args.limits.max_argument_bytes,
+        header_timeout: Duration::from_millis(args.limits.header_timeout_ms),
+        body_timeout: Duration::from_millis(args.limits.body_timeout_ms),
+        max_connections: args.limits.max_connections,
         redis_timeout: Duration::from_millis(args.redis.timeout_ms),
         redis_outage_wait: Duration::from_millis(args.redis.outage_ms),
         shards: args.redis.shards,
@@ -111,14 +128,43 @@ async fn gateway(args: GatewayArgs, shutdown: CancellationToken) -> anyhow::Resu
     policy
         .allowed_hosts
         .extend(args.allowed_hosts.iter().map(|h| h.trim().to_owned()).filter(|h| !h.is_empty()));
-    policy.api_keys =
-        HttpPolicy::parse_api_keys(&args.api_keys).map_err(|e| anyhow::anyhow!("CONVEYOR_API_KEYS: {e}"))?;
-    if policy.api_keys.is_empty() {
-        tracing::warn!(
-            "no API keys configured (CONVEYOR_API_KEYS): the endpoint is open and every caller shares one principal"
+    let (auth, access) = authentication(&args.auth).await?;
+    let jwt = auth.jwt.clone();
+    let limits = &args.limits;
+    if !(limits.rate_limit_rps >= 0.0 && limits.rate_limit_rps.is_finite()) {
+        anyhow::bail!(
+            "invalid configuration: CONVEYOR_RATE_LIMIT_RPS must be a number of requests per second, 0 or more"
         );
     }
-    let state = Arc::new(AppState::new(store.clone(), config, policy));
+    let shared_limits = SharedLimits {
+        requests_per_second: limits.rate_limit_rps,
+        burst: if limits.rate_limit_burst == 0 {
+            (limits.rate_limit_rps * 2.0).ceil().max(1.0) as u32
+        } else {
+            limits.rate_limit_burst
+        },
+        min_poll_gap_ms: limits.min_poll_gap_ms,
+    };
+    let state = Arc::new(
+        AppState::new(store.clone(), config, policy)
+            .with_auth(auth, access)
+            .with_shared_limits(shared_limits),
+    );
+    if let Some(jwt) = jwt {
+        // Keys are read again on schedule, so that a rotation needs no restart.
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_secs(10)) => {}
+                    () = stop.cancelled() => return,
+                }
+                if jwt.stale().await {
+                    jwt.refresh().await;
+                }
+            }
+        });
+    }
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -139,6 +185,99 @@ async fn gateway(args: GatewayArgs, shutdown: CancellationToken) -> anyhow::Resu
     }
 }
 
+/// The gateway's authentication and access policy from its flags. No authentication at all is
+/// a configuration error unless `--no-auth` says it is wanted.
+async fn authentication(args: &AuthArgs) -> anyhow::Result<(Authenticator, AccessPolicy)> {
+    let access = match &args.access_file {
+        Some(path) => AccessPolicy::load(path).map_err(|e| anyhow::anyhow!("CONVEYOR_ACCESS_FILE: {e}"))?,
+        None => AccessPolicy::default(),
+    };
+    let configured = args.tokens_file.is_some() || args.jwt_issuer.is_some() || args.jwks.is_some();
+    if args.no_auth {
+        if configured {
+            anyhow::bail!(
+                "invalid configuration: --no-auth (CONVEYOR_NO_AUTH) contradicts the tokens file or JWT settings given; drop one"
+            );
+        }
+        tracing::warn!(
+            "authentication is off (--no-auth): every caller is `anonymous`; use this on your own machine only"
+        );
+        return Ok((Authenticator::disabled(), access));
+    }
+    if !configured {
+        anyhow::bail!(
+            "invalid configuration: no authentication is configured. Give --tokens-file (static tokens; `conveyor token new` makes one) and/or --jwt-issuer with --jwks (OAuth 2.1 access tokens), or --no-auth to serve without authentication on your own machine"
+        );
+    }
+    let tokens = match &args.tokens_file {
+        Some(path) => StaticTokens::load(path).map_err(|e| anyhow::anyhow!("CONVEYOR_TOKENS_FILE: {e}"))?,
+        None => StaticTokens::default(),
+    };
+    let jwt = match (&args.jwt_issuer, &args.jwks) {
+        (None, None) => None,
+        (Some(issuer), Some(jwks)) => {
+            let mut audiences = args.jwt_audience.clone();
+            if audiences.is_empty() {
+                audiences.extend(args.resource_url.clone());
+            }
+            if audiences.is_empty() {
+                anyhow::bail!(
+                    "invalid configuration: JWT access tokens need an audience: set --resource-url (this endpoint's URL) or --jwt-audience"
+                );
+            }
+            let mut settings = JwtSettings::new(issuer.clone(), audiences, JwksSource::parse(jwks));
+            settings.required_scopes = args.jwt_scopes.clone();
+            settings.leeway = Duration::from_secs(args.jwt_leeway_s);
+            settings.principal_claim = args.jwt_principal_claim.clone();
+            settings.groups_claim = args.jwt_groups_claim.clone();
+            settings.refresh = Duration::from_secs(args.jwks_refresh_s.max(10));
+            Some(Arc::new(
+                JwtVerifier::new(settings).await.map_err(|e| anyhow::anyhow!("CONVEYOR_JWKS: {e}"))?,
+            ))
+        }
+        _ => anyhow::bail!("invalid configuration: --jwt-issuer and --jwks go together"),
+    };
+    Ok((
+        Authenticator {
+            disabled: false,
+            tokens,
+            jwt,
+            resource_url: args.resource_url.clone(),
+            authorization_servers: args.authorization_servers.clone(),
+        },
+        access,
+    ))
+}
+
+/// Prints a new random token and its tokens-file entry.
+fn token_new(principal: &str, groups: &[String]) -> anyhow::Result<()> {
+    if principal.trim().is_empty() {
+        anyhow::bail!("--principal must name who the token speaks for");
+    }
+    let token = format!("cvt_{}{}", conveyor_shared::model::random_id(), conveyor_shared::model::random_id());
+    let groups: Vec<String> = groups.iter().map(|g| format!("{g:?}")).collect();
+    // The token goes to the terminal, the entry to standard output (`>> tokens.toml`).
+    eprintln!("token for {principal} (hand it over now; it is stored nowhere and not shown again):");
+    eprintln!("{token}");
+    println!("[[token]]");
+    println!("principal = {principal:?}");
+    println!("groups = [{}]", groups.join(", "));
+    println!("sha256 = \"{}\"", conveyor_gateway::auth::token_digest(&token));
+    Ok(())
+}
+
+/// Prints the SHA-256 of the token on standard input.
+fn token_hash() -> anyhow::Result<()> {
+    let mut token = String::new();
+    std::io::stdin().read_line(&mut token).context("cannot read a token from standard input")?;
+    let token = token.trim();
+    if token.is_empty() {
+        anyhow::bail!("no token on standard input");
+    }
+    println!("{}", conveyor_gateway::auth::token_digest(token));
+    Ok(())
+}
+
 /// Waits for Redis to answer, then checks that it agrees with this process's shard count; a
 /// disagreement is a configuration error that waiting does not cure.
 async fn wait_for_layout(store: &Store, shutdown: &CancellationToken) -> anyhow::Result<()> {
@@ -157,10 +296,24 @@ async fn wait_for_layout(store: &Store, shutdown: &CancellationToken) -> anyhow:
     }
 }
 
+/// Set to 1 in the environment of a process started by a test, which may then load fixtures
+/// that harm it (`crash_worker`).
+const TEST_PROCESS_ENV: &str = "CONVEYOR_TEST_PROCESS";
+
 fn registry(fixtures: bool, only: &[String]) -> anyhow::Result<Arc<ToolRegistry>> {
     let mut registry = ToolRegistry::new();
     if fixtures {
         conveyor_worker::fixtures::register(&mut registry);
+        // Fixtures that harm the process that runs them load only in a process that says it is
+        // a test one, so that `--fixtures` on a shared deployment cannot be used to kill workers.
+        if std::env::var(TEST_PROCESS_ENV).is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true")) {
+            conveyor_worker::fixtures::register_harmful(&mut registry);
+        } else if only.iter().any(|t| conveyor_worker::fixtures::HARMFUL.contains(&t.as_str())) {
+            anyhow::bail!(
+                "the fixtures {:?} harm the process that runs them and load only in a test process ({TEST_PROCESS_ENV}=1)",
+                conveyor_worker::fixtures::HARMFUL
+            );
+        }
     }
     if !only.is_empty() {
         registry = registry.only(only).map_err(|e| anyhow::anyhow!("CONVEYOR_TOOLS: {e}"))?;

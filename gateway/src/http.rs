@@ -1,22 +1,29 @@
 //! Streamable HTTP at `/mcp`, plus `/healthz` and `/readyz`. This module owns everything that is
-//! about HTTP: Host and Origin checks, content negotiation, body limits, the MCP request headers,
-//! and turning a handler's reply into a JSON body or an SSE stream.
+//! about HTTP: Host and Origin checks, authentication and its challenge, the resource metadata,
+//! content negotiation, body limits and deadlines, measuring a body before it is parsed, the MCP
+//! request headers, and turning a handler's reply into a JSON body or an SSE stream.
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
+use std::net::SocketAddr;
+
+use axum::Extension;
+use axum::body::{Body, Bytes};
+use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use conveyor_shared::json_limits::{self, JsonCost, JsonLimits, JsonRefusal};
 use futures::StreamExt;
 use rmcp::model::ErrorCode;
-use serde_json::Value;
+use serde_json::{Value, json};
 
+use crate::access::Caller;
+use crate::auth::AuthError;
 use crate::methods::{self, Reply, RequestCtx, StreamItem};
 use crate::rpc::{self, RpcFailure};
 use crate::state::AppState;
@@ -24,12 +31,12 @@ use crate::wire::{self, Wire};
 
 /// The router of a gateway. Built by a plain function so tests can drive it without a socket.
 pub fn router(state: Arc<AppState>) -> Router {
-    let limit = state.config.max_body_bytes;
     Router::new()
-        .route("/mcp", get(get_mcp).post(post_mcp).delete(delete_mcp))
+        .route(MCP_PATH, get(get_mcp).post(post_mcp).delete(delete_mcp))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
-        .layer(DefaultBodyLimit::max(limit))
+        .route("/.well-known/oauth-protected-resource", get(resource_metadata))
+        .route("/.well-known/oauth-protected-resource/mcp", get(resource_metadata))
         .with_state(state)
 }
 
@@ -65,30 +72,99 @@ async fn delete_mcp(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
         .into_response()
 }
 
+/// A JSON-RPC message as the client sent it, checked for shape but not yet for meaning.
+#[derive(Debug)]
+pub enum Decoded {
+    /// A request: it gets a response.
+    Request { id: Value, method: String, params: Value },
+    /// A notification: accepted, nothing to answer.
+    Notification { method: String },
+    /// A response or error from the client to a request of the server.
+    Response,
+}
+
+/// Decodes one JSON-RPC message from a body, measuring it first so that no parse costs more than
+/// `limits` allow. Pure and bounded: the fuzz target `jsonrpc_message` drives it with any bytes.
+pub fn decode_message(body: &[u8], limits: &JsonLimits) -> Result<(Decoded, JsonCost), RpcFailure> {
+    let cost = json_limits::measure(body, limits).map_err(|refusal| match refusal {
+        JsonRefusal::Syntax(e) => RpcFailure::parse_error(format!("Parse error: {e}")),
+        refused => RpcFailure::invalid_request(format!("Invalid Request: {refused}"))
+            .with_data(json!({"limit": limit_name(&refused)}))
+            .with_status(StatusCode::PAYLOAD_TOO_LARGE),
+    })?;
+    let message: Value =
+        serde_json::from_slice(body).map_err(|e| RpcFailure::parse_error(format!("Parse error: {e}")))?;
+    let Value::Object(mut object) = message else {
+        let what = if message.is_array() {
+            "batches are not supported; send one message per request"
+        } else {
+            "a JSON-RPC message must be an object"
+        };
+        return Err(RpcFailure::invalid_request(format!("Invalid Request: {what}")));
+    };
+    let id = object.remove("id");
+    let invalid = |id: Option<Value>, message: &str| {
+        let failure = RpcFailure::invalid_request(format!("Invalid Request: {message}"));
+        // The id travels back only when it is one a client could match.
+        failure.with_data(json!({"id": id.filter(|id| id.is_string() || id.is_i64() || id.is_u64())}))
+    };
+    if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err(invalid(id, "`jsonrpc` must be \"2.0\""));
+    }
+    let method = match object.remove("method") {
+        Some(Value::String(method)) => method,
+        None if id.is_some() && (object.contains_key("result") || object.contains_key("error")) => {
+            return Ok((Decoded::Response, cost));
+        }
+        _ => return Err(invalid(id, "`method` must be a string")),
+    };
+    let params = object.remove("params").unwrap_or(Value::Null);
+    if !(params.is_null() || params.is_object()) {
+        return Err(invalid(id, "`params` must be an object"));
+    }
+    let Some(id) = id else {
+        return Ok((Decoded::Notification { method }, cost));
+    };
+    if !(id.is_string() || id.is_i64() || id.is_u64()) {
+        return Err(invalid(None, "`id` must be a string or an integer"));
+    }
+    Ok((Decoded::Request { id, method, params }, cost))
+}
+
+fn limit_name(refusal: &JsonRefusal) -> &'static str {
+    match refusal {
+        JsonRefusal::TooDeep { .. } => "max_json_depth",
+        JsonRefusal::TooCostly { .. } => "max_parsed_bytes",
+        JsonRefusal::Syntax(_) => "syntax",
+    }
+}
+
+/// The JSON-RPC id a refusal of [`decode_message`] carries, if any.
+fn refused_id(failure: &mut RpcFailure) -> Value {
+    let id = failure.error.data.as_mut().and_then(|d| d.as_object_mut()).and_then(|d| d.remove("id"));
+    if failure.error.data.as_ref().is_some_and(|d| d.as_object().is_some_and(|o| o.is_empty())) {
+        failure.error.data = None;
+    }
+    id.unwrap_or(Value::Null)
+}
+
 async fn post_mcp(
     State(state): State<Arc<AppState>>,
+    connection: Option<Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
-    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+    body: Body,
 ) -> Response {
     if let Err(r) = check_origin(&state, &headers) {
         return r;
     }
-    let owner = match principal(&state, &headers) {
-        Ok(owner) => owner,
+    let remote = connection.map(|Extension(ConnectInfo(addr))| addr);
+    let caller = match authenticate(&state, &headers, remote).await {
+        Ok(caller) => caller,
         Err(r) => return r,
     };
-    let body = match body {
-        Ok(b) => b,
-        Err(rejection) => {
-            let status = rejection.status();
-            let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
-                format!("request body exceeds the limit of {} bytes", state.config.max_body_bytes)
-            } else {
-                rejection.body_text()
-            };
-            return failure_response(&Value::Null, RpcFailure::invalid_request(message).with_status(status));
-        }
-    };
+    if let Err(failure) = rate_limit(&state, &caller).await {
+        return failure_response(&Value::Null, failure);
+    }
     if !content_type_is_json(&headers) {
         return failure_response(
             &Value::Null,
@@ -104,73 +180,46 @@ async fn post_mcp(
                 .with_status(StatusCode::NOT_ACCEPTABLE),
         );
     }
-    let message: Value = match serde_json::from_slice(&body) {
-        Ok(v) => v,
-        Err(e) => {
-            return failure_response(&Value::Null, RpcFailure::parse_error(format!("Parse error: {e}")));
+    let (body, mut budget) = match read_body(&state, &headers, body).await {
+        Ok(read) => read,
+        Err(response) => return response,
+    };
+    let (decoded, cost) = match decode_message(&body, &state.config.json_limits) {
+        Ok(decoded) => decoded,
+        Err(mut failure) => {
+            let id = refused_id(&mut failure);
+            return failure_response(&id, failure);
         }
     };
-    let Some(object) = message.as_object() else {
-        let what = if message.is_array() {
-            "batches are not supported; send one message per request"
-        } else {
-            "a JSON-RPC message must be an object"
-        };
-        return failure_response(
-            &Value::Null,
-            RpcFailure::invalid_request(format!("Invalid Request: {what}")),
-        );
-    };
-    let id = object.get("id").cloned();
-    if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-        return failure_response(
-            &id.unwrap_or(Value::Null),
-            RpcFailure::invalid_request("Invalid Request: `jsonrpc` must be \"2.0\""),
-        );
+    // The parsed message is held as long as the body was; count it against the same budget.
+    match state.budget.reserve(cost.parsed_bytes).await {
+        Ok(permit) => budget.merge(permit),
+        Err(failure) => return failure_response(&Value::Null, failure),
     }
-    let Some(method) = object.get("method").and_then(Value::as_str) else {
-        // A response or error from the client: nothing in Conveyor asks the client anything yet.
-        if id.is_some() && (object.contains_key("result") || object.contains_key("error")) {
-            return StatusCode::ACCEPTED.into_response();
-        }
-        return failure_response(
-            &id.unwrap_or(Value::Null),
-            RpcFailure::invalid_request("Invalid Request: `method` must be a string"),
-        );
+    drop(body);
+    let (id, method, params) = match decoded {
+        Decoded::Request { id, method, params } => (id, method, params),
+        // Notifications need no answer, and nothing in Conveyor asks the client anything yet.
+        Decoded::Notification { .. } | Decoded::Response => return StatusCode::ACCEPTED.into_response(),
     };
-    let params = object.get("params").cloned().unwrap_or(Value::Null);
-    if !(params.is_null() || params.is_object()) {
-        return failure_response(
-            &id.unwrap_or(Value::Null),
-            RpcFailure::invalid_request("Invalid Request: `params` must be an object"),
-        );
-    }
-    let Some(id) = id else {
-        // Notifications need no answer; a stateless server has nothing to update for them.
-        return StatusCode::ACCEPTED.into_response();
-    };
-    if !(id.is_string() || id.is_i64() || id.is_u64()) {
-        return failure_response(
-            &Value::Null,
-            RpcFailure::invalid_request("Invalid Request: `id` must be a string or an integer"),
-        );
-    }
-    let wire = Wire::detect(method, &params, &headers);
+    let wire = Wire::detect(&method, &params, &headers);
     if wire == Wire::V2026
-        && let Err(failure) = wire::check_2026(method, &params, &headers)
+        && let Err(failure) = wire::check_2026(&method, &params, &headers)
     {
         return failure_response(&id, failure);
     }
+    let traceparent = traceparent(&headers, &params);
     let ctx = RequestCtx {
         id: id.clone(),
-        method: method.to_owned(),
+        method,
         params,
         wire,
         accepts_sse: accepts.sse,
-        owner,
-        traceparent: traceparent(&headers, object),
+        caller,
+        traceparent,
+        budget: Some(budget),
     };
-    let initialize = wire == Wire::V2025 && method == "initialize";
+    let initialize = wire == Wire::V2025 && ctx.method == "initialize";
     match methods::handle(state, ctx).await {
         Ok(Reply::Result(result)) if initialize => {
             // 2025-11-25 clients expect a session id. Conveyor's names no server state: every
@@ -186,6 +235,71 @@ async fn post_mcp(
         Ok(Reply::Stream(stream)) => sse_response(id, stream),
         Err(failure) => failure_response(&id, with_wire_status(wire, failure)),
     }
+}
+
+/// Reads the body within the body deadline, holding budget for it first: the Content-Length when
+/// the client sends one (refused at once when over the limit), else the largest body allowed.
+async fn read_body(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(Bytes, crate::state::BudgetPermit), Response> {
+    let limit = state.config.max_body_bytes;
+    let too_large = || {
+        failure_response(
+            &Value::Null,
+            RpcFailure::invalid_request(format!(
+                "request body exceeds the limit of {limit} bytes (CONVEYOR_MAX_BODY_BYTES)"
+            ))
+            .with_data(json!({"limit": "max_body_bytes", "max": limit}))
+            .with_status(StatusCode::PAYLOAD_TOO_LARGE),
+        )
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(too_large());
+    }
+    let budget = state
+        .budget
+        .reserve(declared.unwrap_or(limit))
+        .await
+        .map_err(|failure| failure_response(&Value::Null, failure))?;
+    let timeout = state.config.body_timeout;
+    match tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await {
+        Ok(Ok(bytes)) => Ok((bytes, budget)),
+        Ok(Err(e)) if is_length_limit(&e) => Err(too_large()),
+        Ok(Err(e)) => Err(failure_response(
+            &Value::Null,
+            RpcFailure::invalid_request(format!("cannot read the request body: {e}")),
+        )),
+        Err(_) => {
+            let mut response = failure_response(
+                &Value::Null,
+                RpcFailure::invalid_request(format!(
+                    "the request body did not arrive within {} ms (CONVEYOR_BODY_TIMEOUT_MS)",
+                    timeout.as_millis()
+                ))
+                .with_data(json!({"limit": "body_timeout_ms", "max": timeout.as_millis() as u64}))
+                .with_status(StatusCode::REQUEST_TIMEOUT),
+            );
+            response.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+            Err(response)
+        }
+    }
+}
+
+fn is_length_limit(error: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = source {
+        if e.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = e.source();
+    }
+    false
 }
 
 /// On 2026-07-28 an error's HTTP status follows its code: unknown and removed methods are 404,
@@ -310,43 +424,106 @@ fn strip_port(authority: &str) -> &str {
     }
 }
 
-/// Who is asking. Tasks are bound to it: other principals get "not found". Without API keys
-/// configured every caller is `anonymous`; with them, a request needs `Authorization: Bearer <key>`.
+/// Who is asking. Tasks are bound to it: other principals (but operators) get "not found".
+/// Without a valid token the answer is 401 with a challenge that names the resource metadata.
 #[allow(clippy::result_large_err)] // the error is a ready response; this runs once per request
-fn principal(state: &AppState, headers: &HeaderMap) -> Result<String, Response> {
-    if state.http.api_keys.is_empty() {
-        return Ok("anonymous".to_owned());
+async fn authenticate(
+    state: &AppState,
+    headers: &HeaderMap,
+    remote: Option<SocketAddr>,
+) -> Result<Caller, Response> {
+    let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    let failure = match state.auth.authenticate(authorization).await {
+        Ok(identity) => return Ok(state.access.caller(identity)),
+        Err(failure) => failure,
+    };
+    let metadata = format!("{}/.well-known/oauth-protected-resource{}", origin_of(state, headers), MCP_PATH);
+    let scopes = state.auth.required_scopes().join(" ");
+    let scope = if scopes.is_empty() { String::new() } else { format!(", scope=\"{scopes}\"") };
+    let (status, message, challenge) = match &failure {
+        AuthError::Missing => (
+            StatusCode::UNAUTHORIZED,
+            "Unauthorized: send `Authorization: Bearer <token>`".to_owned(),
+            format!("Bearer resource_metadata=\"{metadata}\"{scope}"),
+        ),
+        AuthError::Invalid(why) => (
+            StatusCode::UNAUTHORIZED,
+            format!("Unauthorized: {why}"),
+            format!(
+                "Bearer resource_metadata=\"{metadata}\", error=\"invalid_token\", error_description=\"{}\"{scope}",
+                why.replace(['"', '\\'], "'")
+            ),
+        ),
+        AuthError::InsufficientScope { required } => (
+            StatusCode::FORBIDDEN,
+            format!("Forbidden: the token lacks a required scope ({})", required.join(" ")),
+            format!("Bearer resource_metadata=\"{metadata}\", error=\"insufficient_scope\"{scope}"),
+        ),
+    };
+    tracing::info!(target: "conveyor::audit", event = "denied", reason = %message, remote = ?remote, "request refused: not authenticated");
+    let mut response =
+        failure_response(&Value::Null, RpcFailure::invalid_request(message).with_status(status));
+    if let Ok(value) = header::HeaderValue::from_str(&challenge) {
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, value);
     }
-    let token = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
-        .map(str::trim);
-    match token.and_then(|t| state.http.principal_of(t)) {
-        Some(principal) => Ok(principal.to_owned()),
-        None => {
-            let message = if token.is_some() {
-                "Unauthorized: the API key is not valid"
-            } else {
-                "Unauthorized: send `Authorization: Bearer <API key>`"
-            };
-            let mut response = failure_response(
-                &Value::Null,
-                RpcFailure::invalid_request(message).with_status(StatusCode::UNAUTHORIZED),
-            );
-            response
-                .headers_mut()
-                .insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
-            Err(response)
-        }
+    Err(response)
+}
+
+/// Counts the request against its principal's rate, shared by every gateway through Redis.
+async fn rate_limit(state: &AppState, caller: &Caller) -> Result<(), RpcFailure> {
+    let limits = &state.shared_limits;
+    if limits.requests_per_second <= 0.0 {
+        return Ok(());
     }
+    let wait = state.store.rate_limit(&caller.principal, limits.requests_per_second, limits.burst).await?;
+    let Some(retry_after_ms) = wait else { return Ok(()) };
+    tracing::info!(target: "conveyor::audit", event = "denied", principal = %caller.principal, reason = "rate limit", "request refused: over the rate limit");
+    Err(RpcFailure::new(
+        rmcp::model::ErrorCode(methods::OVERLOADED),
+        format!(
+            "Too many requests: principal `{}` may send {} requests per second (limit requests_per_second); nothing was done. Retry in {retry_after_ms} ms.",
+            caller.principal, limits.requests_per_second
+        ),
+        Some(
+            json!({"limit": "requests_per_second", "max": limits.requests_per_second, "retryAfterMs": retry_after_ms}),
+        ),
+    ))
+}
+
+/// The MCP endpoint's path, which the resource URL ends with.
+pub const MCP_PATH: &str = "/mcp";
+
+/// `scheme://host[:port]` of this resource: from `--resource-url`, else from the request.
+fn origin_of(state: &AppState, headers: &HeaderMap) -> String {
+    if let Some(url) = &state.auth.resource_url {
+        return url.strip_suffix(MCP_PATH).unwrap_or(url).trim_end_matches('/').to_owned();
+    }
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost");
+    let scheme = headers
+        .get("x-forwarded-proto")
+        .and_then(|h| h.to_str().ok())
+        .filter(|p| *p == "https")
+        .unwrap_or("http");
+    format!("{scheme}://{host}")
+}
+
+/// RFC 9728 protected resource metadata: which authorization server issues tokens for `/mcp`.
+async fn resource_metadata(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if let Err(r) = check_origin(&state, &headers) {
+        return r;
+    }
+    let resource = state
+        .auth
+        .resource_url
+        .clone()
+        .unwrap_or_else(|| format!("{}{MCP_PATH}", origin_of(&state, &headers)));
+    json_response(StatusCode::OK, state.auth.metadata(&resource))
 }
 
 /// The request's W3C trace context: `_meta.traceparent` (SEP-414) first, then the HTTP header;
 /// a new trace when neither is valid, so that every task carries a trace context from the start.
-fn traceparent(headers: &HeaderMap, message: &serde_json::Map<String, Value>) -> Option<String> {
-    let from_meta =
-        message.get("params").and_then(|p| p.pointer("/_meta/traceparent")).and_then(Value::as_str);
+fn traceparent(headers: &HeaderMap, params: &Value) -> Option<String> {
+    let from_meta = params.pointer("/_meta/traceparent").and_then(Value::as_str);
     let from_header = headers.get("traceparent").and_then(|v| v.to_str().ok());
     from_meta
         .filter(|t| valid_traceparent(t))
@@ -384,11 +561,10 @@ mod tests {
     #[test]
     fn trace_context_is_kept_when_valid_and_made_when_not() {
         let given = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-        let message = serde_json::json!({"params": {"_meta": {"traceparent": given}}});
-        let object = message.as_object().expect("an object");
-        assert_eq!(traceparent(&HeaderMap::new(), object).as_deref(), Some(given));
-        let bad = serde_json::json!({"params": {"_meta": {"traceparent": "00-zz-01"}}});
-        let made = traceparent(&HeaderMap::new(), bad.as_object().expect("an object")).expect("a new trace");
+        let params = serde_json::json!({"_meta": {"traceparent": given}});
+        assert_eq!(traceparent(&HeaderMap::new(), &params).as_deref(), Some(given));
+        let bad = serde_json::json!({"_meta": {"traceparent": "00-zz-01"}});
+        let made = traceparent(&HeaderMap::new(), &bad).expect("a new trace");
         assert!(valid_traceparent(&made), "{made}");
         assert_ne!(made, given);
         assert!(!valid_traceparent("00-00000000000000000000000000000000-00f067aa0ba902b7-01"));

@@ -12,44 +12,22 @@
 //!   inbox that relays progress and ends with the result.
 //! - [`catalog`]: the tools workers publish, cached, with compiled input schemas.
 //! - [`rpc`]: JSON-RPC envelopes and [`rpc::RpcFailure`], the one error type handlers return.
+//! - [`serve`]: the accept loop: connection limit, header deadline and idle close, graceful drain.
 //! - [`state`]: [`AppState`], shared by all handlers.
 //!
 //! Why a dispatcher of our own rather than rmcp's `StreamableHttpService`: see
 //! `docs/architecture.md`. MCP shapes come from `rmcp::model` wherever rmcp has them.
 
+pub mod access;
+pub mod auth;
 pub mod catalog;
 pub mod http;
 pub mod methods;
 pub mod rpc;
+pub mod serve;
 pub mod state;
 pub mod wire;
 
-use std::future::Future;
-use std::sync::Arc;
-
 pub use http::router;
+pub use serve::serve;
 pub use state::{AppState, HttpPolicy};
-
-/// Serves the gateway on `listener` until `shutdown` completes, then stops accepting and lets
-/// requests in flight finish.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    state: Arc<AppState>,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    use axum::serve::ListenerExt;
-    // Replies are small and often end in a separate final write (the last SSE event, the end of a
-    // chunked body); without TCP_NODELAY each such write waits out the client's delayed ACK.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-        }
-    });
-    let waits = state.shutdown.clone();
-    let shutdown = async move {
-        shutdown.await;
-        // Stop accepting, and end the requests that wait on tasks: they may wait for hours.
-        waits.cancel();
-    };
-    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await
-}

@@ -18,6 +18,21 @@ pub struct Config {
     pub poll_interval_ms: u64,
     /// Largest accepted request body (`CONVEYOR_MAX_BODY_BYTES`).
     pub max_body_bytes: usize,
+    /// Nesting and parsed-memory limits of a request body (`CONVEYOR_MAX_JSON_DEPTH`,
+    /// `CONVEYOR_MAX_PARSED_BYTES`), checked before it is parsed.
+    pub json_limits: crate::json_limits::JsonLimits,
+    /// Memory all requests of one gateway may hold at once for their bodies and parsed JSON
+    /// (`CONVEYOR_MAX_INFLIGHT_BYTES`); a request that would exceed it waits briefly, then is
+    /// refused with a retryable error.
+    pub max_inflight_bytes: usize,
+    /// Largest `arguments` of one `tools/call`, in bytes of JSON (`CONVEYOR_MAX_ARGUMENT_BYTES`).
+    pub max_argument_bytes: usize,
+    /// How long a client may take to send a request's headers, which is also how long an idle
+    /// connection is kept (`CONVEYOR_HEADER_TIMEOUT_MS`), and its body (`CONVEYOR_BODY_TIMEOUT_MS`).
+    pub header_timeout: Duration,
+    pub body_timeout: Duration,
+    /// Connections a gateway serves at once (`CONVEYOR_MAX_CONNECTIONS`); more wait to be accepted.
+    pub max_connections: usize,
     /// How long any one Redis round trip may take before it fails (`CONVEYOR_REDIS_TIMEOUT_MS`).
     pub redis_timeout: Duration,
     /// How long an operation keeps trying while Redis is out of reach, a restart or a failover,
@@ -49,6 +64,12 @@ impl Default for Config {
             task_ttl_max_ms: 24 * 60 * 60 * 1000,
             poll_interval_ms: 1000,
             max_body_bytes: 4 * 1024 * 1024,
+            json_limits: crate::json_limits::JsonLimits::default(),
+            max_inflight_bytes: 256 * 1024 * 1024,
+            max_argument_bytes: 1024 * 1024,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            max_connections: 1024,
             redis_timeout: Duration::from_secs(3),
             redis_outage_wait: Duration::from_secs(5),
             shards: crate::store::DEFAULT_SHARDS,
@@ -97,6 +118,30 @@ impl Config {
                 self.shards,
                 crate::keys::MAX_SHARDS
             ));
+        }
+        let json = &self.json_limits;
+        if json.max_depth < 8 || json.max_depth > crate::json_limits::PARSER_MAX_DEPTH {
+            return Err(format!(
+                "the JSON depth limit (CONVEYOR_MAX_JSON_DEPTH = {}) must be between 8 and {}",
+                json.max_depth,
+                crate::json_limits::PARSER_MAX_DEPTH
+            ));
+        }
+        if json.max_parsed_bytes < self.max_body_bytes {
+            return Err(format!(
+                "the parsed-memory limit (CONVEYOR_MAX_PARSED_BYTES = {}) must be at least the body limit (CONVEYOR_MAX_BODY_BYTES = {})",
+                json.max_parsed_bytes, self.max_body_bytes
+            ));
+        }
+        if self.max_inflight_bytes < self.max_body_bytes + json.max_parsed_bytes {
+            return Err(format!(
+                "the in-flight memory limit (CONVEYOR_MAX_INFLIGHT_BYTES = {}) must hold at least one largest request: the body limit plus the parsed-memory limit ({} bytes)",
+                self.max_inflight_bytes,
+                self.max_body_bytes + json.max_parsed_bytes
+            ));
+        }
+        if self.header_timeout.is_zero() || self.body_timeout.is_zero() || self.max_connections == 0 {
+            return Err("CONVEYOR_HEADER_TIMEOUT_MS, CONVEYOR_BODY_TIMEOUT_MS and CONVEYOR_MAX_CONNECTIONS must be above zero".to_owned());
         }
         if self.max_dag_nodes == 0 {
             return Err("the DAG node limit (CONVEYOR_MAX_DAG_NODES) must be at least 1".to_owned());

@@ -116,6 +116,10 @@ impl Default for DagLimits {
     }
 }
 
+/// Largest weight of one node: with at most a few million nodes their sum stays finite and exact
+/// enough, in Rust and in Lua alike.
+pub const MAX_WEIGHT: f64 = 1_000_000.0;
+
 /// Default delay before a first retry.
 pub const DEFAULT_BACKOFF_MS: u64 = 200;
 /// Longest delay between retries.
@@ -234,11 +238,18 @@ impl DagSpec {
                 ));
             }
             if let Some(w) = node.weight
-                && !(w.is_finite() && w > 0.0)
+                && !(w.is_finite() && w > 0.0 && w <= MAX_WEIGHT)
             {
-                return Err(format!("node `{id}`: weight must be a positive number"));
+                return Err(format!("node `{id}`: weight must be a positive number of at most {MAX_WEIGHT}"));
             }
-            let mut seen = HashSet::new();
+            let depth = crate::json_limits::depth(&node.arguments);
+            if depth > crate::json_limits::MAX_RESULT_DEPTH {
+                return Err(format!(
+                    "node `{id}`: arguments nest {depth} levels deep; the limit is {}",
+                    crate::json_limits::MAX_RESULT_DEPTH
+                ));
+            }
+            let mut seen = HashSet::with_capacity(node.depends_on.len());
             for dep in &node.depends_on {
                 if dep == id {
                     return Err(format!("node `{id}` depends on itself"));
@@ -250,8 +261,9 @@ impl DagSpec {
                     return Err(format!("node `{id}` lists `{dep}` twice in dependsOn"));
                 }
             }
+            // `seen` holds this node's dependencies: each reference is checked in constant time.
             for (from, _) in upstream_references(&node.arguments) {
-                if !node.depends_on.contains(&from) {
+                if !seen.contains(&from) {
                     return Err(format!("node `{id}` takes a value from `{from}` but does not depend on it"));
                 }
             }

@@ -91,6 +91,11 @@ impl Shard {
         format!("{}:idem:{owner}:{key}", self.tag())
     }
 
+    /// When `caller` may next read a task (`tasks/get` no faster than the poll interval).
+    pub fn poll_gate(self, task_id: &str, caller: &str) -> String {
+        format!("{}:poll:{task_id}:{caller}", self.tag())
+    }
+
     /// Who runs this shard's maintenance (retries, expiries, lost workers): a lease string.
     pub fn maintenance_lease(self) -> String {
         format!("{}:maint", self.tag())
@@ -105,6 +110,12 @@ impl Shard {
     pub fn inbox(self, process: &str) -> String {
         format!("{}:inbox:{process}", self.tag())
     }
+}
+
+/// A principal's request rate, shared by every gateway (a GCRA arrival time). One key per
+/// principal, outside the shards: the script that reads it touches nothing else.
+pub fn rate(principal: &str) -> String {
+    format!("{PREFIX}:rate:{principal}")
 }
 
 /// The shard a task id names: its first four hex digits. `None` for an id that names no shard of

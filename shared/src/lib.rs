@@ -17,6 +17,8 @@
 //! - [`events`]: [`events::EventHub`], a process's one subscription: its inbox in every shard and
 //!   every shard's cancel channel, handed out to local waiters by task id.
 //! - [`dag`]: the graph of a DAG task, its validation and upstream references.
+//! - [`json_limits`]: bounds on outside JSON: a body measured before it is parsed, a result's
+//!   depth before it is stored.
 //! - [`config`]: [`Config`], the settings of a deployment.
 //! - [`error`] holds [`StoreError`], what a failed store operation tells its caller.
 
@@ -25,6 +27,7 @@ pub mod conn;
 pub mod dag;
 pub mod error;
 pub mod events;
+pub mod json_limits;
 pub mod keys;
 pub mod model;
 pub mod scripts;

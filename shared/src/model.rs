@@ -155,7 +155,7 @@ impl TaskRecord {
             return Ok(None);
         }
         let mut take = |field: &str| hash.remove(field).filter(|v| !v.is_empty());
-        let status = take("status").ok_or("task hash has no status")?.parse::<TaskStatus>()?;
+        let mut status = take("status").ok_or("task hash has no status")?.parse::<TaskStatus>()?;
         let number = |v: Option<String>, field: &str| -> Result<u64, String> {
             v.ok_or_else(|| format!("task hash has no {field}"))?
                 .parse::<u64>()
@@ -172,18 +172,36 @@ impl TaskRecord {
         let poll_interval_ms = number(take("pollMs"), "pollMs")?;
         let owner = take("owner").unwrap_or_default();
         let tool = take("tool").unwrap_or_default();
-        let arguments = json(take("arguments"), "arguments")?.unwrap_or(Value::Null);
+        // A payload that cannot be read (written by an older or broken writer) breaks only this
+        // task, which shows as failed and says why; the record, listings and other tasks stay
+        // readable.
+        let mut unreadable: Option<String> = None;
+        let mut payload = |field: &str, value: Option<String>| match json(value, field) {
+            Ok(value) => value,
+            Err(e) => {
+                unreadable.get_or_insert(e);
+                None
+            }
+        };
+        let arguments = payload("arguments", take("arguments")).unwrap_or(Value::Null);
         let wire = take("wire").unwrap_or_default();
-        let progress_token = json(take("progressToken"), "progressToken")?;
+        let progress_token = payload("progressToken", take("progressToken"));
         let traceparent = take("traceparent");
-        let progress = float(take("progress"));
-        let total = float(take("total"));
-        let result = json(take("result"), "result")?;
-        let error = json(take("error"), "error")?
-            .map(serde_json::from_value::<RpcError>)
-            .transpose()
-            .map_err(|e| format!("task field error: {e}"))?;
-        let input_requests = json(take("inputRequests"), "inputRequests")?;
+        let progress = float(take("progress")).filter(|p| p.is_finite());
+        let total = float(take("total")).filter(|t| t.is_finite());
+        let mut result = payload("result", take("result"));
+        let mut error =
+            payload("error", take("error")).and_then(|e| serde_json::from_value::<RpcError>(e).ok());
+        let input_requests = payload("inputRequests", take("inputRequests"));
+        if let Some(why) = unreadable {
+            status = TaskStatus::Failed;
+            result = None;
+            error = Some(RpcError {
+                code: -32603,
+                message: format!("this task's stored data cannot be read ({why}); the task is failed"),
+                data: None,
+            });
+        }
         let output_node = take("outputNode");
         Ok(Some(Self {
             task_id: task_id.to_owned(),

@@ -19,6 +19,7 @@ macro_rules! script {
 }
 
 script!(CREATE_TASK, "lua/create_task.lua");
+script!(RATE_LIMIT, "lua/rate_limit.lua");
 script!(START_NODES, "lua/start_nodes.lua");
 script!(REPORT_PROGRESS, "lua/report_progress.lua");
 script!(COMPLETE_NODE, "lua/complete_node.lua");

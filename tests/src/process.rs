@@ -338,6 +338,21 @@ impl Drop for RedisServer {
     }
 }
 
+/// What every `conveyor` process a test starts has in its environment: it is a test process
+/// (so it may load the fixtures that harm it), and, unless the test configures authentication,
+/// it serves without any, as `--no-auth` asks.
+pub fn test_process_env(args: &[&str], env: &[(&str, &str)]) -> Vec<(&'static str, &'static str)> {
+    let mut vars = vec![("CONVEYOR_TEST_PROCESS", "1")];
+    let auth_flags = ["--tokens-file", "--jwt-issuer", "--jwks", "--no-auth"];
+    let auth_env = ["CONVEYOR_TOKENS_FILE", "CONVEYOR_JWT_ISSUER", "CONVEYOR_JWKS", "CONVEYOR_NO_AUTH"];
+    let configured = args.iter().any(|a| auth_flags.iter().any(|f| a.starts_with(f)))
+        || env.iter().any(|(k, _)| auth_env.contains(k));
+    if !configured {
+        vars.push(("CONVEYOR_NO_AUTH", "1"));
+    }
+    vars
+}
+
 /// A running `conveyor` process.
 pub struct Conveyor {
     child: Option<Child>,
@@ -395,6 +410,7 @@ impl Conveyor {
             .args(args)
             .env("REDIS_URL", redis_url)
             .env("CONVEYOR_LOG", "info,conveyor_worker=debug,conveyor_gateway=debug")
+            .envs(test_process_env(args, &[]))
             .stdin(Stdio::null())
             .stdout(file.try_clone()?)
             .stderr(file)
@@ -484,6 +500,7 @@ impl Conveyor {
             .args(&all)
             .env("REDIS_URL", redis_url)
             .env("CONVEYOR_LOG", "info,conveyor_worker=debug,conveyor_gateway=debug")
+            .envs(test_process_env(&all, env))
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(file.try_clone()?)

@@ -14,7 +14,7 @@ async fn up_starts_a_private_redis_when_none_answers_and_stops_it_on_exit() {
     let listen = format!("127.0.0.1:{}", free_port());
     let log = conveyor_tests::process::scratch_dir("up-private").join("conveyor.log");
     let mut child = Command::new(conveyor_bin())
-        .args(["up", "--fixtures", "--listen", &listen])
+        .args(["up", "--fixtures", "--no-auth", "--listen", &listen])
         .env("REDIS_URL", format!("redis://127.0.0.1:{dead_port}"))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -64,7 +64,7 @@ async fn up_starts_a_private_redis_when_none_answers_and_stops_it_on_exit() {
 #[test]
 fn up_without_redis_explains_how_to_get_it() {
     let output = Command::new(conveyor_bin())
-        .args(["up", "--listen", &format!("127.0.0.1:{}", free_port())])
+        .args(["up", "--no-auth", "--listen", &format!("127.0.0.1:{}", free_port())])
         .env("REDIS_URL", format!("redis://127.0.0.1:{}", free_port()))
         .env("PATH", "/nonexistent")
         .stdin(Stdio::null())
@@ -151,7 +151,7 @@ fn processes_with_another_shard_count_than_the_deployment_refuse_to_run() {
         let listen = format!("127.0.0.1:{port}");
         let mut args = vec![command, "--shards", "8"];
         if command == "gateway" {
-            args.extend(["--listen", &listen]);
+            args.extend(["--no-auth", "--listen", &listen]);
         } else {
             args.push("--fixtures");
         }

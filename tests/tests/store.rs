@@ -12,7 +12,7 @@ use conveyor_shared::model::{
 };
 use conveyor_shared::store::{
     AnswerOutcome, Attempt, CancelOutcome, CompleteOutcome, Created, Limits, MaintainOutcome, NewTask,
-    ReclaimOutcome, StartOutcome, WorkReader,
+    ReclaimOutcome, StartOutcome, TaskIndex, WorkReader,
 };
 use conveyor_tests::RedisServer;
 use conveyor_tests::process::{nodes_key, shard_of, task_key};
@@ -349,8 +349,12 @@ async fn listing_pages_through_an_owners_tasks_only() {
     let mut seen = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
-        let page =
-            h.store.list_tasks("alice", cursor.as_deref(), 50).await.expect("list").expect("valid cursor");
+        let page = h
+            .store
+            .list_tasks(TaskIndex::Owner("alice"), cursor.as_deref(), 50)
+            .await
+            .expect("list")
+            .expect("valid cursor");
         assert!(page.tasks.len() <= 50);
         seen.extend(page.tasks.into_iter().map(|t| t.task_id));
         match page.next_cursor {
@@ -365,7 +369,7 @@ async fn listing_pages_through_an_owners_tasks_only() {
     assert_eq!(listed, 250, "every task exactly once");
     assert_eq!(seen, created, "alice's tasks, none of bob's");
     assert!(
-        h.store.list_tasks("alice", Some("garbage"), 50).await.expect("list").is_err(),
+        h.store.list_tasks(TaskIndex::Owner("alice"), Some("garbage"), 50).await.expect("list").is_err(),
         "a bad cursor is an error"
     );
 }
@@ -373,7 +377,8 @@ async fn listing_pages_through_an_owners_tasks_only() {
 #[tokio::test]
 async fn an_owner_without_tasks_gets_an_empty_page() {
     let h = setup().await;
-    let page = h.store.list_tasks("nobody", None, 50).await.expect("list").expect("no cursor");
+    let page =
+        h.store.list_tasks(TaskIndex::Owner("nobody"), None, 50).await.expect("list").expect("no cursor");
     assert!(page.tasks.is_empty() && page.next_cursor.is_none());
 }
 
@@ -512,7 +517,8 @@ async fn owner_indexes_lose_tasks_when_their_keys_expire() {
         }
     }
     assert_eq!(expired, vec![abandoned]);
-    let page = h.store.list_tasks("alice", None, 50).await.expect("list").expect("no cursor");
+    let page =
+        h.store.list_tasks(TaskIndex::Owner("alice"), None, 50).await.expect("list").expect("no cursor");
     let listed: Vec<String> = page.tasks.into_iter().map(|t| t.task_id).collect();
     assert_eq!(listed, vec![ids["long"].clone()]);
     let mut conn = h.conn();

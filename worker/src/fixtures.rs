@@ -273,18 +273,6 @@ pub fn register(registry: &mut ToolRegistry) {
     ));
     registry.register(FnTool::new(
         definition(
-            "crash_worker",
-            "Kills the worker process that runs it (abort), to exercise leases and dead letters. Fixture only.",
-            no_arguments(),
-            "optional",
-        ),
-        |_ctx| async {
-            tracing::error!("crash_worker: aborting this worker process on purpose");
-            std::process::abort()
-        },
-    ));
-    registry.register(FnTool::new(
-        definition(
             "slow_compute",
             "Computes for `seconds`, reporting progress every 100 ms; stops at once when cancelled.",
             json!({
@@ -407,6 +395,25 @@ pub fn registry() -> ToolRegistry {
     let mut registry = ToolRegistry::new();
     register(&mut registry);
     registry
+}
+
+/// Fixtures that harm the process that runs them.
+pub const HARMFUL: &[&str] = &["crash_worker"];
+
+/// Adds the fixtures that harm the process that runs them; only a test process loads them.
+pub fn register_harmful(registry: &mut ToolRegistry) {
+    registry.register(FnTool::new(
+        definition(
+            "crash_worker",
+            "Kills the worker process that runs it (abort), to exercise leases and dead letters. Fixture only.",
+            no_arguments(),
+            "optional",
+        ),
+        |_ctx| async {
+            tracing::error!("crash_worker: aborting this worker process on purpose");
+            std::process::abort()
+        },
+    ));
 }
 
 #[cfg(test)]

@@ -474,13 +474,14 @@ async fn dispatch(
         };
         for (item, outcome) in items.into_iter().zip(outcomes) {
             match outcome {
-                StartOutcome::Run { attempt, tool, arguments, timeout, losses, .. } => {
+                StartOutcome::Run { attempt, tool, arguments, in_graph, timeout, losses, .. } => {
                     let Some(permit) = permits.pop() else { continue };
                     let job = NodeJob {
                         worker: worker.clone(),
                         attempt: *attempt,
                         tool,
                         arguments,
+                        in_graph,
                         timeout,
                         losses,
                     };
@@ -694,6 +695,7 @@ struct NodeJob {
     attempt: Attempt,
     tool: String,
     arguments: serde_json::Value,
+    in_graph: bool,
     timeout: Option<Duration>,
     losses: u32,
 }
@@ -726,7 +728,12 @@ impl NodeJob {
                 reason: reason.clone(),
             },
         );
-        let outcome = match crate::dag::resolve_arguments(store, &attempt.task_id, &self.arguments).await {
+        let arguments = if self.in_graph {
+            crate::dag::resolve_arguments(store, &attempt.task_id, &self.arguments).await
+        } else {
+            Ok(self.arguments.clone())
+        };
+        let outcome = match arguments {
             Err(outcome) => outcome,
             Ok(arguments) => {
                 let ctx = ToolContext {

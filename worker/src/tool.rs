@@ -101,6 +101,11 @@ impl ToolContext {
     /// when the report was refused because the task is no longer live or the attempt is stale,
     /// which a tool may take as a sign to stop.
     pub async fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) -> bool {
+        if !progress.is_finite() || total.is_some_and(|t| !t.is_finite()) {
+            // A tool's arithmetic slip is not a reason to stop it: the report is dropped.
+            tracing::warn!(task = %self.task_id, progress, ?total, "dropping a progress report that is not a finite number");
+            return true;
+        }
         match self.store.report_progress(&self.lease, progress, total, message).await {
             Ok(taken) => taken,
             Err(e) => {

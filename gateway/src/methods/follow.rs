@@ -26,7 +26,8 @@ const SAFETY_RECHECK: Duration = Duration::from_secs(30);
 pub(super) struct Follow {
     /// The task as last known; its status, result and error are updated from events.
     pub task: TaskRecord,
-    pub owner: String,
+    /// Who follows it: the owner, or an operator.
+    pub caller: crate::access::Caller,
     pub progress_token: Option<Value>,
     pub deadline: Duration,
 }
@@ -58,7 +59,7 @@ async fn wait_terminal(
     waiter: Option<Waiter>,
     tx: &mpsc::Sender<StreamItem>,
 ) -> Result<TaskRecord, RpcFailure> {
-    let Follow { mut task, owner, progress_token, deadline } = follow;
+    let Follow { mut task, caller, progress_token, deadline } = follow;
     let task_id = task.task_id.clone();
     let give_up = Instant::now() + deadline;
     let hub = state.store.events().await?;
@@ -66,7 +67,7 @@ async fn wait_terminal(
     let inbox = hub.inbox(shard);
     let watch = async |task_id: &str| -> Result<TaskRecord, RpcFailure> {
         match state.store.watch_task(task_id, &inbox).await? {
-            Some(t) if t.owner == owner => Ok(t),
+            Some(t) if caller.may_see(&t.owner) => Ok(t),
             _ => Err(task_not_found(task_id)),
         }
     };

@@ -27,8 +27,9 @@ use futures::stream::BoxStream;
 use rmcp::model::{ErrorCode, TASKS_EXTENSION_ID};
 use serde_json::{Value, json};
 
+use crate::access::Caller;
 use crate::rpc::RpcFailure;
-use crate::state::AppState;
+use crate::state::{AppState, BudgetPermit};
 use crate::wire::{META_CLIENT_CAPABILITIES, Wire};
 
 pub use tools_call::{IDEMPOTENCY_KEY, OVERLOADED};
@@ -40,8 +41,11 @@ pub struct RequestCtx {
     pub params: Value,
     pub wire: Wire,
     pub accepts_sse: bool,
-    pub owner: String,
+    pub caller: Caller,
     pub traceparent: Option<String>,
+    /// The request's share of the gateway's memory budget; a handler that keeps running after it
+    /// has let go of the request's JSON (a synchronous call waiting for its task) gives it back.
+    pub budget: Option<BudgetPermit>,
 }
 
 /// A message on a reply stream: notifications first, then the response.
@@ -80,7 +84,7 @@ async fn handle_2025(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, Rpc
     let result = match ctx.method.as_str() {
         "ping" => json!({}),
         "initialize" => initialize::initialize(&ctx.params),
-        "tools/list" => tools_list::tools_list(&state, ctx.wire).await?,
+        "tools/list" => tools_list::tools_list(&state, &ctx).await?,
         "tools/call" => return tools_call::tools_call(state, ctx).await,
         "tasks/get" => tasks_get::tasks_get(&state, &ctx).await?,
         "tasks/cancel" => tasks_cancel::tasks_cancel(&state, &ctx).await?,
@@ -105,7 +109,7 @@ async fn handle_2026(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, Rpc
     }
     let result = match method {
         "server/discover" => discover::discover(),
-        "tools/list" => tools_list::tools_list(&state, ctx.wire).await?,
+        "tools/list" => tools_list::tools_list(&state, &ctx).await?,
         "tools/call" => return tools_call::tools_call(state, ctx).await,
         "tasks/get" => tasks_get::tasks_get(&state, &ctx).await?,
         "tasks/update" => tasks_update::tasks_update(&state, &ctx).await?,
@@ -182,9 +186,18 @@ pub(crate) async fn reply_from(mut stream: ReplyStream, as_sse: bool) -> Result<
 pub(crate) async fn owned_task(state: &AppState, ctx: &RequestCtx) -> Result<TaskRecord, RpcFailure> {
     let task_id = string_param(&ctx.params, "taskId")?;
     match state.store.get_task(task_id).await? {
-        Some(task) if task.owner == ctx.owner => Ok(task),
-        _ => Err(task_not_found(task_id)),
+        Some(task) if ctx.caller.may_see(&task.owner) => Ok(task),
+        Some(_) => {
+            audit_denied(&ctx.caller, &ctx.method, task_id, "the task belongs to another principal");
+            Err(task_not_found(task_id))
+        }
+        None => Err(task_not_found(task_id)),
     }
+}
+
+/// An access the caller was refused, in the audit log.
+pub(crate) fn audit_denied(caller: &Caller, method: &str, subject: &str, reason: &str) {
+    tracing::info!(target: "conveyor::audit", event = "denied", principal = %caller.principal, method, subject, reason, "access denied");
 }
 
 pub(crate) fn task_not_found(task_id: &str) -> RpcFailure {

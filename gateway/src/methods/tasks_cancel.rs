@@ -10,9 +10,23 @@ use crate::wire::{self, Wire};
 
 pub(super) async fn tasks_cancel(state: &AppState, ctx: &RequestCtx) -> Result<Value, RpcFailure> {
     let task_id = string_param(&ctx.params, "taskId")?;
-    let outcome = state.store.cancel_task(task_id, &ctx.owner, "Cancelled by the client").await?;
+    let message = if ctx.caller.operator { "Cancelled by an operator" } else { "Cancelled by the client" };
+    let outcome = state.store.cancel_task(task_id, ctx.caller.owner_filter(), message).await?;
+    if outcome == CancelOutcome::Cancelled {
+        tracing::info!(target: "conveyor::audit", event = "task_cancelled", principal = %ctx.caller.principal, operator = ctx.caller.operator, task = %task_id, "task cancelled");
+    }
     match (ctx.wire, outcome) {
-        (_, CancelOutcome::Missing) => Err(task_not_found(task_id)),
+        (_, CancelOutcome::Missing) => {
+            if state.store.get_task(task_id).await.ok().flatten().is_some() {
+                super::audit_denied(
+                    &ctx.caller,
+                    &ctx.method,
+                    task_id,
+                    "the task belongs to another principal",
+                );
+            }
+            Err(task_not_found(task_id))
+        }
         (Wire::V2026, _) => Ok(json!({})),
         (Wire::V2025, CancelOutcome::AlreadyTerminal(status)) => Err(RpcFailure::invalid_params(format!(
             "Cannot cancel task `{task_id}`: it is already {status}, and a terminal task never changes"

@@ -27,7 +27,7 @@ pub(super) async fn tasks_result(state: Arc<AppState>, ctx: RequestCtx) -> Resul
     let deadline =
         if ctx.accepts_sse { Duration::from_secs(7 * 24 * 60 * 60) } else { state.config.sync_call_timeout };
     let follow =
-        Follow { progress_token: task.progress_token.clone(), task, owner: ctx.owner.clone(), deadline };
+        Follow { progress_token: task.progress_token.clone(), task, caller: ctx.caller.clone(), deadline };
     let stream = follow_task(state, follow, None, |t| task_result_payload(&t));
     reply_from(stream, ctx.accepts_sse).await
 }

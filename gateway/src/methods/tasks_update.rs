@@ -15,7 +15,7 @@ pub(super) async fn tasks_update(state: &AppState, ctx: &RequestCtx) -> Result<V
         Some(r @ Value::Object(_)) => r,
         _ => return Err(RpcFailure::invalid_params("Invalid params: `inputResponses` must be an object")),
     };
-    match state.store.answer_input(task_id, &ctx.owner, responses).await? {
+    match state.store.answer_input(task_id, &ctx.caller.principal, responses).await? {
         AnswerOutcome::Missing => Err(task_not_found(task_id)),
         AnswerOutcome::Answered { .. } | AnswerOutcome::NotWaiting(_) => Ok(json!({})),
     }

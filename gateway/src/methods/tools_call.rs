@@ -8,6 +8,7 @@ use conveyor_shared::keys;
 use conveyor_shared::model::{TaskMode, TaskRecord, TaskStatus, new_task_id, now_ms};
 use conveyor_shared::store::{Created, LimitHit, NewTask, task_error};
 use rmcp::model::{ErrorCode, TASKS_EXTENSION_ID};
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::follow::{Follow, follow_task};
@@ -27,19 +28,32 @@ pub const IDEMPOTENCY_KEY: &str = "io.conveyor/idempotencyKey";
 /// Owner index entries are kept as long as the longest-lived task could be listed.
 const OWNER_INDEX_SLACK_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 
-pub(super) async fn tools_call(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, RpcFailure> {
-    let params = &ctx.params;
-    let name = string_param(params, "name")?;
-    let arguments = match params.get("arguments") {
+pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Result<Reply, RpcFailure> {
+    // The arguments are moved out, not copied: a large call is held in memory once.
+    let arguments = match ctx.params.get_mut("arguments").map(Value::take) {
         None | Some(Value::Null) => json!({}),
-        Some(a @ Value::Object(_)) => a.clone(),
+        Some(a @ Value::Object(_)) => a,
         Some(_) => return Err(RpcFailure::invalid_params("Invalid params: `arguments` must be an object")),
     };
-    let tool = state.catalog.get(name).await?.ok_or_else(|| {
-        RpcFailure::invalid_params(format!(
-            "Unknown tool: `{name}`. tools/list names the tools this server offers."
-        ))
-    })?;
+    let params = &ctx.params;
+    let name = string_param(params, "name")?;
+    let tool = match state.catalog.get(name).await? {
+        Some(tool) if state.access.may_call(&ctx.caller, name) => tool,
+        found => {
+            if found.is_some() {
+                super::audit_denied(
+                    &ctx.caller,
+                    "tools/call",
+                    name,
+                    "the access policy does not grant this tool",
+                );
+            }
+            return Err(RpcFailure::invalid_params(format!(
+                "Unknown tool: `{name}`. tools/list names the tools this server offers you."
+            )));
+        }
+    };
+    check_argument_size(&state, &arguments)?;
     let task_param = params.get("task").filter(|t| !t.is_null());
     let as_task = match ctx.wire {
         Wire::V2025 => match (task_param, tool.task_support) {
@@ -84,7 +98,8 @@ pub(super) async fn tools_call(state: Arc<AppState>, ctx: RequestCtx) -> Result<
         ));
     }
     tool.validate(&arguments)?;
-    let graph = if tool.name == RUN_DAG { Some(checked_graph(&state, &arguments).await?) } else { None };
+    let graph =
+        if tool.name == RUN_DAG { Some(checked_graph(&state, &ctx.caller, &arguments).await?) } else { None };
     let requested_ttl = match task_param.and_then(|t| t.get("ttl")) {
         None | Some(Value::Null) => None,
         Some(ttl) => Some(ttl.as_u64().ok_or_else(|| {
@@ -109,7 +124,7 @@ pub(super) async fn tools_call(state: Arc<AppState>, ctx: RequestCtx) -> Result<
     };
     // An idempotent call lands in the shard its key names, so that a retry finds the first task.
     let shard = match &idempotency_key {
-        Some(key) => keys::shard_of_key(&ctx.owner, key, state.store.shards()),
+        Some(key) => keys::shard_of_key(&ctx.caller.principal, key, state.store.shards()),
         None => state.store.pick_shard(),
     };
     let task_id = new_task_id(shard);
@@ -130,7 +145,7 @@ pub(super) async fn tools_call(state: Arc<AppState>, ctx: RequestCtx) -> Result<
     };
     let mut new = NewTask {
         task_id,
-        owner: ctx.owner.clone(),
+        owner: ctx.caller.principal.clone(),
         tool: name.to_owned(),
         arguments,
         ttl_ms: state.config.applied_ttl_ms(requested_ttl),
@@ -151,7 +166,7 @@ pub(super) async fn tools_call(state: Arc<AppState>, ctx: RequestCtx) -> Result<
     let mut waiter = waiter;
     match state.store.create_task(&new, &state.config.limits).await? {
         Created::Created => {
-            tracing::debug!(task = %new.task_id, tool = %name, wire = ctx.wire.as_str(), mode = mode.as_str(), "task created");
+            tracing::info!(target: "conveyor::audit", event = "task_created", principal = %ctx.caller.principal, tool = %name, task = %new.task_id, mode = mode.as_str(), "task created");
         }
         Created::Duplicate(earlier) => {
             // A retried call: answer with the task the first one created; nothing runs twice.
@@ -174,9 +189,13 @@ pub(super) async fn tools_call(state: Arc<AppState>, ctx: RequestCtx) -> Result<
     if as_task {
         return Ok(Reply::Result(wire::create_result(ctx.wire, &record)));
     }
+    // A synchronous call may wait minutes: the request's JSON and its memory budget go now.
+    drop(new);
+    ctx.params = Value::Null;
+    ctx.budget = None;
     let follow = Follow {
         task: record,
-        owner: ctx.owner.clone(),
+        caller: ctx.caller.clone(),
         progress_token: progress_token.clone(),
         deadline: state.config.sync_call_timeout,
     };
@@ -210,8 +229,12 @@ fn over_limit(hit: &LimitHit) -> RpcFailure {
 
 /// A `run_dag` graph, checked before anything is written: its shape and limits, every node's tool,
 /// and the arguments of every node that takes nothing from upstream against its tool's schema.
-async fn checked_graph(state: &AppState, arguments: &Value) -> Result<DagSpec, RpcFailure> {
-    let graph: DagSpec = serde_json::from_value(arguments.clone())
+async fn checked_graph(
+    state: &AppState,
+    caller: &crate::access::Caller,
+    arguments: &Value,
+) -> Result<DagSpec, RpcFailure> {
+    let graph = DagSpec::deserialize(arguments)
         .map_err(|e| RpcFailure::invalid_params(format!("Invalid run_dag graph: {e}")))?;
     graph
         .validate(&state.config.dag_limits())
@@ -224,12 +247,23 @@ async fn checked_graph(state: &AppState, arguments: &Value) -> Result<DagSpec, R
                 node.id
             )));
         }
-        let tool = state.catalog.get(name).await?.ok_or_else(|| {
-            RpcFailure::invalid_params(format!(
-                "Invalid run_dag graph: node `{}` calls unknown tool `{name}`",
-                node.id
-            ))
-        })?;
+        let tool = match state.catalog.get(name).await? {
+            Some(tool) if state.access.may_call(caller, name) => tool,
+            found => {
+                if found.is_some() {
+                    super::audit_denied(
+                        caller,
+                        "tools/call",
+                        name,
+                        "a run_dag node calls a tool the access policy does not grant",
+                    );
+                }
+                return Err(RpcFailure::invalid_params(format!(
+                    "Invalid run_dag graph: node `{}` calls unknown tool `{name}`",
+                    node.id
+                )));
+            }
+        };
         if dag::upstream_references(&node.arguments).is_empty() {
             tool.validate(&node.arguments).map_err(|mut f| {
                 f.error.message =
@@ -239,6 +273,38 @@ async fn checked_graph(state: &AppState, arguments: &Value) -> Result<DagSpec, R
         }
     }
     Ok(graph)
+}
+
+/// Refuses arguments larger than `max_argument_bytes` (measured as compact JSON), naming the limit.
+fn check_argument_size(state: &AppState, arguments: &Value) -> Result<(), RpcFailure> {
+    let max = state.config.max_argument_bytes;
+    let size = json_size(arguments);
+    if size <= max {
+        return Ok(());
+    }
+    Err(RpcFailure::invalid_params(format!(
+        "Invalid params: the arguments are {size} bytes of JSON; the limit is {max} (max_argument_bytes)"
+    ))
+    .with_data(json!({"limit": "max_argument_bytes", "max": max, "size": size})))
+}
+
+/// Bytes of a value as compact JSON, counted without building the text.
+fn json_size(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    match serde_json::to_writer(&mut count, value) {
+        Ok(()) => count.0,
+        Err(_) => usize::MAX,
+    }
 }
 
 /// What a synchronous `tools/call` returns once its task settles.

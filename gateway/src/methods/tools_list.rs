@@ -1,7 +1,8 @@
-//! `tools/list`: the tools a live worker offers, in each revision's shape.
+//! `tools/list`: the tools a live worker offers and the caller may call, in each revision's shape.
 
 use serde_json::{Value, json};
 
+use super::RequestCtx;
 use crate::rpc::RpcFailure;
 use crate::state::AppState;
 use crate::wire::Wire;
@@ -9,12 +10,14 @@ use crate::wire::Wire;
 /// How long a client may cache `tools/list`: workers may publish new tools at any time.
 const TOOLS_LIST_TTL_MS: u64 = 5_000;
 
-pub(super) async fn tools_list(state: &AppState, wire: Wire) -> Result<Value, RpcFailure> {
+pub(super) async fn tools_list(state: &AppState, ctx: &RequestCtx) -> Result<Value, RpcFailure> {
+    let wire = ctx.wire;
     let tools: Vec<Value> = state
         .catalog
         .list()
         .await?
         .into_iter()
+        .filter(|t| state.access.may_call(&ctx.caller, &t.name))
         .map(|t| match wire {
             Wire::V2025 => t.definition.clone(),
             // 2026-07-28 tools carry no `execution`: the server decides per call.

@@ -10,6 +10,31 @@ use crate::error::StoreError;
 use crate::keys::Shard;
 use crate::model::{TASK_FIELDS, TaskRecord};
 
+/// Which tasks a listing walks.
+#[derive(Debug, Clone, Copy)]
+pub enum TaskIndex<'a> {
+    /// One owner's tasks, by creation time.
+    Owner(&'a str),
+    /// Every owner's unfinished tasks, by the time their TTL runs out (for operators).
+    Live,
+}
+
+impl TaskIndex<'_> {
+    fn key(&self, shard: Shard) -> String {
+        match self {
+            Self::Owner(owner) => shard.owner_tasks(owner),
+            Self::Live => shard.expiring(),
+        }
+    }
+
+    fn admits(&self, task: &TaskRecord) -> bool {
+        match self {
+            Self::Owner(owner) => task.owner == *owner,
+            Self::Live => !task.status.is_terminal(),
+        }
+    }
+}
+
 /// A page of tasks and the cursor of the next one.
 #[derive(Debug, Clone)]
 pub struct TaskPage {
@@ -22,7 +47,7 @@ impl Store {
     /// is an error, not an empty page.
     pub async fn list_tasks(
         &self,
-        owner: &str,
+        index: TaskIndex<'_>,
         cursor: Option<&str>,
         page_size: usize,
     ) -> Result<Result<TaskPage, String>, StoreError> {
@@ -38,7 +63,7 @@ impl Store {
         // One more than a page tells whether another page follows.
         let mut candidates: Vec<(u64, String, Shard)> = Vec::new();
         for shard in self.all_shards() {
-            candidates.extend(self.index_after(shard, owner, after.as_ref(), page_size + 1).await?);
+            candidates.extend(self.index_after(shard, index, after.as_ref(), page_size + 1).await?);
         }
         candidates.sort();
         let more = candidates.len() > page_size;
@@ -60,13 +85,14 @@ impl Store {
             for (id, values) in ids.into_iter().zip(records) {
                 // One unreadable record breaks only itself: it is left out of the page.
                 match Self::readable(&id, values) {
-                    Some(task) if task.owner == owner => {
+                    Some(task) if index.admits(&task) => {
                         found.insert(id, task);
                     }
                     _ => gone.push(id),
                 }
             }
-            if !gone.is_empty() {
+            // The live index is the maintenance's to clean; an owner's index is cleaned here.
+            if let (TaskIndex::Owner(owner), false) = (index, gone.is_empty()) {
                 let key = shard.owner_tasks(owner);
                 self.query::<()>(|| redis::Cmd::zrem(&key, &gone)).await?;
             }
@@ -89,11 +115,11 @@ impl Store {
     async fn index_after(
         &self,
         shard: Shard,
-        owner: &str,
+        index: TaskIndex<'_>,
         after: Option<&(u64, String)>,
         count: usize,
     ) -> Result<Vec<(u64, String, Shard)>, StoreError> {
-        let key = shard.owner_tasks(owner);
+        let key = index.key(shard);
         let (min, ties) = match after {
             None => ("-inf".to_owned(), 0),
             Some((score, _)) => {

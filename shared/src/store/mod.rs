@@ -9,10 +9,12 @@
 //! - [`maintenance`]: each shard's due retries and expiries, run by one worker at a time;
 //! - [`catalog`]: live workers and the tools they offer;
 //! - [`dead_letters`]: nodes that failed for good, for operators;
-//! - [`listing`]: an owner's tasks, page by page, across shards.
+//! - [`listing`]: an owner's tasks (or every live task, for operators), page by page, across shards;
+//! - [`limits`]: limits every gateway shares: request rate per principal, poll gaps.
 
 pub mod catalog;
 pub mod dead_letters;
+pub mod limits;
 pub mod listing;
 pub mod maintenance;
 pub mod nodes;
@@ -29,7 +31,7 @@ use tokio::sync::OnceCell;
 
 pub use catalog::{RunningNode, WorkerRecord};
 pub use dead_letters::DeadLetter;
-pub use listing::TaskPage;
+pub use listing::{TaskIndex, TaskPage};
 pub use maintenance::{MaintainOutcome, ReclaimOutcome};
 pub use nodes::{Attempt, CompleteOutcome, ExpandOutcome, StartOutcome};
 pub use queues::WorkReader;

@@ -12,7 +12,7 @@ use super::tasks::{INLINE_MAX, QueueList, graph_nodes};
 use crate::dag::{self, DagSpec};
 use crate::error::StoreError;
 use crate::keys::Shard;
-use crate::model::{ToolOutcome, WorkItem, now_ms};
+use crate::model::{RpcError, ToolOutcome, WorkItem, now_ms};
 use crate::scripts;
 
 /// A started attempt of a node: everything its later transitions need to find their keys.
@@ -39,6 +39,9 @@ pub enum StartOutcome {
         /// The tool to call, or `$noop` / `$collect` for a built-in node.
         tool: String,
         arguments: Value,
+        /// Whether the node belongs to a graph: only then are `{"$from": ...}` objects in its
+        /// arguments references; in a single call they are the client's data.
+        in_graph: bool,
         progress_token: Option<Value>,
         /// Limit of this attempt.
         timeout: Option<std::time::Duration>,
@@ -92,6 +95,8 @@ enum StartReply {
         timeout_ms: u64,
         losses: u32,
         queues: Vec<String>,
+        #[serde(default)]
+        kind: String,
     },
     HandedBack,
     Skip {
@@ -189,7 +194,7 @@ impl Store {
             .zip(replies)
             .map(|(item, reply)| {
                 Ok(match reply {
-                    StartReply::Run { attempt, tool, args, token, timeout_ms, losses, queues } => {
+                    StartReply::Run { attempt, tool, args, token, timeout_ms, losses, queues, kind } => {
                         let arguments = serde_json::from_str(&args)
                             .map_err(|e| StoreError::Corrupt(format!("node arguments: {e}")))?;
                         let progress_token = if token.is_empty() {
@@ -213,6 +218,7 @@ impl Store {
                             }),
                             tool,
                             arguments,
+                            in_graph: kind == "dag",
                             progress_token,
                             timeout: (timeout_ms > 0).then(|| std::time::Duration::from_millis(timeout_ms)),
                             losses,
@@ -233,6 +239,12 @@ impl Store {
         total: Option<f64>,
         message: Option<&str>,
     ) -> Result<bool, StoreError> {
+        // Lua reads "inf" as a number that no JSON can carry: such a report would wedge the task.
+        if !progress.is_finite() || total.is_some_and(|t| !t.is_finite()) {
+            return Err(StoreError::Refused(format!(
+                "progress must be finite numbers (got {progress} of {total:?})"
+            )));
+        }
         let record = json!({
             "task": attempt.task_id, "node": attempt.node_id, "attempt": attempt.attempt, "now": now_ms(),
             "progress": progress.to_string(), "total": total.map(|t| t.to_string()), "message": message,
@@ -268,6 +280,27 @@ impl Store {
         outcome: Option<&ToolOutcome>,
         final_failure: bool,
     ) -> Result<CompleteOutcome, StoreError> {
+        // What is stored must stay readable by every reader (serde_json stops at 128 levels, and
+        // the record wraps the result): a deeper outcome fails the node instead of the readers.
+        let too_deep;
+        let outcome = match outcome {
+            Some(ToolOutcome::Result(value))
+            | Some(ToolOutcome::Error(RpcError { data: Some(value), .. }))
+                if crate::json_limits::depth(value) > crate::json_limits::MAX_RESULT_DEPTH =>
+            {
+                too_deep = ToolOutcome::Error(RpcError {
+                    code: -32603,
+                    message: format!(
+                        "the tool's outcome nests {} levels deep; at most {} are stored, so that every client can read it",
+                        crate::json_limits::depth(value),
+                        crate::json_limits::MAX_RESULT_DEPTH
+                    ),
+                    data: None,
+                });
+                Some(&too_deep)
+            }
+            other => other,
+        };
         let (status, payload, is_error, message) = match outcome {
             Some(ToolOutcome::Result(result)) => {
                 let is_error = crate::model::result::is_error(result);

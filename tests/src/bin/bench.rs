@@ -427,7 +427,11 @@ impl Proc {
         let log = scratch_dir(&format!("bench-{command}")).join("conveyor.log");
         let file = std::fs::File::create(&log)?;
         let mut cmd = Command::new(conveyor_bin());
-        cmd.arg(command).args(args).env("REDIS_URL", redis_url).stdin(Stdio::null());
+        cmd.arg(command)
+            .args(args)
+            .env("REDIS_URL", redis_url)
+            .envs(conveyor_tests::process::test_process_env(args, &[]))
+            .stdin(Stdio::null());
         let listen = (command == "gateway").then(|| format!("127.0.0.1:{}", free_port()));
         if let Some(listen) = &listen {
             cmd.args(["--listen", listen]);
