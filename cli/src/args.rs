@@ -193,7 +193,7 @@ pub struct AuthArgs {
     /// Serve without authentication: every caller is `anonymous` and may do anything. For a
     /// gateway on your own machine only; a gateway refuses to start with no authentication
     /// configured unless this is given.
-    #[arg(long, env = "CONVEYOR_NO_AUTH")]
+    #[arg(long, env = "CONVEYOR_NO_AUTH", value_parser = clap::builder::BoolishValueParser::new())]
     pub no_auth: bool,
     /// Static bearer tokens: a TOML file of `[[token]]` entries, each a `principal`, its `groups`
     /// and the token's `sha256` (`conveyor token new` makes one).

@@ -348,7 +348,7 @@ pub fn test_process_env(args: &[&str], env: &[(&str, &str)]) -> Vec<(&'static st
     let configured = args.iter().any(|a| auth_flags.iter().any(|f| a.starts_with(f)))
         || env.iter().any(|(k, _)| auth_env.contains(k));
     if !configured {
-        vars.push(("CONVEYOR_NO_AUTH", "1"));
+        vars.push(("CONVEYOR_NO_AUTH", "true"));
     }
     vars
 }

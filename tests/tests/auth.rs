@@ -1,35 +1,78 @@
-//! With API keys configured, every request needs one, and each principal sees only its own tasks.
+//! Authentication, as an OAuth 2.1 resource server and with static tokens; tasks bound to their
+//! principal; tools granted per group; operators who see and cancel every task; an audit log.
 
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use conveyor_gateway::auth::token_digest;
 use conveyor_tests::mcp::tasks_client_capabilities;
+use conveyor_tests::process::{conveyor_bin, free_port, scratch_dir, workspace_root};
 use conveyor_tests::{Conveyor, Mcp, RedisServer};
-use serde_json::json;
+use jsonwebtoken::jwk::{Jwk, JwkSet};
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use serde_json::{Value, json};
 
-const ALICE: &str = "alice-key-0123456789";
-const BOB: &str = "bob-key-9876543210ab";
+const ALICE: &str = "alice-token-0123456789abcdef";
+const BOB: &str = "bob-token-9876543210fedcba";
+const OPS: &str = "ops-token-aaaabbbbccccdddd";
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write a test file");
+    path
+}
+
+fn tokens_file(dir: &Path) -> PathBuf {
+    let entry = |principal: &str, groups: &str, token: &str| {
+        format!(
+            "[[token]]\nprincipal = \"{principal}\"\ngroups = [{groups}]\nsha256 = \"{}\"\n\n",
+            token_digest(token)
+        )
+    };
+    let text = [entry("alice", "\"research\"", ALICE), entry("bob", "", BOB), entry("olga", "\"ops\"", OPS)]
+        .concat();
+    write(dir, "tokens.toml", &text)
+}
 
 #[tokio::test]
-async fn tasks_belong_to_the_principal_that_created_them() {
+async fn tasks_belong_to_their_principal_and_operators_see_and_cancel_them_all() {
     let redis = RedisServer::start().expect("redis");
-    let keys = format!("alice={ALICE},bob={BOB}");
-    let conveyor = Conveyor::up(&redis.url(), &["--fixtures", "--api-keys", &keys]).expect("conveyor");
+    let dir = scratch_dir("auth-static");
+    let tokens = tokens_file(&dir);
+    let access = write(&dir, "access.toml", "operators = [\"group:ops\"]\n");
+    let conveyor = Conveyor::up(
+        &redis.url(),
+        &[
+            "--fixtures",
+            "--tokens-file",
+            tokens.to_str().expect("path"),
+            "--access-file",
+            access.to_str().expect("path"),
+        ],
+    )
+    .expect("conveyor");
     let anonymous = Mcp::new(conveyor.mcp_url());
     let alice = Mcp::new(conveyor.mcp_url()).with_api_key(ALICE);
     let bob = Mcp::new(conveyor.mcp_url()).with_api_key(BOB);
+    let olga = Mcp::new(conveyor.mcp_url()).with_api_key(OPS);
 
     let refused = anonymous.call_2025("tools/list", json!({})).await.expect("reply");
     assert_eq!(refused.status, 401, "{}", refused.raw);
     assert!(refused.raw.contains("Authorization"), "says what to send: {}", refused.raw);
-    let wrong = Mcp::new(conveyor.mcp_url()).with_api_key("not-a-key-at-all-000");
+    let wrong = Mcp::new(conveyor.mcp_url()).with_api_key("not-a-token-at-all-000");
     assert_eq!(wrong.call_2025("tools/list", json!({})).await.expect("reply").status, 401);
-    assert_eq!(anonymous.get_status("/healthz").await.expect("healthz"), 200, "probes need no key");
+    assert_eq!(anonymous.get_status("/healthz").await.expect("healthz"), 200, "probes need no token");
 
+    alice.wait_for_tool("slow_compute", Duration::from_secs(10)).await.expect("fixtures");
     let created = alice
         .call_2025("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 30}, "task": {}}))
         .await
         .expect("tools/call");
     let task =
         created.result()["task"]["taskId"].as_str().unwrap_or_else(|| panic!("{}", created.raw)).to_owned();
-
     assert_eq!(
         alice.call_2025("tasks/get", json!({"taskId": task})).await.expect("get").result()["status"],
         "working"
@@ -52,12 +95,322 @@ async fn tasks_belong_to_the_principal_that_created_them() {
         .await
         .expect("reply");
     assert_eq!(reply.error_code(), Some(-32602), "{}", reply.raw);
-    let bobs_list = bob.call_2025("tasks/list", json!({})).await.expect("list");
-    assert_eq!(bobs_list.result()["tasks"], json!([]), "{}", bobs_list.raw);
-    let alices_list = alice.call_2025("tasks/list", json!({})).await.expect("list");
-    assert_eq!(alices_list.result()["tasks"][0]["taskId"], task.as_str(), "{}", alices_list.raw);
+    assert_eq!(bob.call_2025("tasks/list", json!({})).await.expect("list").result()["tasks"], json!([]));
+    let alices = alice.call_2025("tasks/list", json!({})).await.expect("list");
+    assert_eq!(alices.result()["tasks"][0]["taskId"], task.as_str(), "{}", alices.raw);
 
-    // Bob's failed cancel changed nothing; Alice's works.
-    let cancelled = alice.call_2025("tasks/cancel", json!({"taskId": task})).await.expect("cancel");
+    // An operator sees every principal's live tasks, reads any of them, and cancels them.
+    let listed = olga.call_2025("tasks/list", json!({})).await.expect("list");
+    assert!(listed.raw.contains(&task), "the operator lists alice's task: {}", listed.raw);
+    assert_eq!(
+        olga.call_2025("tasks/get", json!({"taskId": task})).await.expect("get").result()["status"],
+        "working"
+    );
+    let cancelled = olga.call_2025("tasks/cancel", json!({"taskId": task})).await.expect("cancel");
     assert_eq!(cancelled.result()["status"], "cancelled", "{}", cancelled.raw);
+    assert_eq!(
+        alice.call_2025("tasks/get", json!({"taskId": task})).await.expect("get").result()["status"],
+        "cancelled"
+    );
+
+    // The audit log names who did what to which task, and every refusal.
+    let log = conveyor.log_text();
+    let audit: Vec<&str> = log.lines().filter(|l| l.contains("conveyor::audit")).collect();
+    let has = |words: &[&str]| audit.iter().any(|l| words.iter().all(|w| l.contains(w)));
+    assert!(has(&["task_created", "alice", "slow_compute", &task]), "{audit:#?}");
+    assert!(has(&["task_cancelled", "olga", &task]), "{audit:#?}");
+    assert!(has(&["denied", "bob", &task]), "{audit:#?}");
+    assert!(has(&["denied", "not authenticated"]), "{audit:#?}");
+}
+
+#[tokio::test]
+async fn tools_are_granted_per_principal_and_group() {
+    let redis = RedisServer::start().expect("redis");
+    let dir = scratch_dir("auth-access");
+    let tokens = tokens_file(&dir);
+    let access = write(
+        &dir,
+        "access.toml",
+        "default = \"deny\"\n[[rule]]\ntools = [\"slow_*\", \"run_dag\"]\nallow = [\"group:research\"]\n[[rule]]\ntools = [\"echo\"]\nallow = [\"bob\", \"group:research\"]\n",
+    );
+    let conveyor = Conveyor::up(
+        &redis.url(),
+        &[
+            "--fixtures",
+            "--tokens-file",
+            tokens.to_str().expect("path"),
+            "--access-file",
+            access.to_str().expect("path"),
+        ],
+    )
+    .expect("conveyor");
+    let alice = Mcp::new(conveyor.mcp_url()).with_api_key(ALICE);
+    let bob = Mcp::new(conveyor.mcp_url()).with_api_key(BOB);
+    alice.wait_for_tool("slow_compute", Duration::from_secs(10)).await.expect("fixtures");
+    let names = |reply: &conveyor_tests::mcp::Reply| -> Vec<String> {
+        let mut names: Vec<String> = reply.result()["tools"]
+            .as_array()
+            .expect("tools")
+            .iter()
+            .filter_map(|t| t["name"].as_str().map(str::to_owned))
+            .collect();
+        names.sort();
+        names
+    };
+    let alices = names(&alice.call_2025("tools/list", json!({})).await.expect("list"));
+    assert_eq!(alices, ["echo", "run_dag", "slow_compute"], "alice sees what her group is granted");
+    let bobs = names(&bob.call_2025("tools/list", json!({})).await.expect("list"));
+    assert_eq!(bobs, ["echo"]);
+
+    let written = redis.task_count();
+    let refused = bob
+        .call_2025("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 1}, "task": {}}))
+        .await
+        .expect("reply");
+    assert_eq!(refused.error_code(), Some(-32602), "{}", refused.raw);
+    // A graph cannot smuggle in a tool the caller may not call.
+    let graph = json!({"nodes": [{"id": "a", "tool": "greet", "arguments": {"name": "x"}}]});
+    let refused = alice
+        .call_2025("tools/call", json!({"name": "run_dag", "arguments": graph, "task": {}}))
+        .await
+        .expect("reply");
+    assert_eq!(refused.error_code(), Some(-32602), "{}", refused.raw);
+    assert!(refused.raw.contains("greet"), "{}", refused.raw);
+    assert_eq!(redis.task_count(), written, "nothing was written for refused calls");
+    let fine =
+        bob.call_2025("tools/call", json!({"name": "echo", "arguments": {"x": 1}})).await.expect("echo");
+    assert_eq!(fine.result()["structuredContent"], json!({"x": 1}), "{}", fine.raw);
+    let log = conveyor.log_text();
+    assert!(
+        log.lines().any(|l| l.contains("conveyor::audit")
+            && l.contains("denied")
+            && l.contains("bob")
+            && l.contains("slow_compute")),
+        "{log}"
+    );
+}
+
+const ISSUER: &str = "https://auth.example.test";
+const RESOURCE: &str = "https://conveyor.example.test/mcp";
+
+fn key_pem(name: &str) -> Vec<u8> {
+    std::fs::read(workspace_root().join("tests/fixtures/jwt").join(format!("{name}-test-key.pem")))
+        .expect("test key")
+}
+
+fn jwks(keys: &[(&str, &str)]) -> String {
+    let keys = keys
+        .iter()
+        .map(|(name, kid)| {
+            let key = EncodingKey::from_rsa_pem(&key_pem(name)).expect("RSA key");
+            let mut jwk = Jwk::from_encoding_key(&key, Algorithm::RS256).expect("JWK");
+            jwk.common.key_id = Some((*kid).to_owned());
+            jwk
+        })
+        .collect();
+    serde_json::to_string(&JwkSet { keys }).expect("JWKS")
+}
+
+fn now() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).expect("clock").as_secs() as i64
+}
+
+fn claims(subject: &str) -> Value {
+    json!({"iss": ISSUER, "aud": RESOURCE, "sub": subject, "exp": now() + 300, "nbf": now() - 5,
+           "iat": now(), "scope": "mcp other", "groups": ["research"]})
+}
+
+fn sign(claims: &Value, key: &str, kid: &str) -> String {
+    let mut header = Header::new(Algorithm::RS256);
+    header.kid = Some(kid.to_owned());
+    jsonwebtoken::encode(&header, claims, &EncodingKey::from_rsa_pem(&key_pem(key)).expect("key"))
+        .expect("sign")
+}
+
+fn unsigned(claims: &Value) -> String {
+    let header = URL_SAFE_NO_PAD.encode(br#"{"alg":"none","typ":"JWT"}"#);
+    format!("{header}.{}.", URL_SAFE_NO_PAD.encode(claims.to_string()))
+}
+
+/// A POST of `tools/list` with a bearer token: the status, the challenge, the body.
+async fn probe(url: &str, token: Option<&str>) -> (u16, String, String) {
+    let mut request = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}"#);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await.expect("response");
+    let status = response.status().as_u16();
+    let challenge = response
+        .headers()
+        .get("www-authenticate")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    (status, challenge, response.text().await.expect("body"))
+}
+
+#[tokio::test]
+async fn oauth_access_tokens_are_checked_as_a_resource_server_checks_them() {
+    let redis = RedisServer::start().expect("redis");
+    let dir = scratch_dir("auth-jwt");
+    let jwks_path = write(&dir, "jwks.json", &jwks(&[("issuer", "k1")]));
+    let conveyor = Conveyor::up(
+        &redis.url(),
+        &[
+            "--fixtures",
+            "--jwt-issuer",
+            ISSUER,
+            "--jwks",
+            jwks_path.to_str().expect("path"),
+            "--resource-url",
+            RESOURCE,
+            "--jwt-scopes",
+            "mcp",
+            "--jwt-leeway-s",
+            "5",
+        ],
+    )
+    .expect("conveyor");
+    let url = conveyor.mcp_url();
+
+    // Without a token: 401, and the challenge points at the resource metadata.
+    let (status, challenge, _) = probe(&url, None).await;
+    assert_eq!(status, 401);
+    let metadata_url = "https://conveyor.example.test/.well-known/oauth-protected-resource/mcp";
+    assert!(challenge.contains(&format!("resource_metadata=\"{metadata_url}\"")), "{challenge}");
+    assert!(challenge.contains("scope=\"mcp\""), "{challenge}");
+    // The metadata (RFC 9728) names this resource and its authorization server.
+    for path in ["/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource"] {
+        let metadata: Value = reqwest::get(format!("{}{path}", conveyor.base))
+            .await
+            .expect("metadata")
+            .json()
+            .await
+            .expect("JSON");
+        assert_eq!(metadata["resource"], RESOURCE, "{metadata}");
+        assert_eq!(metadata["authorization_servers"], json!([ISSUER]), "{metadata}");
+        assert_eq!(metadata["scopes_supported"], json!(["mcp"]), "{metadata}");
+    }
+
+    let good = sign(&claims("carol"), "issuer", "k1");
+    let (status, _, body) = probe(&url, Some(&good)).await;
+    assert_eq!(status, 200, "{body}");
+
+    let mut refused = vec![];
+    let mut expired = claims("carol");
+    expired["exp"] = json!(now() - 60);
+    refused.push(("expired", sign(&expired, "issuer", "k1"), 401, "invalid_token"));
+    let mut early = claims("carol");
+    early["nbf"] = json!(now() + 600);
+    refused.push(("not yet valid", sign(&early, "issuer", "k1"), 401, "invalid_token"));
+    let mut audience = claims("carol");
+    audience["aud"] = json!("https://another.example.test/mcp");
+    refused.push(("wrong audience", sign(&audience, "issuer", "k1"), 401, "invalid_token"));
+    let mut issuer = claims("carol");
+    issuer["iss"] = json!("https://evil.example.test");
+    refused.push(("wrong issuer", sign(&issuer, "issuer", "k1"), 401, "invalid_token"));
+    refused.push(("signed by another key", sign(&claims("carol"), "other", "k1"), 401, "invalid_token"));
+    refused.push(("alg none", unsigned(&claims("carol")), 401, "invalid_token"));
+    let mut tampered = good.clone();
+    tampered.replace_range(tampered.len() - 4.., "AAAA");
+    refused.push(("tampered signature", tampered, 401, "invalid_token"));
+    // HS256 keyed with the public key: the classic algorithm confusion.
+    let confused = jsonwebtoken::encode(
+        &Header { kid: Some("k1".into()), ..Header::new(Algorithm::HS256) },
+        &claims("carol"),
+        &EncodingKey::from_secret(jwks(&[("issuer", "k1")]).as_bytes()).expect("HMAC key"),
+    )
+    .expect("sign");
+    refused.push(("HS256", confused, 401, "invalid_token"));
+    let mut scopeless = claims("carol");
+    scopeless["scope"] = json!("other");
+    refused.push(("missing scope", sign(&scopeless, "issuer", "k1"), 403, "insufficient_scope"));
+    for (what, token, want_status, want_error) in refused {
+        let (status, challenge, body) = probe(&url, Some(&token)).await;
+        assert_eq!(status, want_status, "{what}: {body}");
+        assert!(challenge.contains(&format!("error=\"{want_error}\"")), "{what}: {challenge}");
+        assert!(challenge.contains("resource_metadata="), "{what}: {challenge}");
+    }
+
+    // The principal comes from `sub`: tasks are carol's, not dave's.
+    let carol = Mcp::new(url.clone()).with_api_key(&good);
+    let dave = Mcp::new(url.clone()).with_api_key(&sign(&claims("dave"), "issuer", "k1"));
+    carol.wait_for_tool("slow_compute", Duration::from_secs(10)).await.expect("fixtures");
+    let created = carol
+        .call_2025("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 30}, "task": {}}))
+        .await
+        .expect("tools/call");
+    let task =
+        created.result()["task"]["taskId"].as_str().unwrap_or_else(|| panic!("{}", created.raw)).to_owned();
+    assert_eq!(
+        dave.call_2025("tasks/get", json!({"taskId": task})).await.expect("get").error_code(),
+        Some(-32602)
+    );
+    assert_eq!(
+        carol.call_2025("tasks/cancel", json!({"taskId": task})).await.expect("cancel").result()["status"],
+        "cancelled"
+    );
+
+    // The authorization server rotates its keys: a token with the new key id is accepted once
+    // the gateway reads the key set again (at most every 10 s on an unknown key id).
+    std::fs::write(&jwks_path, jwks(&[("issuer", "k1"), ("other", "k2")])).expect("rotate");
+    let rotated = sign(&claims("carol"), "other", "k2");
+    let deadline = std::time::Instant::now() + Duration::from_secs(25);
+    loop {
+        let (status, _, body) = probe(&url, Some(&rotated)).await;
+        if status == 200 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the rotated key was never accepted: {body}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[test]
+fn a_gateway_starts_only_with_authentication_or_an_explicit_no_auth() {
+    let redis = RedisServer::start().expect("redis");
+    let run = |args: &[&str]| {
+        let listen = format!("127.0.0.1:{}", free_port());
+        Command::new(conveyor_bin())
+            .arg("gateway")
+            .args(["--listen", &listen])
+            .args(args)
+            .env("REDIS_URL", redis.url())
+            .env_remove("CONVEYOR_NO_AUTH")
+            .stdin(Stdio::null())
+            .output()
+            .expect("conveyor runs")
+    };
+    let output = run(&[]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--tokens-file") && stderr.contains("--no-auth"), "{stderr}");
+    let dir = scratch_dir("auth-config");
+    let tokens = tokens_file(&dir);
+    let output = run(&["--no-auth", "--tokens-file", tokens.to_str().expect("path")]);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("contradicts"));
+    let bad = write(&dir, "bad.toml", "[[token]]\nprincipal = \"x\"\nsha256 = \"nothex\"\n");
+    let output = run(&["--tokens-file", bad.to_str().expect("path")]);
+    assert!(!output.status.success());
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("64 hex"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    // `conveyor token new` prints an entry the gateway accepts, and the token it stands for.
+    let made = Command::new(conveyor_bin())
+        .args(["token", "new", "--principal", "erin", "--group", "ops"])
+        .output()
+        .expect("runs");
+    assert!(made.status.success());
+    let entry = String::from_utf8_lossy(&made.stdout).into_owned();
+    let token = String::from_utf8_lossy(&made.stderr).lines().last().expect("token line").trim().to_owned();
+    assert!(entry.contains("principal = \"erin\"") && entry.contains(&token_digest(&token)), "{entry}");
+    assert!(!entry.contains(&token), "the file never holds the token itself");
 }

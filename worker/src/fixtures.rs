@@ -230,6 +230,26 @@ pub fn register(registry: &mut ToolRegistry) {
     ));
     registry.register(FnTool::new(
         definition(
+            "nest",
+            "Returns structured content nested `depth` levels deep; for exercising the limits on stored results.",
+            json!({
+                "type": "object",
+                "properties": {"depth": {"type": "integer", "minimum": 0, "maximum": 1000}},
+                "required": ["depth"]
+            }),
+            "optional",
+        ),
+        |ctx| async move {
+            let depth = ctx.arguments.get("depth").and_then(Value::as_u64).unwrap_or(0);
+            let mut nested = json!("bottom");
+            for _ in 0..depth {
+                nested = json!({"inner": nested});
+            }
+            ToolOutcome::Result(result::structured(format!("nested {depth} levels"), nested))
+        },
+    ));
+    registry.register(FnTool::new(
+        definition(
             "flaky",
             "Reports a tool error on its first `failures` attempts, then succeeds; for exercising retries.",
             json!({"type": "object", "properties": {"failures": {"type": "integer", "minimum": 0}}, "required": ["failures"]}),
