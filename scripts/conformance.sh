@@ -220,7 +220,7 @@ done
 port="$(free_port)"
 base="http://127.0.0.1:$port"
 url="$base/mcp"
-REDIS_URL="redis://127.0.0.1:$redis_port" "$conveyor" up --fixtures --listen "127.0.0.1:$port" \
+REDIS_URL="redis://127.0.0.1:$redis_port" "$conveyor" up --fixtures --no-auth --listen "127.0.0.1:$port" \
     > "$work/conveyor.log" 2>&1 < /dev/null &
 conveyor_pid=$!
 for ((i = 0; ; i++)); do

@@ -347,6 +347,35 @@ mod tests {
         serde_json::from_value(value).expect("a DAG spec")
     }
 
+    #[test]
+    fn checking_references_is_linear_in_the_graph() {
+        // One node that depends on, and takes a value from, each of 100,000 others: checked
+        // pairwise that is 10^10 comparisons (minutes); checked against a set, well under a
+        // second. The bound below leaves a hundredfold margin on a slow machine.
+        let n = 100_000;
+        let mut nodes: Vec<Value> = (0..n).map(|i| json!({"id": format!("n{i}"), "kind": "noop"})).collect();
+        let references: Vec<Value> = (0..n).map(|i| json!({"$from": format!("n{i}")})).collect();
+        let dependencies: Vec<String> = (0..n).map(|i| format!("n{i}")).collect();
+        nodes.push(json!({"id": "all", "kind": "collect", "arguments": {"values": references}, "dependsOn": dependencies}));
+        let graph = spec(json!({"nodes": nodes}));
+        let limits = DagLimits { max_nodes: 2 * n, max_node_bytes: 64 * 1024 * 1024, ..Default::default() };
+        let (done, checked) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = done.send(graph.validate(&limits));
+        });
+        let outcome =
+            checked.recv_timeout(std::time::Duration::from_secs(60)).expect("validation is not quadratic");
+        assert_eq!(outcome, Ok(()));
+    }
+
+    #[test]
+    fn weights_are_bounded_so_that_their_sum_is_finite() {
+        let heavy = json!({"nodes": [{"id": "a", "kind": "noop", "weight": 1e308}, {"id": "b", "kind": "noop", "weight": 1e308}]});
+        assert!(check(heavy).expect_err("too heavy").contains("weight"));
+        let fine = json!({"nodes": [{"id": "a", "kind": "noop", "weight": MAX_WEIGHT}]});
+        assert_eq!(check(fine), Ok(()));
+    }
+
     fn check(value: Value) -> Result<(), String> {
         spec(value).validate(&DagLimits::default())
     }

@@ -211,6 +211,13 @@ async fn a_task_settles_once_and_expires_after_its_ttl() {
     let got = h.store.get_task(&id).await.expect("get").expect("exists");
     assert_eq!((got.status, got.progress, got.total), (TaskStatus::Working, Some(1.0), Some(2.0)));
     assert_eq!(got.status_message.as_deref(), Some("half"));
+    // Numbers that no JSON can carry never reach Lua: the report is refused, the task unchanged.
+    for (progress, total) in [(f64::INFINITY, None), (f64::NAN, None), (1.0, Some(f64::INFINITY))] {
+        let refused = h.store.report_progress(&attempt, progress, total, None).await;
+        assert!(refused.is_err(), "{progress} of {total:?} must be refused");
+    }
+    let got = h.store.get_task(&id).await.expect("get").expect("readable");
+    assert_eq!((got.progress, got.total), (Some(1.0), Some(2.0)));
 
     let done = h.store.complete(&attempt, Some(&ok("done")), false).await.expect("complete");
     assert_eq!(done, CompleteOutcome::Settled);
