@@ -414,3 +414,45 @@ fn a_gateway_starts_only_with_authentication_or_an_explicit_no_auth() {
     assert!(entry.contains("principal = \"erin\"") && entry.contains(&token_digest(&token)), "{entry}");
     assert!(!entry.contains(&token), "the file never holds the token itself");
 }
+
+/// Kills a helper process when the test ends, however it ends.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn the_key_set_can_come_from_the_authorization_servers_url() {
+    let redis = RedisServer::start().expect("redis");
+    let dir = scratch_dir("auth-jwks-url");
+    write(&dir, "jwks.json", &jwks(&[("issuer", "k1")]));
+    let port = free_port();
+    let _server = KillOnDrop(
+        Command::new("python3")
+            .args(["-m", "http.server", &port.to_string(), "--bind", "127.0.0.1", "--directory"])
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3 serves the key set"),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(std::time::Instant::now() < deadline, "the key set server did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let jwks_url = format!("http://127.0.0.1:{port}/jwks.json");
+    let conveyor = Conveyor::up(
+        &redis.url(),
+        &["--fixtures", "--jwt-issuer", ISSUER, "--jwks", &jwks_url, "--resource-url", RESOURCE],
+    )
+    .expect("conveyor");
+    let (status, _, body) = probe(&conveyor.mcp_url(), Some(&sign(&claims("carol"), "issuer", "k1"))).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, _, body) = probe(&conveyor.mcp_url(), Some(&sign(&claims("carol"), "other", "k1"))).await;
+    assert_eq!(status, 401, "{body}");
+}
