@@ -37,23 +37,21 @@ fn tokens_file(dir: &Path) -> PathBuf {
     write(dir, "tokens.toml", &text)
 }
 
+/// `conveyor up` with the fixtures, the three tokens of [`tokens_file`] and this access file.
+fn up_with_tokens(redis: &RedisServer, name: &str, access: &str) -> Conveyor {
+    let dir = scratch_dir(name);
+    let tokens = tokens_file(&dir);
+    let access = write(&dir, "access.toml", access);
+    let tokens = tokens.to_str().expect("path");
+    let access = access.to_str().expect("path");
+    Conveyor::up(&redis.url(), &["--fixtures", "--tokens-file", tokens, "--access-file", access])
+        .expect("conveyor")
+}
+
 #[tokio::test]
 async fn tasks_belong_to_their_principal_and_operators_see_and_cancel_them_all() {
     let redis = RedisServer::start().expect("redis");
-    let dir = scratch_dir("auth-static");
-    let tokens = tokens_file(&dir);
-    let access = write(&dir, "access.toml", "operators = [\"group:ops\"]\n");
-    let conveyor = Conveyor::up(
-        &redis.url(),
-        &[
-            "--fixtures",
-            "--tokens-file",
-            tokens.to_str().expect("path"),
-            "--access-file",
-            access.to_str().expect("path"),
-        ],
-    )
-    .expect("conveyor");
+    let conveyor = up_with_tokens(&redis, "auth-static", "operators = [\"group:ops\"]\n");
     let anonymous = Mcp::new(conveyor.mcp_url());
     let alice = Mcp::new(conveyor.mcp_url()).with_api_key(ALICE);
     let bob = Mcp::new(conveyor.mcp_url()).with_api_key(BOB);
@@ -126,24 +124,8 @@ async fn tasks_belong_to_their_principal_and_operators_see_and_cancel_them_all()
 #[tokio::test]
 async fn tools_are_granted_per_principal_and_group() {
     let redis = RedisServer::start().expect("redis");
-    let dir = scratch_dir("auth-access");
-    let tokens = tokens_file(&dir);
-    let access = write(
-        &dir,
-        "access.toml",
-        "default = \"deny\"\n[[rule]]\ntools = [\"slow_*\", \"run_dag\"]\nallow = [\"group:research\"]\n[[rule]]\ntools = [\"echo\"]\nallow = [\"bob\", \"group:research\"]\n",
-    );
-    let conveyor = Conveyor::up(
-        &redis.url(),
-        &[
-            "--fixtures",
-            "--tokens-file",
-            tokens.to_str().expect("path"),
-            "--access-file",
-            access.to_str().expect("path"),
-        ],
-    )
-    .expect("conveyor");
+    let access = "default = \"deny\"\n[[rule]]\ntools = [\"slow_*\", \"run_dag\"]\nallow = [\"group:research\"]\n[[rule]]\ntools = [\"echo\"]\nallow = [\"bob\", \"group:research\"]\n";
+    let conveyor = up_with_tokens(&redis, "auth-access", access);
     let alice = Mcp::new(conveyor.mcp_url()).with_api_key(ALICE);
     let bob = Mcp::new(conveyor.mcp_url()).with_api_key(BOB);
     alice.wait_for_tool("slow_compute", Duration::from_secs(10)).await.expect("fixtures");
