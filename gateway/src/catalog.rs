@@ -77,6 +77,18 @@ impl CatalogTool {
         })
     }
 
+    /// A tool from its MCP definition alone, as a worker publishes it with no queue of its own
+    /// (the fuzz target of argument validation builds its tools this way). `None` without a name.
+    pub fn from_definition(definition: Value) -> Option<Self> {
+        let published = PublishedTool { position: 0, queue: None, definition, required_client_capabilities: None };
+        Self::new(published, true)
+    }
+
+    /// The built-in `run_dag` tool.
+    pub fn run_dag() -> Self {
+        run_dag_tool()
+    }
+
     /// Checks arguments against the tool's input schema; the error names every failing field.
     pub fn validate(&self, arguments: &Value) -> Result<(), RpcFailure> {
         let Some(validator) = &self.validator else { return Ok(()) };
