@@ -80,7 +80,8 @@ impl CatalogTool {
     /// A tool from its MCP definition alone, as a worker publishes it with no queue of its own
     /// (the fuzz target of argument validation builds its tools this way). `None` without a name.
     pub fn from_definition(definition: Value) -> Option<Self> {
-        let published = PublishedTool { position: 0, queue: None, definition, required_client_capabilities: None };
+        let published =
+            PublishedTool { position: 0, queue: None, definition, required_client_capabilities: None };
         Self::new(published, true)
     }
 

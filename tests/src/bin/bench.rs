@@ -383,7 +383,18 @@ impl Deployment {
         let gateway = Proc::start(
             "gateway",
             &redis.url(),
-            &["--max-dag-nodes", &dag_nodes, "--max-body-bytes", "67108864"],
+            &[
+                "--max-dag-nodes",
+                &dag_nodes,
+                "--max-body-bytes",
+                "67108864",
+                "--max-argument-bytes",
+                "67108864",
+                "--max-parsed-bytes",
+                "536870912",
+                "--max-inflight-bytes",
+                "1073741824",
+            ],
         )?;
         let concurrency = WORKER_CONCURRENCY.to_string();
         let workers = (0..options.workers)

@@ -53,8 +53,10 @@ async fn main() -> anyhow::Result<()> {
     );
     for workers in worker_counts {
         let redis = RedisServer::start()?;
-        let gateway =
-            Conveyor::gateway(&redis.url(), &["--max-dag-nodes", &limit, "--max-body-bytes", "16777216"])?;
+        let gateway = Conveyor::gateway(
+            &redis.url(),
+            &["--max-dag-nodes", &limit, "--max-body-bytes", "16777216", "--max-argument-bytes", "16777216"],
+        )?;
         let _workers: Vec<Conveyor> = (0..workers)
             .map(|_| Conveyor::worker(&redis.url(), &["--fixtures", "--concurrency", "64"]))
             .collect::<anyhow::Result<_>>()?;
