@@ -904,10 +904,12 @@ async fn with_wait_replicas_a_create_is_answered_only_once_a_replica_has_it() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let options = conveyor_shared::store::StoreOptions {
-        timeout: Duration::from_secs(2),
+        timeout: Duration::from_secs(3),
         outage_wait: Duration::from_millis(600),
         wait_replicas: 1,
-        wait_timeout: Duration::from_millis(200),
+        // Long enough for a replica on a busy machine to acknowledge; the lonely create below
+        // waits it out once.
+        wait_timeout: Duration::from_millis(1500),
         ..Default::default()
     };
     let store = Store::open(&primary.url(), options).expect("store");
