@@ -37,6 +37,16 @@ fn tokens_file(dir: &Path) -> PathBuf {
     write(dir, "tokens.toml", &text)
 }
 
+/// A 30 s `slow_compute` task of the caller, once the worker offers the tool; its id.
+async fn start_slow_task(mcp: &Mcp) -> String {
+    mcp.wait_for_tool("slow_compute", Duration::from_secs(10)).await.expect("fixtures");
+    let created = mcp
+        .call_2025("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 30}, "task": {}}))
+        .await
+        .expect("tools/call");
+    created.result()["task"]["taskId"].as_str().unwrap_or_else(|| panic!("{}", created.raw)).to_owned()
+}
+
 /// `conveyor up` with the fixtures, the three tokens of [`tokens_file`] and this access file.
 fn up_with_tokens(redis: &RedisServer, name: &str, access: &str) -> Conveyor {
     let dir = scratch_dir(name);
@@ -64,13 +74,7 @@ async fn tasks_belong_to_their_principal_and_operators_see_and_cancel_them_all()
     assert_eq!(wrong.call_2025("tools/list", json!({})).await.expect("reply").status, 401);
     assert_eq!(anonymous.get_status("/healthz").await.expect("healthz"), 200, "probes need no token");
 
-    alice.wait_for_tool("slow_compute", Duration::from_secs(10)).await.expect("fixtures");
-    let created = alice
-        .call_2025("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 30}, "task": {}}))
-        .await
-        .expect("tools/call");
-    let task =
-        created.result()["task"]["taskId"].as_str().unwrap_or_else(|| panic!("{}", created.raw)).to_owned();
+    let task = start_slow_task(&alice).await;
     assert_eq!(
         alice.call_2025("tasks/get", json!({"taskId": task})).await.expect("get").result()["status"],
         "working"
@@ -321,13 +325,7 @@ async fn oauth_access_tokens_are_checked_as_a_resource_server_checks_them() {
     // The principal comes from `sub`: tasks are carol's, not dave's.
     let carol = Mcp::new(url.clone()).with_api_key(&good);
     let dave = Mcp::new(url.clone()).with_api_key(&sign(&claims("dave"), "issuer", "k1"));
-    carol.wait_for_tool("slow_compute", Duration::from_secs(10)).await.expect("fixtures");
-    let created = carol
-        .call_2025("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 30}, "task": {}}))
-        .await
-        .expect("tools/call");
-    let task =
-        created.result()["task"]["taskId"].as_str().unwrap_or_else(|| panic!("{}", created.raw)).to_owned();
+    let task = start_slow_task(&carol).await;
     assert_eq!(
         dave.call_2025("tasks/get", json!({"taskId": task})).await.expect("get").error_code(),
         Some(-32602)
