@@ -44,6 +44,8 @@ pub struct CatalogTool {
     pub task_support: TaskSupport,
     /// Client capabilities the tool needs (a ClientCapabilities object).
     pub required_client_capabilities: Option<Value>,
+    /// The tool asks for input in rounds of the call before it becomes a task.
+    pub input_before_task: bool,
     /// The queue its nodes wait in.
     pub queue: String,
     /// Whether a live worker offers it now.
@@ -69,6 +71,7 @@ impl CatalogTool {
         Some(Self {
             task_support: TaskSupport::of(&definition),
             required_client_capabilities: published.required_client_capabilities,
+            input_before_task: published.input_before_task,
             queue,
             live,
             name,
@@ -80,8 +83,13 @@ impl CatalogTool {
     /// A tool from its MCP definition alone, as a worker publishes it with no queue of its own
     /// (the fuzz target of argument validation builds its tools this way). `None` without a name.
     pub fn from_definition(definition: Value) -> Option<Self> {
-        let published =
-            PublishedTool { position: 0, queue: None, definition, required_client_capabilities: None };
+        let published = PublishedTool {
+            position: 0,
+            queue: None,
+            definition,
+            required_client_capabilities: None,
+            input_before_task: false,
+        };
         Self::new(published, true)
     }
 
@@ -172,7 +180,13 @@ fn run_dag_tool() -> CatalogTool {
     });
     #[allow(clippy::expect_used)] // a constant definition with a name
     CatalogTool::new(
-        PublishedTool { position: u32::MAX, queue: None, definition, required_client_capabilities: None },
+        PublishedTool {
+            position: u32::MAX,
+            queue: None,
+            definition,
+            required_client_capabilities: None,
+            input_before_task: false,
+        },
         true,
     )
     .expect("run_dag has a name")
@@ -265,6 +279,7 @@ mod tests {
                     }
                 }),
                 required_client_capabilities: None,
+                input_before_task: false,
             },
             true,
         )

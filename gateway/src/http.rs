@@ -17,6 +17,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use conveyor_shared::input;
 use conveyor_shared::json_limits::{self, JsonCost, JsonLimits, JsonRefusal};
 use futures::StreamExt;
 use rmcp::model::ErrorCode;
@@ -209,6 +210,12 @@ async fn post_mcp(
         return failure_response(&id, failure);
     }
     let traceparent = traceparent(&headers, &params);
+    let client_capabilities = match wire {
+        Wire::V2026 => {
+            input::kept_capabilities(params.get("_meta").and_then(|m| m.get(wire::META_CLIENT_CAPABILITIES)))
+        }
+        Wire::V2025 => json!({}),
+    };
     let ctx = RequestCtx {
         id: id.clone(),
         method,
@@ -218,6 +225,7 @@ async fn post_mcp(
         caller,
         traceparent,
         budget: Some(budget),
+        client_capabilities,
     };
     let initialize = wire == Wire::V2025 && ctx.method == "initialize";
     match methods::handle(state, ctx).await {

@@ -12,6 +12,8 @@
 //!   inbox that relays progress and ends with the result.
 //! - [`catalog`]: the tools workers publish, cached, with compiled input schemas.
 //! - [`rpc`]: JSON-RPC envelopes and [`rpc::RpcFailure`], the one error type handlers return.
+//! - [`signing`]: signed tokens any replica recognises: 2025-11-25 session ids, MRTR request
+//!   states.
 //! - [`serve`]: the accept loop: connection limit, header deadline and idle close, graceful drain.
 //! - [`state`]: [`AppState`], shared by all handlers.
 //!
@@ -25,6 +27,7 @@ pub mod http;
 pub mod methods;
 pub mod rpc;
 pub mod serve;
+pub mod signing;
 pub mod state;
 pub mod wire;
 

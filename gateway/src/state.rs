@@ -100,6 +100,8 @@ pub struct AppState {
     /// Fires when the gateway shuts down: requests that wait on a task end with an error the
     /// client can retry on another gateway, so that the drain does not wait for tasks to finish.
     pub shutdown: tokio_util::sync::CancellationToken,
+    /// Signs session ids and MRTR request states with the deployment's shared secret.
+    pub signer: crate::signing::Signer,
 }
 
 impl AppState {
@@ -115,7 +117,14 @@ impl AppState {
             access: AccessPolicy::default(),
             shared_limits: SharedLimits::default(),
             shutdown: tokio_util::sync::CancellationToken::new(),
+            signer: crate::signing::Signer::new(None),
         }
+    }
+
+    /// Signs with this secret instead of the deployment's secret kept in Redis.
+    pub fn with_signing_key(mut self, secret: Option<Vec<u8>>) -> Self {
+        self.signer = crate::signing::Signer::new(secret);
+        self
     }
 
     pub fn with_auth(mut self, auth: Authenticator, access: AccessPolicy) -> Self {

@@ -248,6 +248,7 @@ pub(crate) mod tests_support {
             error: None,
             input_requests: None,
             output_node: None,
+            mode: conveyor_shared::model::TaskMode::Task,
         }
     }
 }

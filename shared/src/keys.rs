@@ -138,7 +138,8 @@ pub fn shard_of_key(owner: &str, key: &str, shards: u16) -> Shard {
     Shard((hash % u32::from(shards.max(1))) as u16)
 }
 
-/// The deployment's layout (shard count), fixed when it is first set up.
+/// The deployment's layout (shard count), fixed when it is first set up, and the signing secret
+/// gateways share (field `signingKey`).
 pub const LAYOUT: &str = "cv:{cv.meta}:layout";
 
 /// Hash of worker name to its heartbeat record (queues, tools, running nodes, time).

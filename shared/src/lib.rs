@@ -16,6 +16,8 @@
 //!   Redis outage.
 //! - [`events`]: [`events::EventHub`], a process's one subscription: its inbox in every shard and
 //!   every shard's cancel channel, handed out to local waiters by task id.
+//! - [`input`]: what a tool asks of the client mid-call (elicitation, sampling, roots) and the
+//!   client capability each request needs.
 //! - [`dag`]: the graph of a DAG task, its validation and upstream references.
 //! - [`json_limits`]: bounds on outside JSON: a body measured before it is parsed, a result's
 //!   depth before it is stored.
@@ -27,6 +29,7 @@ pub mod conn;
 pub mod dag;
 pub mod error;
 pub mod events;
+pub mod input;
 pub mod json_limits;
 pub mod keys;
 pub mod model;

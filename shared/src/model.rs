@@ -76,6 +76,11 @@ impl TaskMode {
             Self::Sync => "sync",
         }
     }
+
+    /// The stored mode; anything but `sync` is a task (records written before modes were stored).
+    pub fn parse(s: &str) -> Self {
+        if s == "sync" { Self::Sync } else { Self::Task }
+    }
 }
 
 /// A JSON-RPC error produced by a tool (a protocol-level failure, not `isError: true`).
@@ -114,10 +119,12 @@ pub struct TaskRecord {
     pub input_requests: Option<Value>,
     /// The node whose content is a DAG task's result.
     pub output_node: Option<String>,
+    /// A client's task, or the hidden vehicle of a synchronous call.
+    pub mode: TaskMode,
 }
 
 /// The fields of a task hash that make a [`TaskRecord`] (the hash also holds its nodes).
-pub const TASK_FIELDS: [&str; 18] = [
+pub const TASK_FIELDS: [&str; 19] = [
     "status",
     "statusMessage",
     "createdAt",
@@ -136,6 +143,7 @@ pub const TASK_FIELDS: [&str; 18] = [
     "error",
     "inputRequests",
     "outputNode",
+    "mode",
 ];
 
 impl TaskRecord {
@@ -203,6 +211,7 @@ impl TaskRecord {
             });
         }
         let output_node = take("outputNode");
+        let mode = take("mode").map_or(TaskMode::Task, |m| TaskMode::parse(&m));
         Ok(Some(Self {
             task_id: task_id.to_owned(),
             status,
@@ -223,6 +232,7 @@ impl TaskRecord {
             error,
             input_requests,
             output_node,
+            mode,
         }))
     }
 }
@@ -289,6 +299,13 @@ pub enum TaskEvent {
         /// The task's error, when it failed with one small enough to travel with the event.
         #[serde(default)]
         error: Option<RpcError>,
+        /// The pending input requests, when the task went to `input_required` and they are small
+        /// enough to travel with the event.
+        #[serde(default, rename = "inputRequests")]
+        input_requests: Option<Value>,
+        /// The hidden task of a synchronous call became the client's task (the tool said so).
+        #[serde(default)]
+        escalated: bool,
     },
     /// The task's TTL ran out before it finished: it no longer exists.
     Expired,
@@ -347,6 +364,9 @@ pub struct PublishedTool {
     /// that does not declare them gets `-32021` instead of a run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub required_client_capabilities: Option<Value>,
+    /// The tool gathers input in rounds of the call (MRTR) before it turns the call into a task.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub input_before_task: bool,
 }
 
 impl PublishedTool {
@@ -371,6 +391,10 @@ pub enum ToolOutcome {
     /// The tool planned its work as a graph: the graph's nodes run as part of this task, on any
     /// worker, and the task's result is the graph's. Only a tool called directly may plan.
     Plan(crate::dag::DagSpec),
+    /// The tool needs answers from the client before it can go on: the node parks (its worker
+    /// slot is freed) and runs again as a new attempt, on any worker, once every request is
+    /// answered; that attempt sees the answers and `state`.
+    InputRequired(crate::input::InputRequired),
 }
 
 /// Builders for `CallToolResult` JSON, so that tools need no MCP library.
@@ -491,7 +515,9 @@ mod tests {
                 status: TaskStatus::Completed,
                 message: Some("x".into()),
                 result: Some(serde_json::json!({"content": []})),
-                error: None
+                error: None,
+                input_requests: None,
+                escalated: false,
             }
         );
         assert!(InboxMessage::parse(r#"{"type":"expired"}"#).is_err(), "a message names its task");

@@ -6,13 +6,14 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use conveyor_shared::Store;
+use conveyor_shared::input::{self, InputRequired};
 use conveyor_shared::keys::{self, Shard};
 use conveyor_shared::model::{
     ROOT_NODE, RpcError, TaskMode, TaskStatus, ToolOutcome, WorkItem, new_task_id, now_ms, result,
 };
 use conveyor_shared::store::{
     AnswerOutcome, Attempt, CancelOutcome, CompleteOutcome, Created, Limits, MaintainOutcome, NewTask,
-    ReclaimOutcome, StartOutcome, TaskIndex, WorkReader,
+    ParkOutcome, ReclaimOutcome, StartOutcome, TaskIndex, WorkReader,
 };
 use conveyor_tests::RedisServer;
 use conveyor_tests::process::{nodes_key, shard_of, task_key};
@@ -22,7 +23,6 @@ use serde_json::{Value, json};
 
 const TRACE: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 const QUEUES: [&str; 3] = [keys::BUILTIN_QUEUE, "slow_compute", "flaky"];
-const INBOX: &str = "cv:{cv.0}:inbox:test";
 
 /// A private redis-server, a store on it with the default 4 shards, and readers of every queue.
 struct Harness {
@@ -62,6 +62,9 @@ fn new_task(shard: Shard) -> NewTask {
         queues: Default::default(),
         waiter: None,
         index_retention_ms: 60_000,
+        client_capabilities: json!({}),
+        input_responses: None,
+        escalable: false,
     }
 }
 
@@ -310,37 +313,63 @@ async fn a_tool_error_fails_a_2025_task_and_completes_a_2026_one() {
     }
 }
 
-#[tokio::test]
-async fn input_requests_are_answered_key_by_key() {
-    let mut h = setup().await;
-    let id = h.create(&new_task(Shard(1))).await;
-    let attempt = h.start(&id).await;
-    let requests = json!({"a": {"method": "elicitation/create"}, "b": {"method": "elicitation/create"}});
-    assert!(h.store.request_input(&attempt, &requests, "waiting", INBOX).await.expect("request"));
-    assert_eq!(h.store.get_task(&id).await.expect("get").expect("exists").status, TaskStatus::InputRequired);
+fn answers(value: Value) -> serde_json::Map<String, Value> {
+    value.as_object().expect("an object").clone()
+}
 
-    let answer = |v| json!({"a": {"action": "accept", "content": {"v": v}}, "zzz": {"ignored": true}});
-    assert_eq!(h.store.answer_input(&id, "bob", &answer(1)).await.expect("answer"), AnswerOutcome::Missing);
+#[tokio::test]
+async fn a_parked_node_frees_its_entry_and_resumes_with_its_answers_once_all_are_in() {
+    let mut h = setup().await;
+    let s = Shard(1);
+    let id = h.create(&new_task(s)).await;
+    let attempt = h.start(&id).await;
+    // An empty array in a request must reach the client as an array: the scripts never decode it.
+    let schema = json!({"type": "object", "properties": {}, "required": []});
+    let input = InputRequired::new()
+        .ask("a", input::elicit_form("first?", schema.clone()))
+        .ask("b", input::elicit_form("second?", schema))
+        .with_state(json!({"step": 1}));
+    assert_eq!(h.store.park(&attempt, &input).await.expect("park"), ParkOutcome::Parked);
+    let got = h.store.get_task(&id).await.expect("get").expect("exists");
+    assert_eq!(got.status, TaskStatus::InputRequired);
+    let pending = got.input_requests.expect("pending");
+    assert_eq!(pending["a"]["params"]["requestedSchema"]["required"], json!([]), "{pending}");
+    assert!(h.pending(&s.queue("slow_compute")).is_empty(), "the parked node holds no entry");
+    assert_eq!(h.node_field(&id, ROOT_NODE, "status").as_deref(), Some("parked"));
+    assert_eq!(h.store.park(&attempt, &input).await.expect("park"), ParkOutcome::Stale, "a park is fenced");
+
+    let first = answers(json!({"a": {"action": "accept", "content": {"v": 1}}, "zzz": {"ignored": true}}));
+    assert_eq!(h.store.answer_input(&id, "bob", &first).await.expect("answer"), AnswerOutcome::Missing);
     assert_eq!(
-        h.store.answer_input(&id, "alice", &answer(1)).await.expect("answer"),
-        AnswerOutcome::Answered { remaining: 1 }
+        h.store.answer_input(&id, "alice", &first).await.expect("answer"),
+        AnswerOutcome::Answered { remaining: 1, resumed: 0 }
     );
     let got = h.store.get_task(&id).await.expect("get").expect("exists");
     assert_eq!(got.status, TaskStatus::InputRequired);
-    assert!(got.input_requests.expect("pending").get("a").is_none(), "answered keys leave the pending set");
-    let last = json!({"b": {"action": "accept", "content": {}}});
+    assert_eq!(got.input_requests.expect("pending").as_object().expect("map").len(), 1, "only b is pending");
+    let last = answers(json!({"b": {"action": "decline"}}));
     assert_eq!(
         h.store.answer_input(&id, "alice", &last).await.expect("answer"),
-        AnswerOutcome::Answered { remaining: 0 }
+        AnswerOutcome::Answered { remaining: 0, resumed: 1 }
     );
     assert_eq!(h.store.get_task(&id).await.expect("get").expect("exists").status, TaskStatus::Working);
-    let answers = h.store.input_responses(&id).await.expect("responses");
-    assert_eq!(answers["a"]["content"]["v"], 1);
-    assert!(answers.get("b").is_some() && answers.get("zzz").is_none(), "{answers}");
     assert_eq!(
         h.store.answer_input(&id, "alice", &last).await.expect("answer"),
         AnswerOutcome::NotWaiting("working".into())
     );
+
+    // The node runs again as a new attempt with both answers by its own keys, and its state.
+    let item = h.item(&id, ROOT_NODE).await;
+    match h.start_item(&item).await {
+        StartOutcome::Run { attempt, answers, state, .. } => {
+            assert_eq!(attempt.attempt, 2);
+            assert_eq!(answers["a"]["content"]["v"], 1);
+            assert_eq!(answers["b"]["action"], "decline");
+            assert!(!answers.contains_key("zzz"), "{answers:?}");
+            assert_eq!(state, Some(json!({"step": 1})));
+        }
+        other => panic!("expected a run, got {other:?}"),
+    }
 }
 
 #[tokio::test]
@@ -595,30 +624,36 @@ async fn a_reclaimed_entry_that_is_not_the_nodes_current_one_is_dropped_and_fenc
 }
 
 #[tokio::test]
-async fn queued_nodes_of_a_task_waiting_for_input_still_start_and_its_retries_come_due() {
+async fn a_graph_node_that_asks_lets_the_others_run_and_its_rounds_do_not_spend_its_retries() {
     let mut h = setup().await;
     let s = Shard(2);
     let graph = json!({"nodes": [
         {"id": "a", "tool": "slow_compute"},
-        {"id": "b", "tool": "slow_compute"},
         {"id": "c", "tool": "flaky", "retries": 1, "backoffMs": 1},
     ]});
     let id = h.create(&dag_task(s, graph)).await;
-    let a = h.start_node(&id, "a").await;
-    let ask = json!({"k": {"method": "elicitation/create", "params": {"message": "which?"}}});
-    assert!(h.store.request_input(&a, &ask, "waiting", INBOX).await.expect("request"));
-    assert_eq!(h.store.get_task(&id).await.expect("get").expect("exists").status, TaskStatus::InputRequired);
-
-    // The question is a's: the task's other nodes go on.
-    let b = h.start_node(&id, "b").await;
-    assert_eq!(b.attempt, 1);
     let c = h.start_node(&id, "c").await;
-    let failed = h.store.complete(&c, Some(&tool_error()), false).await.expect("complete");
-    assert!(matches!(failed, CompleteOutcome::Retry { .. }), "{failed:?}");
-    assert_eq!(h.promote_retries(s).await, 1, "the retry comes due while the task waits for input");
+    let ask = InputRequired::new().ask("k", input::elicit_form("which?", json!({"type": "object"})));
+    assert_eq!(h.store.park(&c, &ask).await.expect("park"), ParkOutcome::Parked);
+    let got = h.store.get_task(&id).await.expect("get").expect("exists");
+    assert_eq!(got.status, TaskStatus::InputRequired);
+    assert!(got.input_requests.expect("pending").get("c/k").is_some(), "a graph's keys name their node");
+
+    // The question is c's: the task's other nodes go on.
+    let a = h.start_node(&id, "a").await;
+    assert_eq!(a.attempt, 1);
+    let answer = answers(json!({"c/k": {"action": "accept", "content": {}}}));
+    assert_eq!(
+        h.store.answer_input(&id, "alice", &answer).await.expect("answer"),
+        AnswerOutcome::Answered { remaining: 0, resumed: 1 }
+    );
     let again = h.start_node(&id, "c").await;
-    assert_eq!(again.attempt, 2);
-    assert_eq!(h.store.get_task(&id).await.expect("get").expect("exists").status, TaskStatus::InputRequired);
+    assert_eq!(again.attempt, 2, "the resumed node runs as a new attempt");
+    // That attempt fails: the round of input was not a failed try, so its one retry is left.
+    let failed = h.store.complete(&again, Some(&tool_error()), false).await.expect("complete");
+    assert!(matches!(failed, CompleteOutcome::Retry { .. }), "{failed:?}");
+    assert_eq!(h.promote_retries(s).await, 1);
+    assert_eq!(h.start_node(&id, "c").await.attempt, 3);
 }
 
 #[tokio::test]

@@ -20,4 +20,4 @@ pub mod runner;
 pub mod tool;
 
 pub use runner::{WorkerOptions, run};
-pub use tool::{FnTool, InputError, Tool, ToolContext, ToolRegistry};
+pub use tool::{FnTool, Tool, ToolContext, ToolRegistry};

@@ -17,11 +17,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use conveyor_shared::events::CancelNotice;
+use conveyor_shared::input::{self, InputRequired};
 use conveyor_shared::keys::{self, Shard};
 use conveyor_shared::model::{RpcError, TaskStatus, ToolOutcome, WorkItem, now_ms};
 use conveyor_shared::store::{
-    Attempt, CompleteOutcome, ExpandOutcome, MaintainOutcome, ReclaimOutcome, RunningNode, StartOutcome,
-    WorkReader, WorkerRecord,
+    Attempt, CompleteOutcome, ExpandOutcome, MaintainOutcome, ParkOutcome, ReclaimOutcome, RunningNode,
+    StartOutcome, WorkReader, WorkerRecord,
 };
 use conveyor_shared::{Store, StoreError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -29,6 +30,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::tool::{ToolContext, ToolRegistry};
+
+/// The protocol's error for a request the client did not declare it can take (2026-07-28 names
+/// it; on 2025-11-25 the same code travels with the same `data.requiredCapabilities`).
+const MISSING_CLIENT_CAPABILITY: i32 = -32021;
 
 /// How a worker runs.
 #[derive(Debug, Clone)]
@@ -474,7 +479,18 @@ async fn dispatch(
         };
         for (item, outcome) in items.into_iter().zip(outcomes) {
             match outcome {
-                StartOutcome::Run { attempt, tool, arguments, in_graph, timeout, losses, .. } => {
+                StartOutcome::Run {
+                    attempt,
+                    tool,
+                    arguments,
+                    in_graph,
+                    timeout,
+                    losses,
+                    answers,
+                    state,
+                    client_capabilities,
+                    ..
+                } => {
                     let Some(permit) = permits.pop() else { continue };
                     let job = NodeJob {
                         worker: worker.clone(),
@@ -484,6 +500,9 @@ async fn dispatch(
                         in_graph,
                         timeout,
                         losses,
+                        answers,
+                        state,
+                        client_capabilities,
                     };
                     jobs.spawn(async move {
                         job.run().await;
@@ -698,6 +717,9 @@ struct NodeJob {
     in_graph: bool,
     timeout: Option<Duration>,
     losses: u32,
+    answers: serde_json::Map<String, serde_json::Value>,
+    state: Option<serde_json::Value>,
+    client_capabilities: serde_json::Value,
 }
 
 impl NodeJob {
@@ -745,6 +767,9 @@ impl NodeJob {
                     traceparent: attempt.traceparent.clone(),
                     store: store.clone(),
                     lease: attempt.clone(),
+                    answers: self.answers.clone(),
+                    state: self.state.clone(),
+                    client_capabilities: self.client_capabilities.clone(),
                 };
                 let call = self.call(ctx);
                 match self.timeout {
@@ -788,6 +813,10 @@ impl NodeJob {
                 ToolOutcome::Plan(plan) => match crate::dag::check_plan(store, &plan).await {
                     Ok(()) => self.expand(&plan).await,
                     Err(invalid) => self.settle(Some(invalid), false).await,
+                },
+                ToolOutcome::InputRequired(input) => match self.askable(&input) {
+                    Ok(()) => self.park(&input).await,
+                    Err(refused) => self.settle(Some(refused), false).await,
                 },
                 outcome => self.settle(Some(outcome), false).await,
             },
@@ -837,6 +866,75 @@ impl NodeJob {
                 }
                 Err(e) => {
                     tracing::warn!(task = %attempt.task_id, error = %e, "could not record the node's outcome yet; retrying");
+                    if self.worker.stop_running.is_cancelled() {
+                        return; // shutting down: the entry stays pending for another worker
+                    }
+                    backoff.wait(&self.worker.stop_running).await;
+                }
+            }
+        }
+    }
+
+    /// Checks a request for input before the node parks: something to ask, and nothing the client
+    /// did not declare it can answer (the protocol's missing-capability error, `-32021`).
+    fn askable(&self, input: &InputRequired) -> Result<(), ToolOutcome> {
+        let refuse = |code: i32, message: String, data: Option<serde_json::Value>| {
+            Err(ToolOutcome::Error(RpcError { code, message, data }))
+        };
+        if input.requests.is_empty() {
+            return refuse(
+                -32603,
+                format!("tool `{}` asked for input but named no request", self.tool),
+                None,
+            );
+        }
+        for (key, request) in &input.requests {
+            let Some(needed) = input::required_capability(request) else {
+                return refuse(
+                    -32603,
+                    format!(
+                        "tool `{}` asked for input `{key}` with a method the client cannot answer: {}",
+                        self.tool,
+                        request.get("method").unwrap_or(&serde_json::Value::Null)
+                    ),
+                    None,
+                );
+            };
+            if !input::client_supports(&self.client_capabilities, request) {
+                return refuse(
+                    MISSING_CLIENT_CAPABILITY,
+                    format!(
+                        "tool `{}` needs to ask the client ({key}: {}), but the client did not declare the capability {needed}",
+                        self.tool,
+                        request.get("method").and_then(serde_json::Value::as_str).unwrap_or_default()
+                    ),
+                    Some(serde_json::json!({"requiredCapabilities": needed})),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Parks the node until the client answers; like a completion, tried again while Redis is away.
+    async fn park(&self, input: &InputRequired) {
+        let attempt = &self.attempt;
+        let mut backoff = Backoff::default();
+        loop {
+            match self.worker.store.park(attempt, input).await {
+                Ok(ParkOutcome::Parked) => {
+                    tracing::debug!(task = %attempt.task_id, node = %attempt.node_id, "node parked for input");
+                    return;
+                }
+                Ok(ParkOutcome::TaskAlreadyTerminal) => {
+                    tracing::info!(task = %attempt.task_id, "the task ended while its node asked for input");
+                    return;
+                }
+                Ok(ParkOutcome::Stale) => {
+                    tracing::info!(task = %attempt.task_id, attempt = attempt.attempt, "park refused: attempt is stale");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(task = %attempt.task_id, error = %e, "could not park the node yet; retrying");
                     if self.worker.stop_running.is_cancelled() {
                         return; // shutting down: the entry stays pending for another worker
                     }

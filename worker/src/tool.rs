@@ -3,12 +3,12 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use conveyor_shared::events::Delivery;
-use conveyor_shared::model::{PublishedTool, TaskEvent, TaskStatus, ToolDefinition, ToolOutcome};
+use conveyor_shared::input;
+use conveyor_shared::model::{PublishedTool, ToolDefinition, ToolOutcome};
 use conveyor_shared::store::Attempt;
-use conveyor_shared::{Store, StoreError, keys};
+use conveyor_shared::{Store, keys};
 use futures::future::BoxFuture;
-use serde_json::Value;
+use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 /// A tool the worker can run. Its definition is the MCP `Tool` object gateways list, including
@@ -26,6 +26,13 @@ pub trait Tool: Send + Sync + 'static {
     fn queue(&self) -> Option<String> {
         None
     }
+    /// Whether the tool gathers input in rounds of the call before any task exists, and turns the
+    /// call into a task itself ([`ToolContext::escalate`]) once it has what it needs. A gateway
+    /// then runs a call from a task-capable client synchronously first, so that the client sees
+    /// the rounds (MRTR) before the task.
+    fn input_before_task(&self) -> bool {
+        false
+    }
     /// Runs one attempt. The future should return soon after `ctx.cancel` fires.
     fn call(&self, ctx: ToolContext) -> BoxFuture<'static, ToolOutcome>;
 }
@@ -35,6 +42,7 @@ pub struct FnTool<F> {
     definition: ToolDefinition,
     required_client_capabilities: Option<Value>,
     queue: Option<String>,
+    input_before_task: bool,
     run: F,
 }
 
@@ -44,12 +52,19 @@ where
     Fut: std::future::Future<Output = ToolOutcome> + Send + 'static,
 {
     pub fn new(definition: ToolDefinition, run: F) -> Self {
-        Self { definition, required_client_capabilities: None, queue: None, run }
+        Self { definition, required_client_capabilities: None, queue: None, input_before_task: false, run }
     }
 
     /// Puts the tool's nodes in `queue` instead of a queue of the tool's own name.
     pub fn on_queue(mut self, queue: impl Into<String>) -> Self {
         self.queue = Some(queue.into());
+        self
+    }
+
+    /// Declares that the tool asks for input before it becomes a task
+    /// ([`Tool::input_before_task`]).
+    pub fn input_before_task(mut self) -> Self {
+        self.input_before_task = true;
         self
     }
 
@@ -74,6 +89,9 @@ where
     fn queue(&self) -> Option<String> {
         self.queue.clone()
     }
+    fn input_before_task(&self) -> bool {
+        self.input_before_task
+    }
     fn call(&self, ctx: ToolContext) -> BoxFuture<'static, ToolOutcome> {
         Box::pin((self.run)(ctx))
     }
@@ -92,8 +110,11 @@ pub struct ToolContext {
     /// W3C trace context of the request that created the task.
     pub traceparent: Option<String>,
     pub(crate) store: Store,
-    /// The started attempt, whose keys and fencing token progress and input requests use.
+    /// The started attempt, whose keys and fencing token progress and escalation use.
     pub(crate) lease: Attempt,
+    pub(crate) answers: Map<String, Value>,
+    pub(crate) state: Option<Value>,
+    pub(crate) client_capabilities: Value,
 }
 
 impl ToolContext {
@@ -115,47 +136,46 @@ impl ToolContext {
         }
     }
 
-    /// Asks the client for input and waits for all of it: the task shows `input_required` with
-    /// these requests (key -> an `elicitation/create` or `sampling/createMessage` request) until
-    /// the client answers them with `tasks/update`. Returns the answers by key.
-    pub async fn request_input(&self, requests: Value) -> Result<Value, InputError> {
-        // Wait locally first, so that an answer arriving right after the script cannot be missed.
-        let hub = self.store.events().await.map_err(InputError::Store)?;
-        let mut waiter = hub.waiter(&self.task_id);
-        let keys = requests
-            .as_object()
-            .map(|o| o.keys().cloned().collect::<Vec<_>>().join(", "))
-            .unwrap_or_default();
-        let message = format!("Waiting for input: {keys}");
-        let inbox = hub.inbox(self.lease.shard);
-        let taken = self
-            .store
-            .request_input(&self.lease, &requests, &message, &inbox)
-            .await
-            .map_err(InputError::Store)?;
-        if !taken {
-            return Err(InputError::NotLive);
-        }
-        loop {
-            tokio::select! {
-                () = self.cancel.cancelled() => return Err(InputError::Cancelled),
-                delivery = waiter.recv() => match delivery {
-                    Some(Delivery::Event(TaskEvent::Status { status: TaskStatus::Working, .. })) => break,
-                    Some(Delivery::Event(TaskEvent::Status { status, .. })) if status.is_terminal() => {
-                        return Err(InputError::NotLive);
-                    }
-                    Some(Delivery::Event(TaskEvent::Expired)) | None => return Err(InputError::NotLive),
-                    Some(Delivery::Event(_)) => {}
-                    Some(Delivery::Resync) => match self.store.watch_task(&self.task_id, &inbox).await {
-                        Ok(Some(task)) if task.status == TaskStatus::Working => break,
-                        Ok(Some(task)) if task.status == TaskStatus::InputRequired => {}
-                        Ok(_) => return Err(InputError::NotLive),
-                        Err(_) => {} // Redis is away; the hub resyncs again once it is back.
-                    },
-                },
+    /// The client's answer to the request this node asked under `key` (the client's result: for
+    /// elicitation `{"action", "content"}`, for sampling the message, for roots `{"roots"}`), or
+    /// one the call came with. `None` before the node has asked.
+    pub fn input(&self, key: &str) -> Option<&Value> {
+        self.answers.get(key)
+    }
+
+    /// Every answer this attempt was given, by key.
+    pub fn inputs(&self) -> &Map<String, Value> {
+        &self.answers
+    }
+
+    /// The state this node parked with (see [`conveyor_shared::input::InputRequired::with_state`]).
+    pub fn state(&self) -> Option<&Value> {
+        self.state.as_ref()
+    }
+
+    /// Whether the client declared what `request` needs ([`conveyor_shared::input`] builds
+    /// requests). A tool that returns a request the client cannot answer fails with `-32021`.
+    pub fn client_supports(&self, request: &Value) -> bool {
+        input::client_supports(&self.client_capabilities, request)
+    }
+
+    /// The client's declared input capabilities (elicitation, sampling, roots).
+    pub fn client_capabilities(&self) -> &Value {
+        &self.client_capabilities
+    }
+
+    /// Turns a synchronous call into the client's task, for a tool that gathered its input in
+    /// rounds of the call and now starts work that takes long: the client gets a task at once and
+    /// follows it. Does nothing (and returns `false`) when the call was a task already or the
+    /// client cannot take one.
+    pub async fn escalate(&self, message: &str) -> bool {
+        match self.store.escalate(&self.lease, message).await {
+            Ok(changed) => changed,
+            Err(e) => {
+                tracing::warn!(task = %self.task_id, error = %e, "could not turn the call into a task");
+                false
             }
         }
-        self.store.input_responses(&self.task_id).await.map_err(InputError::Store)
     }
 
     /// A string argument, if present.
@@ -256,6 +276,7 @@ impl ToolRegistry {
                     queue: tool.queue(),
                     definition: tool.definition(),
                     required_client_capabilities: tool.required_client_capabilities(),
+                    input_before_task: tool.input_before_task(),
                 })
             })
             .collect()
@@ -264,15 +285,4 @@ impl ToolRegistry {
     pub fn is_empty(&self) -> bool {
         self.tools.is_empty()
     }
-}
-
-/// Why [`ToolContext::request_input`] returned without answers.
-#[derive(Debug, thiserror::Error)]
-pub enum InputError {
-    #[error("the task was cancelled while waiting for input")]
-    Cancelled,
-    #[error("the task is no longer live, or this attempt is stale")]
-    NotLive,
-    #[error(transparent)]
-    Store(StoreError),
 }

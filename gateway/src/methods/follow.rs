@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use conveyor_shared::events::{Delivery, Waiter};
-use conveyor_shared::model::{TaskEvent, TaskRecord, TaskStatus};
+use conveyor_shared::model::{TaskEvent, TaskMode, TaskRecord, TaskStatus};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -22,7 +22,7 @@ use crate::state::AppState;
 /// line of defence, not the way results arrive.
 const SAFETY_RECHECK: Duration = Duration::from_secs(30);
 
-/// Which task to follow, for whom, and for how long.
+/// Which task to follow, for whom, for how long, and until what.
 pub(super) struct Follow {
     /// The task as last known; its status, result and error are updated from events.
     pub task: TaskRecord,
@@ -30,12 +30,39 @@ pub(super) struct Follow {
     pub caller: crate::access::Caller,
     pub progress_token: Option<Value>,
     pub deadline: Duration,
+    /// Stop when the task asks for input or becomes the client's task, not only at its end (a
+    /// 2026-07-28 synchronous call answers with the input requests, or with the task).
+    pub stop_on_input: bool,
 }
 
-/// Follows a task until it is terminal: relays its progress as `notifications/progress` (when the
-/// client gave a token), then yields `finish(task)`. `waiter` is a local waiter registered before
-/// the task was created with this gateway's inbox among its waiters; without one, the follow
-/// registers its own and watches the task (joins its waiters and reads it in one step).
+/// Where a follow stopped.
+pub(super) enum Stopped {
+    /// The task ended.
+    Terminal(TaskRecord),
+    /// The task waits for input; `input_requests` holds what is pending.
+    InputRequired(TaskRecord),
+    /// The hidden task of a synchronous call became the client's task.
+    Escalated(TaskRecord),
+}
+
+impl Stopped {
+    /// Where a task that stops a follow stopped it (checked in this order).
+    fn of(task: TaskRecord) -> Self {
+        if task.status.is_terminal() {
+            Self::Terminal(task)
+        } else if task.mode == TaskMode::Task {
+            Self::Escalated(task)
+        } else {
+            Self::InputRequired(task)
+        }
+    }
+}
+
+/// Follows a task until it is terminal (or, with `stop_on_input`, asks for input or escalates):
+/// relays its progress as `notifications/progress` (when the client gave a token), then yields
+/// `finish(stopped)`. `waiter` is a local waiter registered before the task was created with this
+/// gateway's inbox among its waiters; without one, the follow registers its own and watches the
+/// task (joins its waiters and reads it in one step).
 pub(super) fn follow_task<F>(
     state: Arc<AppState>,
     follow: Follow,
@@ -43,7 +70,7 @@ pub(super) fn follow_task<F>(
     finish: F,
 ) -> ReplyStream
 where
-    F: FnOnce(TaskRecord) -> Result<Value, RpcFailure> + Send + 'static,
+    F: FnOnce(Stopped) -> Result<Value, RpcFailure> + Send + 'static,
 {
     let (tx, rx) = mpsc::channel(64);
     tokio::spawn(async move {
@@ -58,8 +85,13 @@ async fn wait_terminal(
     follow: Follow,
     waiter: Option<Waiter>,
     tx: &mpsc::Sender<StreamItem>,
-) -> Result<TaskRecord, RpcFailure> {
-    let Follow { mut task, caller, progress_token, deadline } = follow;
+) -> Result<Stopped, RpcFailure> {
+    let Follow { mut task, caller, progress_token, deadline, stop_on_input } = follow;
+    // Whether a task as read from Redis stops the follow.
+    let stops = |task: &TaskRecord| {
+        task.status.is_terminal()
+            || (stop_on_input && (task.mode == TaskMode::Task || task.status == TaskStatus::InputRequired))
+    };
     let task_id = task.task_id.clone();
     let give_up = Instant::now() + deadline;
     let hub = state.store.events().await?;
@@ -76,8 +108,8 @@ async fn wait_terminal(
         None => {
             let waiter = hub.waiter(&task_id);
             task = watch(&task_id).await?;
-            if task.status.is_terminal() {
-                return Ok(task);
+            if stops(&task) {
+                return Ok(Stopped::of(task));
             }
             waiter
         }
@@ -94,16 +126,36 @@ async fn wait_terminal(
                         let _ = tx.send(StreamItem::Notification(rpc::notification("notifications/progress", params))).await;
                     }
                 }
-                Some(Delivery::Event(TaskEvent::Status { status, message, result, error })) if status.is_terminal() => {
+                Some(Delivery::Event(TaskEvent::Status { status, message, result, error, .. })) if status.is_terminal() => {
                     // The event carries the result when it is small: answer without a read.
                     if result.is_some() || error.is_some() || status == TaskStatus::Cancelled {
                         task.status = status;
                         task.status_message = message;
                         task.result = result;
                         task.error = error;
-                        return Ok(task);
+                        return Ok(Stopped::Terminal(task));
                     }
-                    return state.store.get_task(&task_id).await?.ok_or_else(|| task_not_found(&task_id));
+                    let task = state.store.get_task(&task_id).await?.ok_or_else(|| task_not_found(&task_id))?;
+                    return Ok(Stopped::Terminal(task));
+                }
+                Some(Delivery::Event(TaskEvent::Status { escalated: true, status, message, .. })) if stop_on_input => {
+                    task.status = status;
+                    task.status_message = message;
+                    task.mode = TaskMode::Task;
+                    return Ok(Stopped::Escalated(task));
+                }
+                Some(Delivery::Event(TaskEvent::Status { status: TaskStatus::InputRequired, message, input_requests, .. })) if stop_on_input => {
+                    // The event carries the requests when they are small; else they are read.
+                    if let Some(requests) = input_requests {
+                        task.status = TaskStatus::InputRequired;
+                        task.status_message = message;
+                        task.input_requests = Some(requests);
+                        return Ok(Stopped::InputRequired(task));
+                    }
+                    task = state.store.get_task(&task_id).await?.ok_or_else(|| task_not_found(&task_id))?;
+                    if stops(&task) {
+                        return Ok(Stopped::of(task));
+                    }
                 }
                 Some(Delivery::Event(TaskEvent::Status { status, message, .. })) => {
                     task.status = status;
@@ -113,8 +165,8 @@ async fn wait_terminal(
                 // Events may have been lost (the subscription dropped): read the task again.
                 Some(Delivery::Resync) => {
                     task = watch(&task_id).await?;
-                    if task.status.is_terminal() {
-                        return Ok(task);
+                    if stops(&task) {
+                        return Ok(Stopped::of(task));
                     }
                 }
                 None => return Err(RpcFailure::internal("this gateway's event hub stopped")),
@@ -122,8 +174,8 @@ async fn wait_terminal(
             () = tokio::time::sleep_until(recheck) => {
                 recheck = Instant::now() + SAFETY_RECHECK;
                 task = watch(&task_id).await?;
-                if task.status.is_terminal() {
-                    return Ok(task);
+                if stops(&task) {
+                    return Ok(Stopped::of(task));
                 }
             }
             () = tokio::time::sleep_until(give_up) => {

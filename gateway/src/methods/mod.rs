@@ -7,10 +7,13 @@
 //!   waits for its hidden task).
 //! - [`tasks_get`], [`tasks_cancel`], [`tasks_update`], [`tasks_list`], [`tasks_result`].
 //! - [`follow`]: a request that waits for a task's end, relaying its progress.
+//! - [`rounds`]: a synchronous call whose tool asks for input (2026-07-28 MRTR rounds with a
+//!   signed `requestState`), and one that its tool turns into a task.
 
 mod discover;
 mod follow;
 mod initialize;
+mod rounds;
 mod tasks_cancel;
 mod tasks_get;
 mod tasks_list;
@@ -21,7 +24,7 @@ mod tools_list;
 
 use std::sync::Arc;
 
-use conveyor_shared::model::{RpcError, TaskRecord};
+use conveyor_shared::model::{RpcError, TaskMode, TaskRecord};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use rmcp::model::{ErrorCode, TASKS_EXTENSION_ID};
@@ -46,6 +49,9 @@ pub struct RequestCtx {
     /// The request's share of the gateway's memory budget; a handler that keeps running after it
     /// has let go of the request's JSON (a synchronous call waiting for its task) gives it back.
     pub budget: Option<BudgetPermit>,
+    /// The client's input capabilities (elicitation, sampling, roots): from the request's `_meta`
+    /// on 2026-07-28, from the signed session id on 2025-11-25; `{}` when unknown.
+    pub client_capabilities: Value,
 }
 
 /// A message on a reply stream: notifications first, then the response.
@@ -186,6 +192,9 @@ pub(crate) async fn reply_from(mut stream: ReplyStream, as_sse: bool) -> Result<
 pub(crate) async fn owned_task(state: &AppState, ctx: &RequestCtx) -> Result<TaskRecord, RpcFailure> {
     let task_id = string_param(&ctx.params, "taskId")?;
     match state.store.get_task(task_id).await? {
+        // The hidden task of a synchronous call is not the client's: it is never listed, so it
+        // is not found either.
+        Some(task) if task.mode == TaskMode::Sync => Err(task_not_found(task_id)),
         Some(task) if ctx.caller.may_see(&task.owner) => Ok(task),
         Some(_) => {
             audit_denied(&ctx.caller, &ctx.method, task_id, "the task belongs to another principal");

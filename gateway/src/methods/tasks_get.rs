@@ -1,6 +1,7 @@
 //! `tasks/get`: a task in the caller's revision (2026-07-28 inlines the result or the error). With
 //! a poll gap configured, a caller that reads one task faster than that is told when to come back.
 
+use conveyor_shared::model::TaskMode;
 use conveyor_shared::store::limits::Polled;
 use rmcp::model::ErrorCode;
 use serde_json::json;
@@ -26,6 +27,7 @@ pub(super) async fn tasks_get(state: &AppState, ctx: &RequestCtx) -> Result<serd
                     Some(json!({"limit": "min_poll_gap_ms", "max": gap, "retryAfterMs": retry_after_ms})),
                 ));
             }
+            Polled::Read(Some(task)) if task.mode == TaskMode::Sync => return Err(task_not_found(task_id)),
             Polled::Read(Some(task)) if ctx.caller.may_see(&task.owner) => *task,
             Polled::Read(Some(_)) => {
                 super::audit_denied(

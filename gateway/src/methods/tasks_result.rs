@@ -9,7 +9,7 @@ use conveyor_shared::store::task_error;
 use rmcp::model::ErrorCode;
 use serde_json::{Value, json};
 
-use super::follow::{Follow, follow_task};
+use super::follow::{Follow, Stopped, follow_task};
 use super::{Reply, RequestCtx, failure_of, owned_task, reply_from};
 use crate::rpc::RpcFailure;
 use crate::state::AppState;
@@ -26,9 +26,19 @@ pub(super) async fn tasks_result(state: Arc<AppState>, ctx: RequestCtx) -> Resul
     // bounded so that no proxy cuts it silently.
     let deadline =
         if ctx.accepts_sse { Duration::from_secs(7 * 24 * 60 * 60) } else { state.config.sync_call_timeout };
-    let follow =
-        Follow { progress_token: task.progress_token.clone(), task, caller: ctx.caller.clone(), deadline };
-    let stream = follow_task(state, follow, None, |t| task_result_payload(&t));
+    let follow = Follow {
+        progress_token: task.progress_token.clone(),
+        task,
+        caller: ctx.caller.clone(),
+        deadline,
+        stop_on_input: false,
+    };
+    let stream = follow_task(state, follow, None, |stopped| match stopped {
+        Stopped::Terminal(t) => task_result_payload(&t),
+        Stopped::InputRequired(t) | Stopped::Escalated(t) => {
+            Err(RpcFailure::internal(format!("task `{}` stopped being followed before its end", t.task_id)))
+        }
+    });
     reply_from(stream, ctx.accepts_sse).await
 }
 

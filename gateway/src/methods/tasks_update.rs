@@ -12,9 +12,14 @@ use crate::state::AppState;
 pub(super) async fn tasks_update(state: &AppState, ctx: &RequestCtx) -> Result<Value, RpcFailure> {
     let task_id = string_param(&ctx.params, "taskId")?;
     let responses = match ctx.params.get("inputResponses") {
-        Some(r @ Value::Object(_)) => r,
+        Some(Value::Object(r)) => r,
         _ => return Err(RpcFailure::invalid_params("Invalid params: `inputResponses` must be an object")),
     };
+    if let Some((key, _)) = responses.iter().find(|(_, v)| !v.is_object()) {
+        return Err(RpcFailure::invalid_params(format!(
+            "Invalid params: inputResponses.{key} must be an object (the client's result for that request)"
+        )));
+    }
     match state.store.answer_input(task_id, &ctx.caller.principal, responses).await? {
         AnswerOutcome::Missing => Err(task_not_found(task_id)),
         AnswerOutcome::Answered { .. } | AnswerOutcome::NotWaiting(_) => Ok(json!({})),

@@ -11,9 +11,8 @@ use rmcp::model::{ErrorCode, TASKS_EXTENSION_ID};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::follow::{Follow, follow_task};
 use super::{
-    Reply, RequestCtx, client_has_tasks_extension, failure_of, missing_capability, reply_from, string_param,
+    Reply, RequestCtx, client_has_tasks_extension, failure_of, missing_capability, rounds, string_param,
     task_not_found, undeclared_capabilities,
 };
 use crate::catalog::{RUN_DAG, TaskSupport};
@@ -54,6 +53,11 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
         }
     };
     check_argument_size(&state, &arguments)?;
+    let round = rounds::RoundInput::of(&ctx)?;
+    if let Some(request_state) = &round.request_state {
+        // A later round of a call that asked for input: it continues that call, whatever else.
+        return rounds::continue_round(state, ctx.caller.clone(), name, request_state, round.responses).await;
+    }
     let task_param = params.get("task").filter(|t| !t.is_null());
     let as_task = match ctx.wire {
         Wire::V2025 => match (task_param, tool.task_support) {
@@ -98,6 +102,10 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
         ));
     }
     tool.validate(&arguments)?;
+    // A tool that gathers input in rounds of the call first answers a task-capable 2026-07-28
+    // client synchronously, and turns the call into its task when it says so.
+    let escalable = ctx.wire == Wire::V2026 && as_task && tool.input_before_task;
+    let as_task = as_task && !escalable;
     let graph =
         if tool.name == RUN_DAG { Some(checked_graph(&state, &ctx.caller, &arguments).await?) } else { None };
     let requested_ttl = match task_param.and_then(|t| t.get("ttl")) {
@@ -161,6 +169,9 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
         queues: catalog.queues.clone(),
         waiter: inbox,
         index_retention_ms: state.config.task_ttl_max_ms + OWNER_INDEX_SLACK_MS,
+        client_capabilities: ctx.client_capabilities.clone(),
+        input_responses: round.responses,
+        escalable,
     };
     let mut record = new.record();
     let mut waiter = waiter;
@@ -193,14 +204,8 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
     drop(new);
     ctx.params = Value::Null;
     ctx.budget = None;
-    let follow = Follow {
-        task: record,
-        caller: ctx.caller.clone(),
-        progress_token: progress_token.clone(),
-        deadline: state.config.sync_call_timeout,
-    };
-    let stream = follow_task(state, follow, waiter, |task| sync_outcome(&task));
-    reply_from(stream, ctx.accepts_sse && progress_token.is_some()).await
+    let as_sse = ctx.accepts_sse && progress_token.is_some();
+    rounds::follow_call(state, ctx.wire, ctx.caller.clone(), record, waiter, progress_token, as_sse).await
 }
 
 /// JSON-RPC code of a call refused because an overload limit is reached.
@@ -308,7 +313,7 @@ fn json_size(value: &Value) -> usize {
 }
 
 /// What a synchronous `tools/call` returns once its task settles.
-fn sync_outcome(task: &TaskRecord) -> Result<Value, RpcFailure> {
+pub(super) fn sync_outcome(task: &TaskRecord) -> Result<Value, RpcFailure> {
     match (task.status, &task.result, &task.error) {
         (TaskStatus::Completed | TaskStatus::Failed, Some(result), _) => Ok(result.clone()),
         (TaskStatus::Failed, None, _) => Err(failure_of(&task_error(task))),

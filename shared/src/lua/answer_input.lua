@@ -1,37 +1,69 @@
--- answer_input: the client answers some or all of a task's pending input requests (tasks/update).
--- Answers to keys that are not pending are ignored. When nothing is left pending, the task goes
--- back to "working" and its waiters (the asking node's worker among them) hear of it.
+-- answer_input: the client answers some or all of a task's pending input requests (tasks/update,
+-- an MRTR retry, or responses to server-to-client requests). Answers to keys that are not pending
+-- are ignored. A parked node whose requests are all answered joins its queue again with its
+-- answers; it runs as a new attempt on any worker. The task goes back to "working" when nothing
+-- is pending any more; until then `inputRequests` shows only what is still pending.
 --
--- KEYS[1] task hash
--- ARGV[1] the record (JSON): task, responses (JSON text: key -> the client's result), now, owner
+-- Answers travel and are stored as JSON texts this script never decodes (see pending_requests).
+--
+-- KEYS[1] task hash (it holds the nodes)   KEYS[2] load hash
+-- KEYS[3 ..] the work stream of each of the task's queues, in the order of the task's `queues`
+-- ARGV[1] the record (JSON): task, owner, responses (key -> the client's result as JSON text),
+--   now, queues (how many streams the caller passed)
 -- Returns JSON: {"outcome":"missing"} (no such task of this owner) | {"outcome":"notWaiting",
---   "status":s} | {"outcome":"answered","remaining":n}
+--   "status":s} | {"outcome":"answered","remaining":n,"resumed":n} | {"outcome":"queuesChanged"}
 local r = cjson.decode(ARGV[1])
-local state = redis.call('HMGET', KEYS[1], 'status', 'owner', 'inputRequests', 'inputResponses')
+local task = KEYS[1]
+local state = redis.call('HMGET', task, 'status', 'owner', 'inputKeys', 'queues', 'traceparent', 'waiters')
 if not state[1] or state[2] ~= r.owner then
   return cjson.encode({outcome = 'missing'})
 end
 if state[1] ~= 'input_required' then
   return cjson.encode({outcome = 'notWaiting', status = state[1]})
 end
-local pending = cjson.decode(state[3] or '{}')
-local answered = cjson.decode(state[4] or '{}')
-for key, value in pairs(cjson.decode(r.responses)) do
-  if pending[key] ~= nil then
-    answered[key] = value
-    pending[key] = nil
+if #cjson.decode(state[4] or '[]') ~= r.queues then
+  return cjson.encode({outcome = 'queuesChanged'})
+end
+local owners = cjson.decode(state[3] or '{}')
+local touched = {}
+for key, text in pairs(r.responses) do
+  local node = owners[key]
+  if node then
+    redis.call('HSET', task, 'answer:' .. key, text)
+    redis.call('HDEL', task, 'ask:' .. key)
+    owners[key] = nil
+    touched[node] = true
+  end
+end
+local waiting = {}
+for _, node in pairs(owners) do
+  waiting[node] = true
+end
+local resumed = 0
+for node in pairs(touched) do
+  if not waiting[node] then
+    -- Every request of this node is answered: it runs again with the answers, by its own keys.
+    local asks = cjson.decode(redis.call('HGET', task, nf(node, 'asks')) or '{}')
+    local parts = {}
+    for full, key in pairs(asks) do
+      parts[#parts + 1] = cjson.encode(key) .. ':' .. (redis.call('HGET', task, 'answer:' .. full) or 'null')
+      redis.call('HDEL', task, 'answer:' .. full)
+    end
+    local n = node_state(task, node)
+    redis.call('HSET', task, nf(node, 'answers'), '{' .. table.concat(parts, ',') .. '}')
+    enqueue(task, KEYS[2 + n.q], KEYS[2], r.task, node, n.tool, state[5])
+    resumed = resumed + 1
   end
 end
 local remaining = 0
-for _ in pairs(pending) do
+for _ in pairs(owners) do
   remaining = remaining + 1
 end
-redis.call('HSET', KEYS[1], 'inputResponses', cjson.encode(answered), 'updatedAt', r.now)
+local pending = pending_requests(task, owners)
+redis.call('HSET', task, 'inputKeys', cjson.encode(owners), 'inputRequests', pending, 'updatedAt', r.now)
 if remaining == 0 then
   local message = 'Input received; working'
-  redis.call('HSET', KEYS[1], 'status', 'working', 'statusMessage', message, 'inputRequests', '{}')
-  notify(KEYS[1], status_event(r.task, 'working', message))
-else
-  redis.call('HSET', KEYS[1], 'inputRequests', cjson.encode(pending))
+  redis.call('HSET', task, 'status', 'working', 'statusMessage', message)
+  notify(task, status_event(r.task, 'working', message), state[6])
 end
-return cjson.encode({outcome = 'answered', remaining = remaining})
+return cjson.encode({outcome = 'answered', remaining = remaining, resumed = resumed})

@@ -20,7 +20,7 @@ local r = cjson.decode(ARGV[1])
 local keys = {task = KEYS[1], nodes = KEYS[2], load = KEYS[3], expiring = KEYS[5]}
 local node = r.node
 local n = node_state(KEYS[2], node, {'status', 'kind', 'wire', 'ttlMs', 'nodeCount', 'owner', 'createdAt',
-  'traceparent', 'waiters'})
+  'traceparent', 'waiters', nf(node, 'rounds')})
 if n.status ~= 'running' or n.attempt ~= r.attempt then
   return cjson.encode({outcome = 'stale'})
 end
@@ -37,8 +37,10 @@ local payload = r.payload
 -- In a DAG a tool error is a failed node; a single call reports it as its result.
 local failed = r.outcome == 'failed' or (dag and r.outcome == 'completed' and r.isError)
 
-if live and failed and not r.final and r.attempt <= n.retries then
-  local delay = n.backoffMs * (2 ^ (r.attempt - 1))
+-- Rounds of input (the node parked and resumed) are attempts too, but not failed ones.
+local tries = r.attempt - tonumber(t[nf(node, 'rounds')] or '0')
+if live and failed and not r.final and tries <= n.retries then
+  local delay = n.backoffMs * (2 ^ (tries - 1))
   delay = math.floor(math.min(delay, r.maxBackoffMs) * (0.75 + 0.5 * r.jitter))
   redis.call('HSET', KEYS[2], nf(node, 'status'), 'retry_wait', nf(node, 'error'), payload,
     nf(node, 'finishedAt'), now)

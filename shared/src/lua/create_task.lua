@@ -9,7 +9,10 @@
 --   token (JSON text or ""), trace, mode ("task" | "sync"), index (bool), message, retention (ms of
 --   owner index kept), kind ("single" | "dag"), output, queues, nodes (each: id, tool, args, q,
 --   deps, dependents, retries, backoffMs, timeoutMs, onFailure, weight), waiter (inbox channel or
---   ""), idem (bool), fingerprint, idemTtl, limits {queued, perTool, live} (per shard; 0: none)
+--   ""), idem (bool), fingerprint, idemTtl, limits {queued, perTool, live} (per shard; 0: none),
+--   caps (JSON text: the client's input capabilities), answers (JSON text of answers the call
+--   came with, for a single call's node, or ""), escalable (bool: a synchronous call that its tool
+--   may turn into the client's task)
 -- Returns JSON: {"outcome":"created"} | {"outcome":"exists"} | {"outcome":"duplicate","task":id}
 --   | {"outcome":"conflict","task":id}
 --   | {"outcome":"limit","limit":name,"current":n,"max":n,"tool":name}
@@ -79,6 +82,18 @@ local task_fields = {
   'wire', r.wire, 'progressToken', r.token, 'traceparent', r.trace, 'mode', r.mode, 'kind', r.kind,
   'outputNode', r.output, 'nodeCount', #r.nodes, 'nodesSettled', 0, 'weightTotal', weight_total,
   'weightSettled', 0, 'queues', cjson.encode(r.queues), 'waiters', waiters}
+if r.caps ~= '' and r.caps ~= '{}' then
+  task_fields[#task_fields + 1] = 'clientCaps'
+  task_fields[#task_fields + 1] = r.caps
+end
+if r.escalable then
+  task_fields[#task_fields + 1] = 'escalable'
+  task_fields[#task_fields + 1] = '1'
+end
+if r.answers ~= '' and #r.nodes == 1 then
+  task_fields[#task_fields + 1] = nf(r.nodes[1].id, 'answers')
+  task_fields[#task_fields + 1] = r.answers
+end
 redis.call('HINCRBY', KEYS[3], 'live:' .. r.owner, 1)
 if #r.nodes == 1 then
   -- A single call: the task and its node in one write.

@@ -167,3 +167,19 @@ local function write_node(keys, streams, task_id, n, trace, fields)
   put('weight', n.weight, '1')
   redis.call('HSET', keys.nodes, unpack(fields))
 end
+
+-- The pending input requests of a task as one JSON object text, built from the stored texts of
+-- each request (`ask:<key>`) without decoding them: cjson would turn an empty array in a schema
+-- into an object. `owners` maps each pending key to the node that asked.
+local function pending_requests(task, owners)
+  local keys = {}
+  for key in pairs(owners) do
+    keys[#keys + 1] = key
+  end
+  table.sort(keys)
+  local parts = {}
+  for _, key in ipairs(keys) do
+    parts[#parts + 1] = cjson.encode(key) .. ':' .. (redis.call('HGET', task, 'ask:' .. key) or 'null')
+  end
+  return '{' .. table.concat(parts, ',') .. '}'
+end

@@ -120,6 +120,10 @@ impl Store {
             queues: std::sync::Arc::new(self.tool_queues().await?),
             waiter: None,
             index_retention_ms: ttl_ms.saturating_mul(2),
+            // An operator's retry has no client to ask: a node that asks for input fails.
+            client_capabilities: serde_json::json!({}),
+            input_responses: None,
+            escalable: false,
         };
         if self.create_task(&new, &Limits::default()).await? != Created::Created {
             return Ok(Err("task id collision; run the retry again".to_owned()));

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use super::Store;
 use crate::error::StoreError;
 use crate::keys::Shard;
-use crate::model::{TASK_FIELDS, TaskRecord};
+use crate::model::{TASK_FIELDS, TaskMode, TaskRecord};
 
 /// Which tasks a listing walks.
 #[derive(Debug, Clone, Copy)]
@@ -28,6 +28,10 @@ impl TaskIndex<'_> {
     }
 
     fn admits(&self, task: &TaskRecord) -> bool {
+        // The hidden task of a synchronous call is never the client's to see.
+        if task.mode == TaskMode::Sync {
+            return false;
+        }
         match self {
             Self::Owner(owner) => task.owner == *owner,
             Self::Live => !task.status.is_terminal(),

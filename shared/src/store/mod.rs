@@ -33,7 +33,7 @@ pub use catalog::{RunningNode, WorkerRecord};
 pub use dead_letters::DeadLetter;
 pub use listing::{TaskIndex, TaskPage};
 pub use maintenance::{MaintainOutcome, ReclaimOutcome};
-pub use nodes::{Attempt, CompleteOutcome, ExpandOutcome, StartOutcome};
+pub use nodes::{Attempt, CompleteOutcome, ExpandOutcome, ParkOutcome, StartOutcome};
 pub use queues::WorkReader;
 pub use tasks::{AnswerOutcome, CancelOutcome, Created, LimitHit, Limits, NewTask, task_error, task_summary};
 
@@ -339,6 +339,31 @@ impl Store {
             )));
         }
         Ok(())
+    }
+
+    /// The deployment's signing secret (hex), which gateways share to sign what they hand clients
+    /// and must recognise on any replica (session ids, MRTR request states): made once by the
+    /// first process that asks (`candidate`), read by every later one.
+    pub async fn signing_secret(&self, candidate: &str) -> Result<String, StoreError> {
+        let candidate = candidate.to_owned();
+        let recorded: (bool, String) = self
+            .run(|mut c| {
+                let candidate = candidate.clone();
+                async move {
+                    redis::pipe()
+                        .cmd("HSETNX")
+                        .arg(keys::LAYOUT)
+                        .arg("signingKey")
+                        .arg(candidate)
+                        .cmd("HGET")
+                        .arg(keys::LAYOUT)
+                        .arg("signingKey")
+                        .query_async(&mut c)
+                        .await
+                }
+            })
+            .await?;
+        Ok(recorded.1)
     }
 
     /// The backend, for connections of their own (blocking reads).

@@ -11,6 +11,7 @@ use super::Store;
 use super::tasks::{INLINE_MAX, QueueList, graph_nodes};
 use crate::dag::{self, DagSpec};
 use crate::error::StoreError;
+use crate::input::InputRequired;
 use crate::keys::Shard;
 use crate::model::{RpcError, ToolOutcome, WorkItem, now_ms};
 use crate::scripts;
@@ -47,6 +48,13 @@ pub enum StartOutcome {
         timeout: Option<std::time::Duration>,
         /// How often this node's worker was lost while running it.
         losses: u32,
+        /// The answers to the requests the node parked with, by the tool's keys (or the answers
+        /// the call came with); empty when it asked nothing.
+        answers: serde_json::Map<String, Value>,
+        /// The state the node parked with.
+        state: Option<Value>,
+        /// The client's input capabilities (elicitation, sampling, roots).
+        client_capabilities: Value,
     },
     /// The entry went back to its queue for another worker (this one had no free slot).
     HandedBack,
@@ -97,6 +105,12 @@ enum StartReply {
         queues: Vec<String>,
         #[serde(default)]
         kind: String,
+        #[serde(default)]
+        answers: String,
+        #[serde(default)]
+        state: String,
+        #[serde(default)]
+        caps: String,
     },
     HandedBack,
     Skip {
@@ -127,6 +141,33 @@ enum FencedReply {
     Waiting,
     Released,
     Refused,
+    Stale,
+}
+
+/// How a park was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParkOutcome {
+    /// The node waits for its answers; its entry is acknowledged.
+    Parked,
+    /// The task ended meanwhile; the entry is acknowledged and nothing waits.
+    TaskAlreadyTerminal,
+    /// The attempt was stale; nothing was written.
+    Stale,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "outcome", rename_all = "camelCase")]
+enum ParkReply {
+    Parked,
+    Dropped,
+    Stale,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "outcome", rename_all = "camelCase")]
+enum EscalateReply {
+    Escalated,
+    Unchanged,
     Stale,
 }
 
@@ -194,9 +235,28 @@ impl Store {
             .zip(replies)
             .map(|(item, reply)| {
                 Ok(match reply {
-                    StartReply::Run { attempt, tool, args, token, timeout_ms, losses, queues, kind } => {
+                    StartReply::Run {
+                        attempt,
+                        tool,
+                        args,
+                        token,
+                        timeout_ms,
+                        losses,
+                        queues,
+                        kind,
+                        answers,
+                        state,
+                        caps,
+                    } => {
                         let arguments = serde_json::from_str(&args)
                             .map_err(|e| StoreError::Corrupt(format!("node arguments: {e}")))?;
+                        let answers = match serde_json::from_str::<Value>(&answers) {
+                            Ok(Value::Object(answers)) => answers,
+                            _ => serde_json::Map::new(),
+                        };
+                        let state = serde_json::from_str::<Value>(&state).ok();
+                        let client_capabilities =
+                            serde_json::from_str::<Value>(&caps).unwrap_or_else(|_| json!({}));
                         let progress_token = if token.is_empty() {
                             None
                         } else {
@@ -222,6 +282,9 @@ impl Store {
                             progress_token,
                             timeout: (timeout_ms > 0).then(|| std::time::Duration::from_millis(timeout_ms)),
                             losses,
+                            answers,
+                            state,
+                            client_capabilities,
                         }
                     }
                     StartReply::HandedBack => StartOutcome::HandedBack,
@@ -254,21 +317,44 @@ impl Store {
         Ok(matches!(reply, FencedReply::Recorded))
     }
 
-    /// Moves a running node's task to `input_required` with these requests, and makes this
-    /// process a waiter of the task. Returns `false` when refused (task not working, stale attempt).
-    pub async fn request_input(
-        &self,
-        attempt: &Attempt,
-        requests: &Value,
-        message: &str,
-        inbox: &str,
-    ) -> Result<bool, StoreError> {
+    /// Parks a running node until the client answers `input`: its entry is acknowledged, its
+    /// requests join the task's pending input, and the task goes to `input_required`.
+    pub async fn park(&self, attempt: &Attempt, input: &InputRequired) -> Result<ParkOutcome, StoreError> {
+        // Each request travels as its own JSON text, which the script stores without decoding.
+        let requests: serde_json::Map<String, Value> =
+            input.requests.iter().map(|(k, v)| (k.clone(), Value::String(v.to_string()))).collect();
+        let keys = [self.shard_key(attempt), attempt.stream.clone()];
+        let message = format!(
+            "Waiting for input: {}",
+            input.requests.keys().map(String::as_str).collect::<Vec<_>>().join(", ")
+        );
         let record = json!({
             "task": attempt.task_id, "node": attempt.node_id, "attempt": attempt.attempt, "now": now_ms(),
-            "requests": requests.to_string(), "message": message, "waiter": inbox,
+            "requests": requests, "state": input.state.as_ref().map(Value::to_string).unwrap_or_default(),
+            "message": message, "inlineMax": INLINE_MAX,
         });
-        let reply: FencedReply = self.script(&scripts::REQUEST_INPUT, &attempt.task_keys(), &record).await?;
-        Ok(matches!(reply, FencedReply::Waiting))
+        let reply: ParkReply = self.script(&scripts::PARK_NODE, &keys, &record).await?;
+        Ok(match reply {
+            ParkReply::Parked => ParkOutcome::Parked,
+            ParkReply::Dropped => ParkOutcome::TaskAlreadyTerminal,
+            ParkReply::Stale => ParkOutcome::Stale,
+        })
+    }
+
+    /// Turns the hidden task of a synchronous call into the client's task, when the call allows
+    /// it; the waiting gateway answers the call with the task. Returns whether it changed.
+    pub async fn escalate(&self, attempt: &Attempt, message: &str) -> Result<bool, StoreError> {
+        let record = json!({
+            "task": attempt.task_id, "node": attempt.node_id, "attempt": attempt.attempt, "now": now_ms(),
+            "message": message,
+        });
+        let reply: EscalateReply =
+            self.script(&scripts::ESCALATE_TASK, &[self.shard_key(attempt)], &record).await?;
+        Ok(matches!(reply, EscalateReply::Escalated))
+    }
+
+    fn shard_key(&self, attempt: &Attempt) -> String {
+        attempt.shard.task(&attempt.task_id)
     }
 
     /// Settles an attempt with the tool's outcome, or as cancelled when `outcome` is `None`; with
@@ -316,6 +402,11 @@ impl Store {
             Some(ToolOutcome::Plan(_)) => {
                 return Err(StoreError::Corrupt(
                     "a plan is expanded with expand_plan, not completed".to_owned(),
+                ));
+            }
+            Some(ToolOutcome::InputRequired(_)) => {
+                return Err(StoreError::Corrupt(
+                    "a request for input parks the node, not completes it".to_owned(),
                 ));
             }
         };

@@ -40,6 +40,15 @@ pub struct NewTask {
     pub waiter: Option<String>,
     /// How long the owner's task index keeps entries (ms).
     pub index_retention_ms: u64,
+    /// The client's input capabilities (elicitation, sampling, roots: see
+    /// [`crate::input::kept_capabilities`]) that the task's tools may use; `{}` for none.
+    pub client_capabilities: Value,
+    /// Answers the client sent with the call itself (an MRTR retry without state): the single
+    /// call's first attempt sees them as if it had asked.
+    pub input_responses: Option<serde_json::Map<String, Value>>,
+    /// A synchronous call whose tool may turn it into the client's task ([`TaskMode::Sync`] only):
+    /// it is indexed for its owner from the start, and listed once it escalates.
+    pub escalable: bool,
 }
 
 /// What `create_task` did.
@@ -111,6 +120,7 @@ impl NewTask {
             error: None,
             input_requests: None,
             output_node: None,
+            mode: self.mode,
         }
     }
 }
@@ -118,8 +128,9 @@ impl NewTask {
 /// How `tasks/update` found the task.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AnswerOutcome {
-    /// Answers were recorded; this many requests are still pending.
-    Answered { remaining: u32 },
+    /// Answers were recorded; this many requests are still pending, and this many parked nodes
+    /// went back to their queue.
+    Answered { remaining: u32, resumed: u32 },
     /// The task waits for no input (it has this status); nothing changed.
     NotWaiting(String),
     /// No such task for this owner.
@@ -160,7 +171,8 @@ enum CancelReply {
 enum AnswerReply {
     Missing,
     NotWaiting { status: String },
-    Answered { remaining: u32 },
+    Answered { remaining: u32, resumed: u32 },
+    QueuesChanged,
 }
 
 /// An idempotency key outlives its task's TTL by this much, so that a retry of a long-running call
@@ -338,7 +350,10 @@ impl Store {
             "token": new.progress_token.as_ref().map(Value::to_string).unwrap_or_default(),
             "trace": new.traceparent.clone().unwrap_or_default(),
             "mode": new.mode.as_str(),
-            "index": new.mode == TaskMode::Task,
+            "index": new.mode == TaskMode::Task || new.escalable,
+            "escalable": new.escalable,
+            "caps": new.client_capabilities.to_string(),
+            "answers": new.input_responses.as_ref().map(|a| Value::Object(a.clone()).to_string()).unwrap_or_default(),
             "message": new.status_message,
             "retention": new.index_retention_ms.max(1),
             "kind": kind,
@@ -448,30 +463,43 @@ impl Store {
         })
     }
 
-    /// Records a client's answers to a task's pending input requests (one script).
+    /// Records a client's answers to a task's pending input requests (one script); a parked node
+    /// whose requests are all answered is queued again. `responses` maps keys to the client's
+    /// results; keys that are not pending are ignored.
     pub async fn answer_input(
         &self,
         task_id: &str,
         owner: &str,
-        responses: &Value,
+        responses: &serde_json::Map<String, Value>,
     ) -> Result<AnswerOutcome, StoreError> {
         let Some(shard) = self.task_shard(task_id) else { return Ok(AnswerOutcome::Missing) };
-        let record =
-            json!({"task": task_id, "responses": responses.to_string(), "now": now_ms(), "owner": owner});
-        let reply: AnswerReply = self.script(&scripts::ANSWER_INPUT, &[shard.task(task_id)], &record).await?;
-        Ok(match reply {
-            AnswerReply::Missing => AnswerOutcome::Missing,
-            AnswerReply::NotWaiting { status } => AnswerOutcome::NotWaiting(status),
-            AnswerReply::Answered { remaining } => AnswerOutcome::Answered { remaining },
-        })
-    }
-
-    /// The answers a task has received to its input requests (JSON object).
-    pub async fn input_responses(&self, task_id: &str) -> Result<Value, StoreError> {
-        let Some(shard) = self.task_shard(task_id) else { return Ok(json!({})) };
         let key = shard.task(task_id);
-        let raw: Option<String> = self.query(|| redis::Cmd::hget(&key, "inputResponses")).await?;
-        Ok(raw.and_then(|r| serde_json::from_str(&r).ok()).unwrap_or_else(|| json!({})))
+        // Each answer travels as its own JSON text, which the script stores without decoding.
+        let texts: serde_json::Map<String, Value> =
+            responses.iter().map(|(k, v)| (k.clone(), Value::String(v.to_string()))).collect();
+        // The script needs the streams of the task's queues; a plan expanding meanwhile can add
+        // one, which the script notices, and the answer is sent again with the new list.
+        for _ in 0..3 {
+            let queues: Option<String> = self.query(|| redis::Cmd::hget(&key, "queues")).await?;
+            let Some(queues) = queues else { return Ok(AnswerOutcome::Missing) };
+            let queues: Vec<String> = serde_json::from_str(&queues)
+                .map_err(|e| StoreError::Corrupt(format!("task {task_id} queues: {e}")))?;
+            let mut keys = vec![key.clone(), shard.load()];
+            keys.extend(queues.iter().map(|q| shard.queue(q)));
+            let record = json!({
+                "task": task_id, "owner": owner, "responses": texts, "now": now_ms(), "queues": queues.len(),
+            });
+            let reply: AnswerReply = self.script(&scripts::ANSWER_INPUT, &keys, &record).await?;
+            return Ok(match reply {
+                AnswerReply::Missing => AnswerOutcome::Missing,
+                AnswerReply::NotWaiting { status } => AnswerOutcome::NotWaiting(status),
+                AnswerReply::Answered { remaining, resumed } => {
+                    AnswerOutcome::Answered { remaining, resumed }
+                }
+                AnswerReply::QueuesChanged => continue,
+            });
+        }
+        Err(StoreError::Corrupt(format!("task {task_id}: its queues keep changing while it is answered")))
     }
 }
 

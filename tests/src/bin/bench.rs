@@ -834,6 +834,9 @@ impl Core {
             queues: Default::default(),
             waiter: Some(self.hub.inbox(shard)),
             index_retention_ms: 86_400_000,
+            client_capabilities: json!({}),
+            input_responses: None,
+            escalable: false,
         };
         match self.store.create_task(&new, &Limits::default()).await? {
             Created::Created => Ok((task_id, waiter)),

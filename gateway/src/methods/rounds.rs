@@ -1,0 +1,189 @@
+//! A synchronous `tools/call` whose tool asks for input, on 2026-07-28 (multi-round-trip requests,
+//! MRTR): the call answers `resultType: "input_required"` with the pending `inputRequests` and a
+//! signed `requestState`, and the client calls again with `inputResponses` and that state.
+//!
+//! No task is visible to the client, but the call's hidden task holds the parked node, its state
+//! and the answers in Redis, so a later round may reach any gateway. The `requestState` names that
+//! task, its owner and tool, and the keys it asked; its HMAC makes it unforgeable, and a state that
+//! was altered is refused. A tool that gathers input first may then turn the call into the
+//! client's task: the round that started the work answers with the task instead.
+
+use std::sync::Arc;
+
+use conveyor_shared::events::Waiter;
+use conveyor_shared::model::{TaskRecord, now_ms};
+use conveyor_shared::store::AnswerOutcome;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+use super::follow::{Follow, Stopped, follow_task};
+use super::tools_call::sync_outcome;
+use super::{Reply, RequestCtx, reply_from};
+use crate::access::Caller;
+use crate::rpc::RpcFailure;
+use crate::signing::{Purpose, SigningKey};
+use crate::state::AppState;
+use crate::wire::{self, Wire};
+
+/// The input a `tools/call` carries for a round: the client's answers, and the state of the round
+/// they answer (2026-07-28 only; on 2025-11-25 answers arrive as JSON-RPC responses).
+pub(super) struct RoundInput {
+    pub responses: Option<Map<String, Value>>,
+    pub request_state: Option<String>,
+}
+
+impl RoundInput {
+    pub fn of(ctx: &RequestCtx) -> Result<Self, RpcFailure> {
+        if ctx.wire != Wire::V2026 {
+            return Ok(Self { responses: None, request_state: None });
+        }
+        let responses = match ctx.params.get("inputResponses") {
+            None => None,
+            Some(Value::Object(answers)) => {
+                // Each answer is the client's result for one request: an object. Anything else
+                // is a broken client, told so rather than handed to the tool.
+                if let Some((key, _)) = answers.iter().find(|(_, v)| !v.is_object()) {
+                    return Err(RpcFailure::invalid_params(format!(
+                        "Invalid params: inputResponses.{key} must be an object (the client's result for that request)"
+                    )));
+                }
+                Some(answers.clone())
+            }
+            Some(_) => {
+                return Err(RpcFailure::invalid_params(
+                    "Invalid params: `inputResponses` must be an object of answers by request key",
+                ));
+            }
+        };
+        let request_state = match ctx.params.get("requestState") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(_) => {
+                return Err(RpcFailure::invalid_params(
+                    "Invalid params: `requestState` must be the string a previous round returned",
+                ));
+            }
+        };
+        Ok(Self { responses, request_state })
+    }
+}
+
+/// What a `requestState` says, signed.
+#[derive(Debug, Serialize, Deserialize, PartialEq)]
+struct RoundState {
+    /// The call's hidden task.
+    t: String,
+    /// Its owner.
+    p: String,
+    /// The tool.
+    n: String,
+    /// The keys this round asked.
+    k: Vec<String>,
+    /// When the round can no longer be continued (the task's end of life), ms since the epoch.
+    x: u64,
+}
+
+/// Follows a synchronous call's hidden task: its result when it ends; on 2026-07-28 the input
+/// requests when it asks, or the task when the tool turns the call into one.
+pub(super) async fn follow_call(
+    state: Arc<AppState>,
+    wire: Wire,
+    caller: Caller,
+    task: TaskRecord,
+    waiter: Option<Waiter>,
+    progress_token: Option<Value>,
+    as_sse: bool,
+) -> Result<Reply, RpcFailure> {
+    let stop_on_input = wire == Wire::V2026;
+    let key = if stop_on_input { Some(state.signer.key(&state.store).await?) } else { None };
+    let follow =
+        Follow { task, caller, progress_token, deadline: state.config.sync_call_timeout, stop_on_input };
+    let stream = follow_task(state, follow, waiter, move |stopped| match stopped {
+        Stopped::Terminal(task) => sync_outcome(&task),
+        Stopped::Escalated(task) => Ok(wire::create_result(wire, &task)),
+        Stopped::InputRequired(task) => match &key {
+            Some(key) => Ok(input_required(key, &task)),
+            None => Err(RpcFailure::internal("this call cannot ask for input")),
+        },
+    });
+    reply_from(stream, as_sse).await
+}
+
+/// The `InputRequiredResult` of a round: what is pending, and the signed state to send back.
+fn input_required(key: &SigningKey, task: &TaskRecord) -> Value {
+    let requests = task.input_requests.clone().unwrap_or_else(|| json!({}));
+    let keys = requests.as_object().map(|o| o.keys().cloned().collect()).unwrap_or_default();
+    let round = RoundState {
+        t: task.task_id.clone(),
+        p: task.owner.clone(),
+        n: task.tool.clone(),
+        k: keys,
+        x: task.created_at_ms.saturating_add(task.ttl_ms),
+    };
+    json!({
+        "resultType": "input_required",
+        "inputRequests": requests,
+        "requestState": key.sign(Purpose::RequestState, &round),
+    })
+}
+
+/// A later round: checks its `requestState`, hands the answers to the call's hidden task (which
+/// resumes the parked node), and follows the task to its next stop.
+pub(super) async fn continue_round(
+    state: Arc<AppState>,
+    caller: Caller,
+    tool: &str,
+    request_state: &str,
+    responses: Option<Map<String, Value>>,
+) -> Result<Reply, RpcFailure> {
+    let key = state.signer.key(&state.store).await?;
+    let round: RoundState = key.verify(Purpose::RequestState, request_state).map_err(|why| {
+        RpcFailure::invalid_params(format!("Invalid params: `requestState` is refused: {why}"))
+            .with_data(json!({"reason": "requestState integrity check failed"}))
+    })?;
+    if round.p != caller.principal || round.n != tool {
+        return Err(RpcFailure::invalid_params(
+            "Invalid params: this `requestState` belongs to another call (another tool or caller)",
+        ));
+    }
+    let gone = || {
+        RpcFailure::invalid_params(format!(
+            "Invalid params: the call this `requestState` continues has ended or expired; call `{tool}` again without it"
+        ))
+    };
+    if round.x <= now_ms() {
+        return Err(gone());
+    }
+    let responses = responses.unwrap_or_default();
+    match state.store.answer_input(&round.t, &caller.principal, &responses).await? {
+        AnswerOutcome::Missing => return Err(gone()),
+        AnswerOutcome::Answered { .. } | AnswerOutcome::NotWaiting(_) => {}
+    }
+    let task = state.store.get_task(&round.t).await?.ok_or_else(gone)?;
+    if task.mode == conveyor_shared::model::TaskMode::Task {
+        // The call became a task in an earlier round (this one is a repeat): answer with it.
+        return Ok(Reply::Result(wire::create_result(Wire::V2026, &task)));
+    }
+    let progress_token = task.progress_token.clone();
+    follow_call(state, Wire::V2026, caller, task, None, progress_token, false).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_round_state_names_its_task_and_keys_and_changes_with_the_round() {
+        let key = SigningKey::from_secret(b"k");
+        let mut task = crate::wire::tests_support::record(conveyor_shared::model::TaskStatus::InputRequired);
+        task.input_requests = Some(json!({"step1": {"method": "elicitation/create", "params": {}}}));
+        let first = input_required(&key, &task);
+        assert_eq!(first["resultType"], "input_required");
+        let state: RoundState = key
+            .verify(Purpose::RequestState, first["requestState"].as_str().expect("a string"))
+            .expect("valid");
+        assert_eq!((state.t.as_str(), state.k.clone()), ("t1", vec!["step1".to_owned()]));
+        task.input_requests = Some(json!({"step2": {"method": "elicitation/create", "params": {}}}));
+        assert_ne!(first["requestState"], input_required(&key, &task)["requestState"]);
+    }
+}

@@ -1,0 +1,47 @@
+-- park_node: a running node needs answers from the client before it can go on. Its entry is
+-- acknowledged and its worker slot freed; its requests join the task's pending input (keys of a
+-- graph's node are prefixed with the node id, so that nodes never collide); the task moves to
+-- "input_required" and its waiters hear of it, with the pending requests when they are small.
+-- answer_input queues the node again, as a new attempt, once all of its requests are answered.
+--
+-- Requests travel and are stored as JSON texts that this script never decodes, so that what the
+-- client sees is exactly what the tool wrote.
+--
+-- KEYS[1] task hash (it holds the nodes)   KEYS[2] the work stream the attempt's entry is in
+-- ARGV[1] the record (JSON): task, node, attempt, now, requests (key -> the request as JSON
+--   text), state (JSON text, or "" for none), message, inlineMax
+-- Returns JSON: {"outcome": "parked" | "dropped" (the task is over; the entry is acknowledged)
+--   | "stale"}
+local r = cjson.decode(ARGV[1])
+local node = r.node
+local n = node_state(KEYS[1], node, {'status', 'kind', 'inputKeys', 'waiters'})
+if n.status ~= 'running' or n.attempt ~= r.attempt then
+  return cjson.encode({outcome = 'stale'})
+end
+ack(KEYS[2], n.entry)
+local t = n.task
+if not is_live(t.status) then
+  redis.call('HSET', KEYS[1], nf(node, 'status'), 'dropped', nf(node, 'entry'), '')
+  redis.call('HDEL', KEYS[1], nf(node, 'worker'))
+  return cjson.encode({outcome = 'dropped'})
+end
+local prefix = ''
+if t.kind == 'dag' then
+  prefix = node .. '/'
+end
+local owners = cjson.decode(t.inputKeys or '{}')
+local asks = {}
+for key, text in pairs(r.requests) do
+  local full = prefix .. key
+  owners[full] = node
+  asks[full] = key
+  redis.call('HSET', KEYS[1], 'ask:' .. full, text)
+end
+redis.call('HDEL', KEYS[1], nf(node, 'worker'))
+redis.call('HINCRBY', KEYS[1], nf(node, 'rounds'), 1)
+local pending = pending_requests(KEYS[1], owners)
+redis.call('HSET', KEYS[1], nf(node, 'status'), 'parked', nf(node, 'entry'), '', nf(node, 'asks'), cjson.encode(asks),
+  nf(node, 'state'), r.state, nf(node, 'answers'), '', 'status', 'input_required', 'inputRequests', pending,
+  'inputKeys', cjson.encode(owners), 'statusMessage', r.message, 'updatedAt', r.now)
+notify(KEYS[1], status_event(r.task, 'input_required', r.message, 'inputRequests', pending, r.inlineMax), t.waiters)
+return cjson.encode({outcome = 'parked'})
