@@ -27,6 +27,7 @@ use crate::access::Caller;
 use crate::auth::AuthError;
 use crate::methods::{self, Reply, RequestCtx, StreamItem};
 use crate::rpc::{self, RpcFailure};
+use crate::signing::Purpose;
 use crate::state::AppState;
 use crate::wire::{self, Wire};
 
@@ -79,9 +80,10 @@ pub enum Decoded {
     /// A request: it gets a response.
     Request { id: Value, method: String, params: Value },
     /// A notification: accepted, nothing to answer.
-    Notification { method: String },
-    /// A response or error from the client to a request of the server.
-    Response,
+    Notification { method: String, params: Value },
+    /// The client's answer to a request of the server: its `result`, or `{"error": ...}` when it
+    /// answered with an error.
+    Response { id: Value, answer: Value },
 }
 
 /// Decodes one JSON-RPC message from a body, measuring it first so that no parse costs more than
@@ -115,7 +117,11 @@ pub fn decode_message(body: &[u8], limits: &JsonLimits) -> Result<(Decoded, Json
     let method = match object.remove("method") {
         Some(Value::String(method)) => method,
         None if id.is_some() && (object.contains_key("result") || object.contains_key("error")) => {
-            return Ok((Decoded::Response, cost));
+            let answer = match object.remove("result") {
+                Some(result) => result,
+                None => json!({"error": object.remove("error")}),
+            };
+            return Ok((Decoded::Response { id: id.unwrap_or(Value::Null), answer }, cost));
         }
         _ => return Err(invalid(id, "`method` must be a string")),
     };
@@ -124,7 +130,7 @@ pub fn decode_message(body: &[u8], limits: &JsonLimits) -> Result<(Decoded, Json
         return Err(invalid(id, "`params` must be an object"));
     }
     let Some(id) = id else {
-        return Ok((Decoded::Notification { method }, cost));
+        return Ok((Decoded::Notification { method, params }, cost));
     };
     if !(id.is_string() || id.is_i64() || id.is_u64()) {
         return Err(invalid(None, "`id` must be a string or an integer"));
@@ -198,10 +204,20 @@ async fn post_mcp(
         Err(failure) => return failure_response(&Value::Null, failure),
     }
     drop(body);
+    let session = session_of(&state, &headers).await;
     let (id, method, params) = match decoded {
         Decoded::Request { id, method, params } => (id, method, params),
-        // Notifications need no answer, and nothing in Conveyor asks the client anything yet.
-        Decoded::Notification { .. } | Decoded::Response => return StatusCode::ACCEPTED.into_response(),
+        // Neither needs an answer: a response reaches the task whose node asked, a notification
+        // is acted on (a cancelled call) or ignored.
+        Decoded::Notification { method, params } => {
+            methods::notification(&state, &caller, session.as_ref().map(|s| &s.nonce), &method, &params)
+                .await;
+            return StatusCode::ACCEPTED.into_response();
+        }
+        Decoded::Response { id, answer } => {
+            methods::client_response(&state, &caller, &id, answer).await;
+            return StatusCode::ACCEPTED.into_response();
+        }
     };
     let wire = Wire::detect(&method, &params, &headers);
     if wire == Wire::V2026
@@ -210,12 +226,15 @@ async fn post_mcp(
         return failure_response(&id, failure);
     }
     let traceparent = traceparent(&headers, &params);
-    let client_capabilities = match wire {
-        Wire::V2026 => {
+    let client_capabilities = match (wire, &session) {
+        (Wire::V2026, _) => {
             input::kept_capabilities(params.get("_meta").and_then(|m| m.get(wire::META_CLIENT_CAPABILITIES)))
         }
-        Wire::V2025 => json!({}),
+        (Wire::V2025, Some(session)) => session.capabilities.clone(),
+        (Wire::V2025, None) => json!({}),
     };
+    let new_session = (wire == Wire::V2025 && method == "initialize")
+        .then(|| Session::new(input::kept_capabilities(params.get("capabilities"))));
     let ctx = RequestCtx {
         id: id.clone(),
         method,
@@ -226,15 +245,21 @@ async fn post_mcp(
         traceparent,
         budget: Some(budget),
         client_capabilities,
+        session: session.map(|s| s.nonce),
     };
-    let initialize = wire == Wire::V2025 && ctx.method == "initialize";
+    let signer = state.clone();
     match methods::handle(state, ctx).await {
-        Ok(Reply::Result(result)) if initialize => {
-            // 2025-11-25 clients expect a session id. Conveyor's names no server state: every
-            // gateway accepts every id, none is ever terminated, and DELETE answers 405, so the
-            // gateway stays stateless while clients that wait for an id get one.
+        Ok(Reply::Result(result)) if new_session.is_some() => {
+            // A 2025-11-25 session id carries what the gateway must remember of the session (its
+            // client's capabilities), signed, so that every gateway reads it and none stores it.
+            // None is ever terminated, and DELETE answers 405.
             let mut response = json_response(StatusCode::OK, rpc::response(&id, result));
-            if let Ok(session) = header::HeaderValue::from_str(&conveyor_shared::model::random_id()) {
+            let token = match (new_session, signer.signer.key(&signer.store).await) {
+                (Some(session), Ok(key)) => key.sign(Purpose::Session, &session),
+                // Redis is away: a session without remembered capabilities still works.
+                _ => conveyor_shared::model::random_id(),
+            };
+            if let Ok(session) = header::HeaderValue::from_str(&token) {
                 response.headers_mut().insert("mcp-session-id", session);
             }
             response
@@ -243,6 +268,31 @@ async fn post_mcp(
         Ok(Reply::Stream(stream)) => sse_response(id, stream),
         Err(failure) => failure_response(&id, with_wire_status(wire, failure)),
     }
+}
+
+/// What a 2025-11-25 session id says, signed: the client's input capabilities, and a nonce that
+/// tells sessions apart (request ids repeat from one session to the next).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Session {
+    #[serde(rename = "c")]
+    pub capabilities: Value,
+    #[serde(rename = "n")]
+    pub nonce: String,
+}
+
+impl Session {
+    fn new(capabilities: Value) -> Self {
+        Self { capabilities, nonce: conveyor_shared::model::random_id() }
+    }
+}
+
+/// The session a request names, when its id is one this deployment signed. An id that is not
+/// (one from before sessions were signed, or a forged one) is no session: the request is served,
+/// and its tools cannot ask the client anything.
+async fn session_of(state: &AppState, headers: &HeaderMap) -> Option<Session> {
+    let token = headers.get("mcp-session-id")?.to_str().ok()?;
+    let key = state.signer.key(&state.store).await.ok()?;
+    key.verify(Purpose::Session, token).ok()
 }
 
 /// Reads the body within the body deadline, holding budget for it first: the Content-Length when
@@ -338,7 +388,7 @@ fn failure_response(id: &Value, failure: RpcFailure) -> Response {
 fn sse_response(id: Value, stream: methods::ReplyStream) -> Response {
     let events = stream.map(move |item| {
         let message = match item {
-            StreamItem::Notification(n) => n,
+            StreamItem::Message(m) => m,
             StreamItem::Done(Ok(result)) => rpc::response(&id, result),
             StreamItem::Done(Err(failure)) => rpc::error_response(&id, &failure.error),
         };

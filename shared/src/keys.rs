@@ -91,6 +91,13 @@ impl Shard {
         format!("{}:idem:{owner}:{key}", self.tag())
     }
 
+    /// The hidden task of a synchronous call, by the request id the client gave it in `scope` (a
+    /// 2025-11-25 session, or the principal), so that `notifications/cancelled` on any gateway
+    /// finds the call's work.
+    pub fn call(self, scope: &str, request_id: &str) -> String {
+        format!("{}:call:{scope}:{request_id}", self.tag())
+    }
+
     /// When `caller` may next read a task (`tasks/get` no faster than the poll interval).
     pub fn poll_gate(self, task_id: &str, caller: &str) -> String {
         format!("{}:poll:{task_id}:{caller}", self.tag())

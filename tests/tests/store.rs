@@ -65,6 +65,7 @@ fn new_task(shard: Shard) -> NewTask {
         client_capabilities: json!({}),
         input_responses: None,
         escalable: false,
+        call_key: None,
     }
 }
 

@@ -1,21 +1,25 @@
-//! A request that waits for a task's end: relays progress from the gateway's inbox, answers from
-//! the terminal event (which carries a small result), and reads the task again only when events
-//! may have been lost.
+//! A request that waits for a task's end: relays progress and (on 2025-11-25) the task's requests
+//! for input from the gateway's inbox, answers from the terminal event (which carries a small
+//! result), and reads the task again only when events may have been lost.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use conveyor_shared::events::{Delivery, Waiter};
 use conveyor_shared::model::{TaskEvent, TaskMode, TaskRecord, TaskStatus};
+use conveyor_shared::store::CancelOutcome;
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 
+use super::client_messages::input_request_id;
 use super::{ReplyStream, StreamItem, task_not_found};
 use crate::rpc::{self, RpcFailure};
 use crate::state::AppState;
+use crate::wire::META_RELATED_TASK;
 
 /// How often a waiting request reads its task again although no event said so: events are only
 /// lost when the subscription drops, and then every waiter reads again at once; this is a last
@@ -33,6 +37,13 @@ pub(super) struct Follow {
     /// Stop when the task asks for input or becomes the client's task, not only at its end (a
     /// 2026-07-28 synchronous call answers with the input requests, or with the task).
     pub stop_on_input: bool,
+    /// Send the task's input requests to the client on the reply stream, as requests it answers
+    /// with a POST to any gateway (2025-11-25).
+    pub relay_input: bool,
+    /// Tag what goes out on the stream with the related-task `_meta` (a `tasks/result` stream).
+    pub related_task: bool,
+    /// The follow is the client's synchronous call: when the client goes away, its work stops.
+    pub cancel_when_gone: bool,
 }
 
 /// Where a follow stopped.
@@ -59,10 +70,11 @@ impl Stopped {
 }
 
 /// Follows a task until it is terminal (or, with `stop_on_input`, asks for input or escalates):
-/// relays its progress as `notifications/progress` (when the client gave a token), then yields
-/// `finish(stopped)`. `waiter` is a local waiter registered before the task was created with this
-/// gateway's inbox among its waiters; without one, the follow registers its own and watches the
-/// task (joins its waiters and reads it in one step).
+/// relays its progress as `notifications/progress` (when the client gave a token) and, with
+/// `relay_input`, its requests for input, then yields `finish(stopped)`. `waiter` is a local
+/// waiter registered before the task was created with this gateway's inbox among its waiters;
+/// without one, the follow registers its own and watches the task (joins its waiters and reads
+/// it in one step).
 pub(super) fn follow_task<F>(
     state: Arc<AppState>,
     follow: Follow,
@@ -74,10 +86,82 @@ where
 {
     let (tx, rx) = mpsc::channel(64);
     tokio::spawn(async move {
+        let task_id = follow.task.task_id.clone();
+        let cancel_when_gone = follow.cancel_when_gone;
         let outcome = wait_terminal(&state, follow, waiter, &tx).await;
+        if cancel_when_gone && tx.is_closed() {
+            // The client closed its stream: on Streamable HTTP that cancels the request.
+            match state.store.cancel_task(&task_id, "", "Cancelled: the client closed the call").await {
+                Ok(CancelOutcome::Cancelled) => {
+                    tracing::info!(task = %task_id, "the client went away; its call's work is cancelled")
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(task = %task_id, error = %e, "could not cancel the call of a client that went away")
+                }
+            }
+            return;
+        }
         let _ = tx.send(StreamItem::Done(outcome.and_then(finish))).await;
     });
     ReceiverStream::new(rx).boxed()
+}
+
+/// What goes out on the reply stream before the response.
+struct Relay<'a> {
+    tx: &'a mpsc::Sender<StreamItem>,
+    task_id: String,
+    progress_token: Option<Value>,
+    relay_input: bool,
+    related_task: bool,
+    /// Keys of input requests already sent, so that each goes out once.
+    sent: HashSet<String>,
+}
+
+impl Relay<'_> {
+    fn related_meta(&self) -> Value {
+        json!({META_RELATED_TASK: {"taskId": self.task_id}})
+    }
+
+    async fn progress(&self, progress: f64, total: Option<f64>, message: Option<String>) {
+        let Some(token) = &self.progress_token else { return };
+        let mut params = json!({"progressToken": token, "progress": progress});
+        if let Some(total) = total {
+            params["total"] = json!(total);
+        }
+        if let Some(message) = message {
+            params["message"] = json!(message);
+        }
+        if self.related_task {
+            params["_meta"] = self.related_meta();
+        }
+        let _ = self.tx.send(StreamItem::Message(rpc::notification("notifications/progress", params))).await;
+    }
+
+    /// Sends each pending request not sent yet, as a request to the client whose id names the
+    /// task and the key ([`input_request_id`]).
+    async fn input_requests(&mut self, task: &TaskRecord) {
+        if !self.relay_input || task.status != TaskStatus::InputRequired {
+            return;
+        }
+        let Some(requests) = task.input_requests.as_ref().and_then(Value::as_object) else { return };
+        for (key, request) in requests {
+            if !self.sent.insert(key.clone()) {
+                continue;
+            }
+            let method = request.get("method").cloned().unwrap_or(Value::Null);
+            let mut params = request.get("params").cloned().unwrap_or_else(|| json!({}));
+            if self.related_task
+                && let Some(object) = params.as_object_mut()
+            {
+                object.insert("_meta".to_owned(), self.related_meta());
+            }
+            let message = json!({
+                "jsonrpc": "2.0", "id": input_request_id(&self.task_id, key), "method": method, "params": params,
+            });
+            let _ = self.tx.send(StreamItem::Message(message)).await;
+        }
+    }
 }
 
 async fn wait_terminal(
@@ -86,13 +170,23 @@ async fn wait_terminal(
     waiter: Option<Waiter>,
     tx: &mpsc::Sender<StreamItem>,
 ) -> Result<Stopped, RpcFailure> {
-    let Follow { mut task, caller, progress_token, deadline, stop_on_input } = follow;
+    let Follow {
+        mut task, caller, progress_token, deadline, stop_on_input, relay_input, related_task, ..
+    } = follow;
     // Whether a task as read from Redis stops the follow.
     let stops = |task: &TaskRecord| {
         task.status.is_terminal()
             || (stop_on_input && (task.mode == TaskMode::Task || task.status == TaskStatus::InputRequired))
     };
     let task_id = task.task_id.clone();
+    let mut relay = Relay {
+        tx,
+        task_id: task_id.clone(),
+        progress_token,
+        relay_input,
+        related_task,
+        sent: HashSet::new(),
+    };
     let give_up = Instant::now() + deadline;
     let hub = state.store.events().await?;
     let shard = state.store.shard_of(&task_id).ok_or_else(|| task_not_found(&task_id))?;
@@ -103,6 +197,9 @@ async fn wait_terminal(
             _ => Err(task_not_found(task_id)),
         }
     };
+    let read = async |task_id: &str| -> Result<TaskRecord, RpcFailure> {
+        state.store.get_task(task_id).await?.ok_or_else(|| task_not_found(task_id))
+    };
     let mut waiter = match waiter {
         Some(waiter) => waiter,
         None => {
@@ -111,6 +208,7 @@ async fn wait_terminal(
             if stops(&task) {
                 return Ok(Stopped::of(task));
             }
+            relay.input_requests(&task).await;
             waiter
         }
     };
@@ -119,12 +217,7 @@ async fn wait_terminal(
         tokio::select! {
             delivery = waiter.recv() => match delivery {
                 Some(Delivery::Event(TaskEvent::Progress { progress, total, message })) => {
-                    if let Some(token) = &progress_token {
-                        let mut params = json!({"progressToken": token, "progress": progress});
-                        if let Some(total) = total { params["total"] = json!(total); }
-                        if let Some(message) = message { params["message"] = json!(message); }
-                        let _ = tx.send(StreamItem::Notification(rpc::notification("notifications/progress", params))).await;
-                    }
+                    relay.progress(progress, total, message).await;
                 }
                 Some(Delivery::Event(TaskEvent::Status { status, message, result, error, .. })) if status.is_terminal() => {
                     // The event carries the result when it is small: answer without a read.
@@ -135,8 +228,7 @@ async fn wait_terminal(
                         task.error = error;
                         return Ok(Stopped::Terminal(task));
                     }
-                    let task = state.store.get_task(&task_id).await?.ok_or_else(|| task_not_found(&task_id))?;
-                    return Ok(Stopped::Terminal(task));
+                    return Ok(Stopped::Terminal(read(&task_id).await?));
                 }
                 Some(Delivery::Event(TaskEvent::Status { escalated: true, status, message, .. })) if stop_on_input => {
                     task.status = status;
@@ -144,18 +236,20 @@ async fn wait_terminal(
                     task.mode = TaskMode::Task;
                     return Ok(Stopped::Escalated(task));
                 }
-                Some(Delivery::Event(TaskEvent::Status { status: TaskStatus::InputRequired, message, input_requests, .. })) if stop_on_input => {
+                Some(Delivery::Event(TaskEvent::Status { status: TaskStatus::InputRequired, message, input_requests, .. })) => {
                     // The event carries the requests when they are small; else they are read.
-                    if let Some(requests) = input_requests {
-                        task.status = TaskStatus::InputRequired;
-                        task.status_message = message;
-                        task.input_requests = Some(requests);
-                        return Ok(Stopped::InputRequired(task));
+                    match input_requests {
+                        Some(requests) => {
+                            task.status = TaskStatus::InputRequired;
+                            task.status_message = message;
+                            task.input_requests = Some(requests);
+                        }
+                        None => task = read(&task_id).await?,
                     }
-                    task = state.store.get_task(&task_id).await?.ok_or_else(|| task_not_found(&task_id))?;
                     if stops(&task) {
                         return Ok(Stopped::of(task));
                     }
+                    relay.input_requests(&task).await;
                 }
                 Some(Delivery::Event(TaskEvent::Status { status, message, .. })) => {
                     task.status = status;
@@ -168,6 +262,7 @@ async fn wait_terminal(
                     if stops(&task) {
                         return Ok(Stopped::of(task));
                     }
+                    relay.input_requests(&task).await;
                 }
                 None => return Err(RpcFailure::internal("this gateway's event hub stopped")),
             },
@@ -177,6 +272,7 @@ async fn wait_terminal(
                 if stops(&task) {
                     return Ok(Stopped::of(task));
                 }
+                relay.input_requests(&task).await;
             }
             () = tokio::time::sleep_until(give_up) => {
                 return Err(RpcFailure::internal(format!(

@@ -6,10 +6,12 @@
 //! - [`tools_list`], [`tools_call`]: the catalog, and a call (a task, or a synchronous call that
 //!   waits for its hidden task).
 //! - [`tasks_get`], [`tasks_cancel`], [`tasks_update`], [`tasks_list`], [`tasks_result`].
+//! - [`client_messages`]: the client's answers to requests for input, and its notifications.
 //! - [`follow`]: a request that waits for a task's end, relaying its progress.
 //! - [`rounds`]: a synchronous call whose tool asks for input (2026-07-28 MRTR rounds with a
 //!   signed `requestState`), and one that its tool turns into a task.
 
+mod client_messages;
 mod discover;
 mod follow;
 mod initialize;
@@ -35,6 +37,7 @@ use crate::rpc::RpcFailure;
 use crate::state::{AppState, BudgetPermit};
 use crate::wire::{META_CLIENT_CAPABILITIES, Wire};
 
+pub(crate) use client_messages::{client_response, notification};
 pub use tools_call::{IDEMPOTENCY_KEY, OVERLOADED};
 
 /// One request, as the HTTP layer hands it over.
@@ -52,12 +55,37 @@ pub struct RequestCtx {
     /// The client's input capabilities (elicitation, sampling, roots): from the request's `_meta`
     /// on 2026-07-28, from the signed session id on 2025-11-25; `{}` when unknown.
     pub client_capabilities: Value,
+    /// The nonce of the request's 2025-11-25 session, when it names one this deployment signed.
+    pub session: Option<String>,
 }
 
-/// A message on a reply stream: notifications first, then the response.
+/// A message on a reply stream: notifications and requests to the client first, then the
+/// response.
 pub enum StreamItem {
-    Notification(Value),
+    Message(Value),
     Done(Result<Value, RpcFailure>),
+}
+
+/// How a followed task's reply goes out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyMode {
+    /// As SSE from the start (the client asked for progress).
+    Sse,
+    /// As JSON, unless a message must go out before the response: then as SSE from that message
+    /// on (the client accepts both).
+    JsonUnlessStreaming,
+    /// As JSON; messages before the response are dropped (the client takes no SSE).
+    Json,
+}
+
+impl ReplyMode {
+    pub fn of(accepts_sse: bool, wants_progress: bool) -> Self {
+        match (accepts_sse, wants_progress) {
+            (true, true) => Self::Sse,
+            (true, false) => Self::JsonUnlessStreaming,
+            (false, _) => Self::Json,
+        }
+    }
 }
 
 pub type ReplyStream = BoxStream<'static, StreamItem>;
@@ -177,13 +205,19 @@ pub(crate) fn failure_of(error: &RpcError) -> RpcFailure {
 }
 
 /// Sends a followed task's stream as SSE, or waits for its end and answers with JSON.
-pub(crate) async fn reply_from(mut stream: ReplyStream, as_sse: bool) -> Result<Reply, RpcFailure> {
-    if as_sse {
+pub(crate) async fn reply_from(mut stream: ReplyStream, mode: ReplyMode) -> Result<Reply, RpcFailure> {
+    if mode == ReplyMode::Sse {
         return Ok(Reply::Stream(stream));
     }
     while let Some(item) = stream.next().await {
-        if let StreamItem::Done(done) = item {
-            return done.map(Reply::Result);
+        match item {
+            StreamItem::Done(done) => return done.map(Reply::Result),
+            StreamItem::Message(message) if mode == ReplyMode::JsonUnlessStreaming => {
+                // Something must reach the client before the response: the reply becomes a stream.
+                let first = futures::stream::once(async move { StreamItem::Message(message) });
+                return Ok(Reply::Stream(first.chain(stream).boxed()));
+            }
+            StreamItem::Message(_) => {}
         }
     }
     Err(RpcFailure::internal("the task stream ended without a result"))

@@ -18,7 +18,7 @@ use serde_json::{Map, Value, json};
 
 use super::follow::{Follow, Stopped, follow_task};
 use super::tools_call::sync_outcome;
-use super::{Reply, RequestCtx, reply_from};
+use super::{Reply, ReplyMode, RequestCtx, reply_from};
 use crate::access::Caller;
 use crate::rpc::RpcFailure;
 use crate::signing::{Purpose, SigningKey};
@@ -84,7 +84,8 @@ struct RoundState {
 }
 
 /// Follows a synchronous call's hidden task: its result when it ends; on 2026-07-28 the input
-/// requests when it asks, or the task when the tool turns the call into one.
+/// requests when it asks, or the task when the tool turns the call into one; on 2025-11-25 its
+/// requests go to the client on the reply stream, and the client's answers resume it.
 pub(super) async fn follow_call(
     state: Arc<AppState>,
     wire: Wire,
@@ -92,21 +93,44 @@ pub(super) async fn follow_call(
     task: TaskRecord,
     waiter: Option<Waiter>,
     progress_token: Option<Value>,
-    as_sse: bool,
+    mode: ReplyMode,
 ) -> Result<Reply, RpcFailure> {
-    let stop_on_input = wire == Wire::V2026;
-    let key = if stop_on_input { Some(state.signer.key(&state.store).await?) } else { None };
-    let follow =
-        Follow { task, caller, progress_token, deadline: state.config.sync_call_timeout, stop_on_input };
+    // A 2025-11-25 client that takes no SSE cannot be asked anything: its call stops there.
+    let stop_on_input = wire == Wire::V2026 || mode == ReplyMode::Json;
+    let key = if wire == Wire::V2026 { Some(state.signer.key(&state.store).await?) } else { None };
+    let follow = Follow {
+        task,
+        caller,
+        progress_token,
+        deadline: state.config.sync_call_timeout,
+        stop_on_input,
+        relay_input: !stop_on_input,
+        related_task: false,
+        cancel_when_gone: true,
+    };
+    let store = state.store.clone();
     let stream = follow_task(state, follow, waiter, move |stopped| match stopped {
         Stopped::Terminal(task) => sync_outcome(&task),
         Stopped::Escalated(task) => Ok(wire::create_result(wire, &task)),
         Stopped::InputRequired(task) => match &key {
             Some(key) => Ok(input_required(key, &task)),
-            None => Err(RpcFailure::internal("this call cannot ask for input")),
+            None => {
+                let task_id = task.task_id.clone();
+                tokio::spawn(async move {
+                    let message = "Cancelled: the tool asked for input the client cannot receive";
+                    if let Err(e) = store.cancel_task(&task_id, "", message).await {
+                        tracing::warn!(task = %task_id, error = %e, "could not cancel a call that cannot get its input");
+                    }
+                });
+                Err(RpcFailure::invalid_request(format!(
+                    "Tool `{}` asks the client for input, which on protocol 2025-11-25 travels on an SSE stream: \
+                     send the call with `Accept: application/json, text/event-stream`",
+                    task.tool
+                )))
+            }
         },
     });
-    reply_from(stream, as_sse).await
+    reply_from(stream, mode).await
 }
 
 /// The `InputRequiredResult` of a round: what is pending, and the signed state to send back.
@@ -135,6 +159,7 @@ pub(super) async fn continue_round(
     tool: &str,
     request_state: &str,
     responses: Option<Map<String, Value>>,
+    accepts_sse: bool,
 ) -> Result<Reply, RpcFailure> {
     let key = state.signer.key(&state.store).await?;
     let round: RoundState = key.verify(Purpose::RequestState, request_state).map_err(|why| {
@@ -165,7 +190,8 @@ pub(super) async fn continue_round(
         return Ok(Reply::Result(wire::create_result(Wire::V2026, &task)));
     }
     let progress_token = task.progress_token.clone();
-    follow_call(state, Wire::V2026, caller, task, None, progress_token, false).await
+    let mode = ReplyMode::of(accepts_sse, progress_token.is_some());
+    follow_call(state, Wire::V2026, caller, task, None, progress_token, mode).await
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use rmcp::model::ErrorCode;
 use serde_json::{Value, json};
 
 use super::follow::{Follow, Stopped, follow_task};
-use super::{Reply, RequestCtx, failure_of, owned_task, reply_from};
+use super::{Reply, ReplyMode, RequestCtx, failure_of, owned_task, reply_from};
 use crate::rpc::RpcFailure;
 use crate::state::AppState;
 use crate::wire::META_RELATED_TASK;
@@ -32,6 +32,9 @@ pub(super) async fn tasks_result(state: Arc<AppState>, ctx: RequestCtx) -> Resul
         caller: ctx.caller.clone(),
         deadline,
         stop_on_input: false,
+        relay_input: ctx.accepts_sse,
+        related_task: true,
+        cancel_when_gone: false,
     };
     let stream = follow_task(state, follow, None, |stopped| match stopped {
         Stopped::Terminal(t) => task_result_payload(&t),
@@ -39,7 +42,7 @@ pub(super) async fn tasks_result(state: Arc<AppState>, ctx: RequestCtx) -> Resul
             Err(RpcFailure::internal(format!("task `{}` stopped being followed before its end", t.task_id)))
         }
     });
-    reply_from(stream, ctx.accepts_sse).await
+    reply_from(stream, if ctx.accepts_sse { ReplyMode::Sse } else { ReplyMode::Json }).await
 }
 
 fn task_result_payload(task: &TaskRecord) -> Result<Value, RpcFailure> {

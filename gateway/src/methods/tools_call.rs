@@ -12,8 +12,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{
-    Reply, RequestCtx, client_has_tasks_extension, failure_of, missing_capability, rounds, string_param,
-    task_not_found, undeclared_capabilities,
+    Reply, ReplyMode, RequestCtx, client_has_tasks_extension, failure_of, missing_capability, rounds,
+    string_param, task_not_found, undeclared_capabilities,
 };
 use crate::catalog::{RUN_DAG, TaskSupport};
 use crate::rpc::RpcFailure;
@@ -56,7 +56,15 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
     let round = rounds::RoundInput::of(&ctx)?;
     if let Some(request_state) = &round.request_state {
         // A later round of a call that asked for input: it continues that call, whatever else.
-        return rounds::continue_round(state, ctx.caller.clone(), name, request_state, round.responses).await;
+        return rounds::continue_round(
+            state,
+            ctx.caller.clone(),
+            name,
+            request_state,
+            round.responses,
+            ctx.accepts_sse,
+        )
+        .await;
     }
     let task_param = params.get("task").filter(|t| !t.is_null());
     let as_task = match ctx.wire {
@@ -130,10 +138,17 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
             )));
         }
     };
-    // An idempotent call lands in the shard its key names, so that a retry finds the first task.
-    let shard = match &idempotency_key {
-        Some(key) => keys::shard_of_key(&ctx.caller.principal, key, state.store.shards()),
-        None => state.store.pick_shard(),
+    // A synchronous 2025-11-25 call can be cancelled with notifications/cancelled, which names
+    // only its request id and may reach any gateway: the call's task is found by that id.
+    let call_scope = (ctx.wire == Wire::V2025 && !as_task && idempotency_key.is_none())
+        .then(|| ctx.session.clone().unwrap_or_else(|| ctx.caller.principal.clone()));
+    let request_id = super::client_messages::request_id_text(&ctx.id);
+    // An idempotent call lands in the shard its key names, so that a retry finds the first task;
+    // a cancellable call in the shard its request id names.
+    let shard = match (&idempotency_key, &call_scope) {
+        (Some(key), _) => keys::shard_of_key(&ctx.caller.principal, key, state.store.shards()),
+        (None, Some(scope)) => keys::shard_of_key(scope, &request_id, state.store.shards()),
+        (None, None) => state.store.pick_shard(),
     };
     let task_id = new_task_id(shard);
     let catalog = state.catalog.snapshot().await?;
@@ -172,6 +187,7 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
         client_capabilities: ctx.client_capabilities.clone(),
         input_responses: round.responses,
         escalable,
+        call_key: call_scope.map(|scope| shard.call(&scope, &request_id)),
     };
     let mut record = new.record();
     let mut waiter = waiter;
@@ -204,8 +220,8 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
     drop(new);
     ctx.params = Value::Null;
     ctx.budget = None;
-    let as_sse = ctx.accepts_sse && progress_token.is_some();
-    rounds::follow_call(state, ctx.wire, ctx.caller.clone(), record, waiter, progress_token, as_sse).await
+    let mode = ReplyMode::of(ctx.accepts_sse, progress_token.is_some());
+    rounds::follow_call(state, ctx.wire, ctx.caller.clone(), record, waiter, progress_token, mode).await
 }
 
 /// JSON-RPC code of a call refused because an overload limit is reached.

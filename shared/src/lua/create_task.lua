@@ -5,6 +5,7 @@
 -- KEYS[1] task hash   KEYS[2] nodes hash   KEYS[3] load hash   KEYS[4] expiring zset
 -- KEYS[5] the owner's task index   KEYS[6 .. 5+Q] the work stream of each of the task's queues,
 -- in the order of record.queues   KEYS[6+Q] the idempotency key, when record.idem is true
+-- KEYS[#KEYS] the call key (a synchronous call by its request id), when record.call is true
 -- ARGV[1] the record (JSON): id, now, owner, tool, args (JSON text), ttl, poll, wire,
 --   token (JSON text or ""), trace, mode ("task" | "sync"), index (bool), message, retention (ms of
 --   owner index kept), kind ("single" | "dag"), output, queues, nodes (each: id, tool, args, q,
@@ -112,5 +113,8 @@ if r.index then
 end
 if r.idem then
   redis.call('SET', idem_key, r.id .. ' ' .. r.fingerprint, 'PX', r.idemTtl)
+end
+if r.call then
+  redis.call('SET', KEYS[#KEYS], r.id, 'PX', r.ttl)
 end
 return cjson.encode({outcome = 'created'})

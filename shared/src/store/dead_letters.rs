@@ -124,6 +124,7 @@ impl Store {
             client_capabilities: serde_json::json!({}),
             input_responses: None,
             escalable: false,
+            call_key: None,
         };
         if self.create_task(&new, &Limits::default()).await? != Created::Created {
             return Ok(Err("task id collision; run the retry again".to_owned()));

@@ -46,6 +46,9 @@ pub struct NewTask {
     /// Answers the client sent with the call itself (an MRTR retry without state): the single
     /// call's first attempt sees them as if it had asked.
     pub input_responses: Option<serde_json::Map<String, Value>>,
+    /// The key that finds a synchronous call's task by its request id ([`crate::keys::Shard::call`],
+    /// in the task's shard), so that `notifications/cancelled` reaches it.
+    pub call_key: Option<String>,
     /// A synchronous call whose tool may turn it into the client's task ([`TaskMode::Sync`] only):
     /// it is indexed for its owner from the start, and listed once it escalates.
     pub escalable: bool,
@@ -338,6 +341,9 @@ impl Store {
         if let Some(key) = &new.idempotency_key {
             keys.push(shard.idempotency(&new.owner, key));
         }
+        if let Some(key) = &new.call_key {
+            keys.push(key.clone());
+        }
         let record = json!({
             "id": new.task_id,
             "now": new.created_at_ms,
@@ -352,6 +358,7 @@ impl Store {
             "mode": new.mode.as_str(),
             "index": new.mode == TaskMode::Task || new.escalable,
             "escalable": new.escalable,
+            "call": new.call_key.is_some(),
             "caps": new.client_capabilities.to_string(),
             "answers": new.input_responses.as_ref().map(|a| Value::Object(a.clone()).to_string()).unwrap_or_default(),
             "message": new.status_message,
@@ -392,6 +399,11 @@ impl Store {
                 tool: Some(tool).filter(|t| !t.is_empty()),
             }),
         })
+    }
+
+    /// The task of a synchronous call by its call key ([`NewTask::call_key`]), while it lives.
+    pub async fn call_task(&self, call_key: &str) -> Result<Option<String>, StoreError> {
+        self.query(|| redis::Cmd::get(call_key)).await
     }
 
     /// Reads a task; `None` when it does not exist: never created, expired (its TTL counts from

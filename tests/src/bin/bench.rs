@@ -837,6 +837,7 @@ impl Core {
             client_capabilities: json!({}),
             input_responses: None,
             escalable: false,
+            call_key: None,
         };
         match self.store.create_task(&new, &Limits::default()).await? {
             Created::Created => Ok((task_id, waiter)),

@@ -1,0 +1,90 @@
+//! Messages from the client that are not requests: its answers to the requests the gateway sent
+//! on a response stream (2025-11-25 elicitation, sampling, roots), and notifications (a cancelled
+//! synchronous call). Neither gets a reply; what cannot be acted on is logged and dropped.
+
+use conveyor_shared::keys;
+use conveyor_shared::store::{AnswerOutcome, CancelOutcome};
+use serde_json::{Map, Value};
+
+use crate::access::Caller;
+use crate::state::AppState;
+
+/// The JSON-RPC id of a request the gateway sends a client for input: it names the task and the
+/// key, so that the answer reaches the asking node through whichever gateway the client posts it
+/// to. The owner check on answering keeps one client from answering another's task.
+pub(crate) fn input_request_id(task_id: &str, key: &str) -> String {
+    format!("conveyor-input/{task_id}/{key}")
+}
+
+fn parse_input_request_id(id: &Value) -> Option<(&str, &str)> {
+    id.as_str()?.strip_prefix("conveyor-input/")?.split_once('/')
+}
+
+/// A request id as text that tells `1` from `"1"`.
+pub(crate) fn request_id_text(id: &Value) -> String {
+    match id {
+        Value::String(s) => format!("s:{s}"),
+        other => format!("n:{other}"),
+    }
+}
+
+/// The client's answer to a request for input: it is the answer to that key of that task.
+pub(crate) async fn client_response(state: &AppState, caller: &Caller, id: &Value, answer: Value) {
+    let Some((task_id, key)) = parse_input_request_id(id) else {
+        tracing::debug!(%id, "a response to no request of this server; ignored");
+        return;
+    };
+    let answers = Map::from_iter([(key.to_owned(), answer)]);
+    match state.store.answer_input(task_id, &caller.principal, &answers).await {
+        Ok(AnswerOutcome::Answered { remaining, resumed }) => {
+            tracing::debug!(task = %task_id, %key, remaining, resumed, "client answered a request for input");
+        }
+        Ok(AnswerOutcome::NotWaiting(status)) => {
+            tracing::info!(task = %task_id, %key, %status, "an answer arrived for a task that no longer waits for it");
+        }
+        Ok(AnswerOutcome::Missing) => {
+            tracing::info!(task = %task_id, %key, principal = %caller.principal, "an answer for an unknown task, or one of another principal");
+        }
+        Err(e) => tracing::warn!(task = %task_id, error = %e, "could not record the client's answer"),
+    }
+}
+
+/// A notification from the client. `notifications/cancelled` stops the work of a synchronous
+/// call (a task is cancelled with tasks/cancel instead); the rest need nothing from the gateway.
+pub(crate) async fn notification(
+    state: &AppState,
+    caller: &Caller,
+    session: Option<&String>,
+    method: &str,
+    params: &Value,
+) {
+    if method != "notifications/cancelled" {
+        return;
+    }
+    let Some(id) = params.get("requestId").filter(|id| id.is_string() || id.is_i64() || id.is_u64()) else {
+        return;
+    };
+    let scope = session.cloned().unwrap_or_else(|| caller.principal.clone());
+    let request_id = request_id_text(id);
+    let shard = keys::shard_of_key(&scope, &request_id, state.store.shards());
+    let task_id = match state.store.call_task(&shard.call(&scope, &request_id)).await {
+        Ok(Some(task_id)) => task_id,
+        Ok(None) => {
+            tracing::debug!(%id, "notifications/cancelled for no call in progress; ignored");
+            return;
+        }
+        Err(e) => {
+            tracing::warn!(%id, error = %e, "could not look up a cancelled call");
+            return;
+        }
+    };
+    let reason = params.get("reason").and_then(Value::as_str).unwrap_or("no reason given");
+    let message = format!("Cancelled by the client (notifications/cancelled: {reason})");
+    match state.store.cancel_task(&task_id, &caller.principal, &message).await {
+        Ok(CancelOutcome::Cancelled) => {
+            tracing::info!(target: "conveyor::audit", event = "call_cancelled", principal = %caller.principal, task = %task_id, "synchronous call cancelled");
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(task = %task_id, error = %e, "could not cancel a call"),
+    }
+}
