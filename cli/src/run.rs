@@ -302,6 +302,7 @@ const TEST_PROCESS_ENV: &str = "CONVEYOR_TEST_PROCESS";
 
 fn registry(fixtures: bool, only: &[String]) -> anyhow::Result<Arc<ToolRegistry>> {
     let mut registry = ToolRegistry::new();
+    conveyor_worker::tools::register(&mut registry);
     if fixtures {
         conveyor_worker::fixtures::register(&mut registry);
         // Fixtures that harm the process that runs them load only in a process that says it is
@@ -323,7 +324,7 @@ fn registry(fixtures: bool, only: &[String]) -> anyhow::Result<Arc<ToolRegistry>
 
 async fn worker(store: Store, args: WorkerArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
     let registry = registry(args.fixtures, &args.tools)?;
-    if registry.is_empty() {
+    if !registry.has_tools() {
         tracing::warn!(
             "this worker offers no tools: start it with --fixtures, or build one with your own tools"
         );

@@ -6,7 +6,7 @@
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use conveyor_shared::model::PublishedTool;
+use conveyor_shared::model::{OfferKind, PublishedTool};
 use conveyor_shared::{Store, StoreError};
 use serde_json::{Value, json};
 
@@ -50,15 +50,17 @@ pub struct CatalogTool {
     pub queue: String,
     /// Whether a live worker offers it now.
     pub live: bool,
+    /// A tool, or a prompt, resource or template a worker's handler produces.
+    pub kind: OfferKind,
     validator: Option<Arc<jsonschema::Validator>>,
 }
 
 impl CatalogTool {
     fn new(published: PublishedTool, live: bool) -> Option<Self> {
         let queue = published.queue_name()?.to_owned();
+        let name = published.name()?.to_owned();
         let definition = published.definition;
-        let name = definition.get("name")?.as_str()?.to_owned();
-        let validator = match definition.get("inputSchema") {
+        let validator = match definition.get("inputSchema").filter(|_| published.kind.is_tool()) {
             Some(schema) => match jsonschema::validator_for(schema) {
                 Ok(v) => Some(Arc::new(v)),
                 Err(e) => {
@@ -72,6 +74,7 @@ impl CatalogTool {
             task_support: TaskSupport::of(&definition),
             required_client_capabilities: published.required_client_capabilities,
             input_before_task: published.input_before_task,
+            kind: published.kind,
             queue,
             live,
             name,
@@ -89,6 +92,8 @@ impl CatalogTool {
             definition,
             required_client_capabilities: None,
             input_before_task: false,
+            kind: Default::default(),
+            key: None,
         };
         Self::new(published, true)
     }
@@ -186,6 +191,8 @@ fn run_dag_tool() -> CatalogTool {
             definition,
             required_client_capabilities: None,
             input_before_task: false,
+            kind: Default::default(),
+            key: None,
         },
         true,
     )
@@ -235,7 +242,12 @@ impl ToolCatalog {
 
     /// The tools a live worker offers (and `run_dag`), in registration order.
     pub async fn list(&self) -> Result<Vec<Arc<CatalogTool>>, StoreError> {
-        Ok(self.snapshot().await?.tools.iter().filter(|t| t.live).cloned().collect())
+        self.offers(OfferKind::Tool).await
+    }
+
+    /// What live workers offer of one kind, in registration order.
+    pub async fn offers(&self, kind: OfferKind) -> Result<Vec<Arc<CatalogTool>>, StoreError> {
+        Ok(self.snapshot().await?.tools.iter().filter(|t| t.live && t.kind == kind).cloned().collect())
     }
 
     /// The current reading: every known tool, offered by a live worker or not, and their queues.
@@ -280,6 +292,8 @@ mod tests {
                 }),
                 required_client_capabilities: None,
                 input_before_task: false,
+                kind: Default::default(),
+                key: None,
             },
             true,
         )

@@ -149,6 +149,12 @@ pub fn shard_of_key(owner: &str, key: &str, shards: u16) -> Shard {
 /// gateways share (field `signingKey`).
 pub const LAYOUT: &str = "cv:{cv.meta}:layout";
 
+/// The log level a 2025-11-25 session (or a principal without one) asked for with
+/// `logging/setLevel`.
+pub fn log_level(scope: &str) -> String {
+    format!("{PREFIX}:{{cv.meta}}:log-level:{scope}")
+}
+
 /// Hash of worker name to its heartbeat record (queues, tools, running nodes, time).
 pub const WORKERS: &str = "cv:{cv.catalog}:workers";
 

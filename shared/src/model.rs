@@ -307,8 +307,55 @@ pub enum TaskEvent {
         #[serde(default)]
         escalated: bool,
     },
+    /// A message a running node logged for the client (MCP `notifications/message`).
+    Log {
+        level: LogLevel,
+        #[serde(default)]
+        logger: String,
+        data: Value,
+    },
     /// The task's TTL ran out before it finished: it no longer exists.
     Expired,
+}
+
+/// The severity of a logged message: the syslog levels MCP uses, least severe first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    Debug,
+    Info,
+    Notice,
+    Warning,
+    Error,
+    Critical,
+    Alert,
+    Emergency,
+}
+
+impl LogLevel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Debug => "debug",
+            Self::Info => "info",
+            Self::Notice => "notice",
+            Self::Warning => "warning",
+            Self::Error => "error",
+            Self::Critical => "critical",
+            Self::Alert => "alert",
+            Self::Emergency => "emergency",
+        }
+    }
+}
+
+impl FromStr for LogLevel {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        serde_json::from_value(Value::String(s.to_owned())).map_err(|_| {
+            format!(
+                "unknown log level {s:?}; one of debug, info, notice, warning, error, critical, alert, emergency"
+            )
+        })
+    }
 }
 
 /// A message on an inbox channel: the task it is about, and the event.
@@ -348,7 +395,38 @@ pub struct WorkItem {
 /// The definition of a tool as workers publish it and gateways list it: the MCP `Tool` object.
 pub type ToolDefinition = Value;
 
-/// A tool as a worker publishes it in Redis for gateways.
+/// What a worker offers: a tool, or a prompt, resource or resource template that a handler on the
+/// worker produces the way a tool produces its result.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum OfferKind {
+    #[default]
+    Tool,
+    Prompt,
+    Resource,
+    ResourceTemplate,
+}
+
+impl OfferKind {
+    pub fn is_tool(&self) -> bool {
+        *self == Self::Tool
+    }
+
+    /// The name the offer is known by inside Conveyor (catalog, queues, tasks): a tool's name, or
+    /// `prompt/NAME`, `resource/URI`, `template/URI-TEMPLATE` (no tool name contains `/`, so they
+    /// never collide). `None` when the MCP definition lacks the field that names it.
+    pub fn key(self, definition: &Value) -> Option<String> {
+        let field = |name: &str| definition.get(name).and_then(Value::as_str);
+        Some(match self {
+            Self::Tool => field("name")?.to_owned(),
+            Self::Prompt => format!("prompt/{}", field("name")?),
+            Self::Resource => format!("resource/{}", field("uri")?),
+            Self::ResourceTemplate => format!("template/{}", field("uriTemplate")?),
+        })
+    }
+}
+
+/// A tool (or another offer) as a worker publishes it in Redis for gateways.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PublishedTool {
@@ -367,12 +445,23 @@ pub struct PublishedTool {
     /// The tool gathers input in rounds of the call (MRTR) before it turns the call into a task.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub input_before_task: bool,
+    /// What is offered; the definition is the MCP object of that kind (`Tool`, `Prompt`,
+    /// `Resource`, `ResourceTemplate`).
+    #[serde(default, skip_serializing_if = "OfferKind::is_tool")]
+    pub kind: OfferKind,
+    /// The offer's name inside Conveyor ([`OfferKind::key`]), for offers that are not tools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
 }
 
 impl PublishedTool {
-    /// The tool's name (`definition.name`).
+    /// The name it is known by inside Conveyor: a tool's `definition.name`, or the key of another
+    /// offer ([`OfferKind::key`]).
     pub fn name(&self) -> Option<&str> {
-        self.definition.get("name").and_then(Value::as_str)
+        match &self.key {
+            Some(key) => Some(key),
+            None => self.definition.get("name").and_then(Value::as_str),
+        }
     }
 
     /// The queue the tool's nodes wait in.

@@ -66,6 +66,7 @@ fn new_task(shard: Shard) -> NewTask {
         input_responses: None,
         escalable: false,
         call_key: None,
+        log_level: None,
     }
 }
 

@@ -11,6 +11,7 @@
 //!   cancellation over sharded pub/sub, the maintenance of the shards whose lease it holds,
 //!   heartbeats, graceful shutdown.
 //! - [`dag`]: upstream values in a node's arguments, built-in nodes, a finished graph's result.
+//! - [`tools`]: what every worker offers: ADR templates as prompts and resources.
 //! - [`fixtures`]: the tools the MCP conformance suite and Conveyor's own tests call
 //!   (`--fixtures`; off by default).
 
@@ -18,6 +19,7 @@ pub mod dag;
 pub mod fixtures;
 pub mod runner;
 pub mod tool;
+pub mod tools;
 
 pub use runner::{WorkerOptions, run};
 pub use tool::{FnTool, Tool, ToolContext, ToolRegistry};

@@ -489,6 +489,7 @@ async fn dispatch(
                     answers,
                     state,
                     client_capabilities,
+                    log_level,
                     ..
                 } => {
                     let Some(permit) = permits.pop() else { continue };
@@ -503,6 +504,7 @@ async fn dispatch(
                         answers,
                         state,
                         client_capabilities,
+                        log_level,
                     };
                     jobs.spawn(async move {
                         job.run().await;
@@ -720,6 +722,7 @@ struct NodeJob {
     answers: serde_json::Map<String, serde_json::Value>,
     state: Option<serde_json::Value>,
     client_capabilities: serde_json::Value,
+    log_level: Option<conveyor_shared::model::LogLevel>,
 }
 
 impl NodeJob {
@@ -770,6 +773,7 @@ impl NodeJob {
                     answers: self.answers.clone(),
                     state: self.state.clone(),
                     client_capabilities: self.client_capabilities.clone(),
+                    log_level: self.log_level,
                 };
                 let call = self.call(ctx);
                 match self.timeout {

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use conveyor_shared::input;
-use conveyor_shared::model::{PublishedTool, ToolDefinition, ToolOutcome};
+use conveyor_shared::model::{LogLevel, OfferKind, PublishedTool, ToolDefinition, ToolOutcome};
 use conveyor_shared::store::Attempt;
 use conveyor_shared::{Store, keys};
 use futures::future::BoxFuture;
@@ -33,6 +33,12 @@ pub trait Tool: Send + Sync + 'static {
     fn input_before_task(&self) -> bool {
         false
     }
+    /// What this is: a tool (the default), or a prompt, resource or resource template whose
+    /// definition is the MCP object of that kind and whose `call` returns `GetPromptResult` or
+    /// `ReadResourceResult` JSON (see [`FnTool::prompt`]).
+    fn kind(&self) -> OfferKind {
+        OfferKind::Tool
+    }
     /// Runs one attempt. The future should return soon after `ctx.cancel` fires.
     fn call(&self, ctx: ToolContext) -> BoxFuture<'static, ToolOutcome>;
 }
@@ -43,6 +49,7 @@ pub struct FnTool<F> {
     required_client_capabilities: Option<Value>,
     queue: Option<String>,
     input_before_task: bool,
+    kind: OfferKind,
     run: F,
 }
 
@@ -52,7 +59,34 @@ where
     Fut: std::future::Future<Output = ToolOutcome> + Send + 'static,
 {
     pub fn new(definition: ToolDefinition, run: F) -> Self {
-        Self { definition, required_client_capabilities: None, queue: None, input_before_task: false, run }
+        Self {
+            definition,
+            required_client_capabilities: None,
+            queue: None,
+            input_before_task: false,
+            kind: OfferKind::Tool,
+            run,
+        }
+    }
+
+    /// A prompt: `definition` is an MCP `Prompt` (`name`, `description`, `arguments`); the
+    /// handler gets the prompt's arguments as `ctx.arguments` and returns a `GetPromptResult`
+    /// (`{"messages": [...]}`). It may ask the client for input like a tool.
+    pub fn prompt(definition: Value, run: F) -> Self {
+        Self { kind: OfferKind::Prompt, ..Self::new(definition, run) }
+    }
+
+    /// A resource: `definition` is an MCP `Resource` (`uri`, `name`, `mimeType`, ...); the
+    /// handler gets `{"uri": ...}` and returns a `ReadResourceResult` (`{"contents": [...]}`).
+    pub fn resource(definition: Value, run: F) -> Self {
+        Self { kind: OfferKind::Resource, ..Self::new(definition, run) }
+    }
+
+    /// A resource template: `definition` is an MCP `ResourceTemplate` (`uriTemplate` with `{name}`
+    /// variables); the handler gets `{"uri": ..., "variables": {name: value}}` and returns a
+    /// `ReadResourceResult`.
+    pub fn resource_template(definition: Value, run: F) -> Self {
+        Self { kind: OfferKind::ResourceTemplate, ..Self::new(definition, run) }
     }
 
     /// Puts the tool's nodes in `queue` instead of a queue of the tool's own name.
@@ -92,6 +126,9 @@ where
     fn input_before_task(&self) -> bool {
         self.input_before_task
     }
+    fn kind(&self) -> OfferKind {
+        self.kind
+    }
     fn call(&self, ctx: ToolContext) -> BoxFuture<'static, ToolOutcome> {
         Box::pin((self.run)(ctx))
     }
@@ -115,6 +152,7 @@ pub struct ToolContext {
     pub(crate) answers: Map<String, Value>,
     pub(crate) state: Option<Value>,
     pub(crate) client_capabilities: Value,
+    pub(crate) log_level: Option<LogLevel>,
 }
 
 impl ToolContext {
@@ -133,6 +171,19 @@ impl ToolContext {
                 tracing::warn!(task = %self.task_id, error = %e, "progress report failed");
                 false
             }
+        }
+    }
+
+    /// Logs a message for the client that follows the call (MCP `notifications/message`), when
+    /// the client asked for messages of this level; otherwise it costs nothing. `data` is any
+    /// JSON (a string, or an object with details).
+    pub async fn log(&self, level: LogLevel, data: impl Into<Value>) {
+        if self.log_level.is_none_or(|wanted| level < wanted) {
+            return;
+        }
+        let logger = self.lease.node_id.as_str();
+        if let Err(e) = self.store.log(&self.lease, level, logger, &data.into()).await {
+            tracing::debug!(task = %self.task_id, error = %e, "a log message for the client was lost");
         }
     }
 
@@ -202,18 +253,19 @@ impl ToolRegistry {
         Self::default()
     }
 
-    /// Adds a tool under the `name` of its definition, replacing one of the same name.
+    /// Adds a tool under the `name` of its definition (a prompt, resource or template under its
+    /// key, [`OfferKind::key`]), replacing one of the same name.
     ///
     /// # Panics
-    /// When the definition has no string `name`: that is a programming error in the tool.
+    /// When the definition lacks the field that names it (`name`, or `uri` / `uriTemplate`):
+    /// that is a programming error in the tool.
     pub fn register(&mut self, tool: impl Tool) -> &mut Self {
         let definition = tool.definition();
         #[allow(clippy::expect_used)] // a nameless tool can never be called; fail at startup
-        let name = definition
-            .get("name")
-            .and_then(Value::as_str)
-            .expect("a tool definition needs a string `name`")
-            .to_owned();
+        let name = tool
+            .kind()
+            .key(&definition)
+            .expect("a definition needs a string `name` (a resource `uri`, a template `uriTemplate`)");
         if self.tools.insert(name.clone(), Arc::new(tool)).is_none() {
             self.order.push(name);
         }
@@ -225,7 +277,8 @@ impl ToolRegistry {
     }
 
     /// Only the named tools of this registry, in its order (`conveyor worker --tools`), so that
-    /// one binary can serve several pools. The error names the tools it does not have.
+    /// one binary can serve several pools; its prompts and resources stay. The error names the
+    /// tools it does not have.
     pub fn only(&self, names: &[String]) -> Result<Self, String> {
         let unknown: Vec<&str> =
             names.iter().filter(|n| !self.tools.contains_key(n.as_str())).map(String::as_str).collect();
@@ -233,17 +286,21 @@ impl ToolRegistry {
             return Err(format!(
                 "this worker has no tool named {}; it has: {}",
                 unknown.join(", "),
-                self.order.join(", ")
+                self.order.iter().filter(|n| self.is_tool(n)).cloned().collect::<Vec<_>>().join(", ")
             ));
         }
         let mut only = Self::new();
-        for name in self.order.iter().filter(|n| names.contains(n)) {
+        for name in self.order.iter().filter(|n| names.contains(n) || !self.is_tool(n)) {
             if let Some(tool) = self.tools.get(name) {
                 only.tools.insert(name.clone(), tool.clone());
                 only.order.push(name.clone());
             }
         }
         Ok(only)
+    }
+
+    fn is_tool(&self, name: &str) -> bool {
+        self.tools.get(name).is_some_and(|t| t.kind().is_tool())
     }
 
     /// The queues this registry's tools wait in, and the built-in queue every worker serves.
@@ -277,6 +334,8 @@ impl ToolRegistry {
                     definition: tool.definition(),
                     required_client_capabilities: tool.required_client_capabilities(),
                     input_before_task: tool.input_before_task(),
+                    kind: tool.kind(),
+                    key: (!tool.kind().is_tool()).then(|| name.clone()),
                 })
             })
             .collect()
@@ -284,5 +343,10 @@ impl ToolRegistry {
 
     pub fn is_empty(&self) -> bool {
         self.tools.is_empty()
+    }
+
+    /// Whether it holds any tool (not only prompts and resources).
+    pub fn has_tools(&self) -> bool {
+        self.tools.values().any(|t| t.kind().is_tool())
     }
 }

@@ -12,7 +12,10 @@ pub(super) fn discover() -> Value {
         "resultType": "complete",
         "supportedVersions": wire::supported_versions(),
         "capabilities": {
-            "tools": {"listChanged": false},
+            "tools": {"listChanged": true},
+            "prompts": {"listChanged": true},
+            "resources": {"subscribe": true, "listChanged": true},
+            "completions": {},
             "extensions": {TASKS_EXTENSION_ID: {}}
         },
         "instructions": INSTRUCTIONS,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use conveyor_shared::events::{Delivery, Waiter};
-use conveyor_shared::model::{TaskEvent, TaskMode, TaskRecord, TaskStatus};
+use conveyor_shared::model::{LogLevel, TaskEvent, TaskMode, TaskRecord, TaskStatus};
 use conveyor_shared::store::CancelOutcome;
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -138,6 +138,19 @@ impl Relay<'_> {
         let _ = self.tx.send(StreamItem::Message(rpc::notification("notifications/progress", params))).await;
     }
 
+    /// A message a tool logged, as `notifications/message` (the worker sent it only because the
+    /// client asked for its level).
+    async fn log(&self, level: LogLevel, logger: String, data: Value) {
+        let mut params = json!({"level": level.as_str(), "data": data});
+        if !logger.is_empty() {
+            params["logger"] = json!(logger);
+        }
+        if self.related_task {
+            params["_meta"] = self.related_meta();
+        }
+        let _ = self.tx.send(StreamItem::Message(rpc::notification("notifications/message", params))).await;
+    }
+
     /// Sends each pending request not sent yet, as a request to the client whose id names the
     /// task and the key ([`input_request_id`]).
     async fn input_requests(&mut self, task: &TaskRecord) {
@@ -218,6 +231,9 @@ async fn wait_terminal(
             delivery = waiter.recv() => match delivery {
                 Some(Delivery::Event(TaskEvent::Progress { progress, total, message })) => {
                     relay.progress(progress, total, message).await;
+                }
+                Some(Delivery::Event(TaskEvent::Log { level, logger, data })) => {
+                    relay.log(level, logger, data).await;
                 }
                 Some(Delivery::Event(TaskEvent::Status { status, message, result, error, .. })) if status.is_terminal() => {
                     // The event carries the result when it is small: answer without a read.

@@ -20,6 +20,10 @@ pub(super) fn initialize(params: &Value) -> Value {
         "protocolVersion": version,
         "capabilities": {
             "tools": {"listChanged": false},
+            "prompts": {"listChanged": false},
+            "resources": {"subscribe": true, "listChanged": false},
+            "completions": {},
+            "logging": {},
             "tasks": {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
         },
         "serverInfo": server_info(),

@@ -5,6 +5,11 @@
 //! - [`initialize`], [`discover`]: the handshakes of 2025-11-25 and 2026-07-28.
 //! - [`tools_list`], [`tools_call`]: the catalog, and a call (a task, or a synchronous call that
 //!   waits for its hidden task).
+//! - [`prompts`], [`resources`], [`completion`]: what workers offer besides tools ([`offers`]:
+//!   run by a handler on a worker like a tool; caching hints), and every finished task's result.
+//! - [`logging`]: the log level a 2025-11-25 session asks for.
+//! - [`subscriptions`]: the `subscriptions/listen` stream of 2026-07-28 (task status, resource
+//!   updates, list changes).
 //! - [`tasks_get`], [`tasks_cancel`], [`tasks_update`], [`tasks_list`], [`tasks_result`].
 //! - [`client_messages`]: the client's answers to requests for input, and its notifications.
 //! - [`follow`]: a request that waits for a task's end, relaying its progress.
@@ -12,10 +17,16 @@
 //!   signed `requestState`), and one that its tool turns into a task.
 
 mod client_messages;
+mod completion;
 mod discover;
 mod follow;
 mod initialize;
+mod logging;
+mod offers;
+mod prompts;
+mod resources;
 mod rounds;
+mod subscriptions;
 mod tasks_cancel;
 mod tasks_get;
 mod tasks_list;
@@ -124,6 +135,14 @@ async fn handle_2025(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, Rpc
         "tasks/cancel" => tasks_cancel::tasks_cancel(&state, &ctx).await?,
         "tasks/result" => return tasks_result::tasks_result(state, ctx).await,
         "tasks/list" => tasks_list::tasks_list(&state, &ctx).await?,
+        "prompts/list" => prompts::prompts_list(&state, &ctx).await?,
+        "prompts/get" => return prompts::prompts_get(state, ctx).await,
+        "resources/list" => resources::resources_list(&state, &ctx).await?,
+        "resources/templates/list" => resources::resource_templates_list(&state, &ctx).await?,
+        "resources/read" => return resources::resources_read(state, ctx).await,
+        "resources/subscribe" | "resources/unsubscribe" => resources::resources_subscribe(&ctx)?,
+        "completion/complete" => completion::complete(&state, &ctx).await?,
+        "logging/setLevel" => logging::set_level(&state, &ctx).await?,
         method => return Err(RpcFailure::method_not_found(method)),
     };
     Ok(Reply::Result(result))
@@ -148,7 +167,15 @@ async fn handle_2026(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, Rpc
         "tasks/get" => tasks_get::tasks_get(&state, &ctx).await?,
         "tasks/update" => tasks_update::tasks_update(&state, &ctx).await?,
         "tasks/cancel" => tasks_cancel::tasks_cancel(&state, &ctx).await?,
-        // initialize, ping, tasks/result, tasks/list and the rest do not exist on this revision.
+        "prompts/list" => prompts::prompts_list(&state, &ctx).await?,
+        "prompts/get" => return prompts::prompts_get(state, ctx).await,
+        "resources/list" => resources::resources_list(&state, &ctx).await?,
+        "resources/templates/list" => resources::resource_templates_list(&state, &ctx).await?,
+        "resources/read" => return resources::resources_read(state, ctx).await,
+        "completion/complete" => completion::complete(&state, &ctx).await?,
+        "subscriptions/listen" => return subscriptions::listen(state, ctx).await,
+        // initialize, ping, logging/setLevel, resources/subscribe, tasks/result, tasks/list and
+        // the rest do not exist on this revision.
         method => return Err(RpcFailure::method_not_found(method)),
     };
     Ok(Reply::Result(result))

@@ -37,9 +37,9 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
     let params = &ctx.params;
     let name = string_param(params, "name")?;
     let tool = match state.catalog.get(name).await? {
-        Some(tool) if state.access.may_call(&ctx.caller, name) => tool,
+        Some(tool) if tool.kind.is_tool() && state.access.may_call(&ctx.caller, name) => tool,
         found => {
-            if found.is_some() {
+            if found.as_ref().is_some_and(|t| t.kind.is_tool()) {
                 super::audit_denied(
                     &ctx.caller,
                     "tools/call",
@@ -151,6 +151,7 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
         (None, None) => state.store.pick_shard(),
     };
     let task_id = new_task_id(shard);
+    let log_level = super::logging::level_of_call(&state, &ctx).await?;
     let catalog = state.catalog.snapshot().await?;
     let idle = idle_tools(&tool, graph.as_ref(), &catalog.tools);
     let status_message = if idle.is_empty() {
@@ -188,6 +189,7 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
         input_responses: round.responses,
         escalable,
         call_key: call_scope.map(|scope| shard.call(&scope, &request_id)),
+        log_level,
     };
     let mut record = new.record();
     let mut waiter = waiter;
@@ -229,7 +231,7 @@ pub const OVERLOADED: i32 = -32029;
 /// The retry hint of an overloaded call.
 const RETRY_AFTER_MS: u64 = 1_000;
 
-fn over_limit(hit: &LimitHit) -> RpcFailure {
+pub(super) fn over_limit(hit: &LimitHit) -> RpcFailure {
     let what = match (hit.limit.as_str(), &hit.tool) {
         ("queued_nodes_per_tool", Some(tool)) => format!("{} queued nodes of tool `{tool}`", hit.max),
         ("live_tasks_per_principal", _) => format!("{} unfinished tasks per principal", hit.max),
@@ -269,9 +271,9 @@ async fn checked_graph(
             )));
         }
         let tool = match state.catalog.get(name).await? {
-            Some(tool) if state.access.may_call(caller, name) => tool,
+            Some(tool) if tool.kind.is_tool() && state.access.may_call(caller, name) => tool,
             found => {
-                if found.is_some() {
+                if found.as_ref().is_some_and(|t| t.kind.is_tool()) {
                     super::audit_denied(
                         caller,
                         "tools/call",

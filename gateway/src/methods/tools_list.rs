@@ -32,6 +32,7 @@ pub(super) async fn tools_list(state: &AppState, ctx: &RequestCtx) -> Result<Val
         .collect();
     Ok(match wire {
         Wire::V2025 => json!({"tools": tools}),
-        Wire::V2026 => json!({"tools": tools, "ttlMs": TOOLS_LIST_TTL_MS, "cacheScope": "public"}),
+        // Private: what a caller may call depends on who it is.
+        Wire::V2026 => json!({"tools": tools, "ttlMs": TOOLS_LIST_TTL_MS, "cacheScope": "private"}),
     })
 }

@@ -13,7 +13,8 @@
 --   ""), idem (bool), fingerprint, idemTtl, limits {queued, perTool, live} (per shard; 0: none),
 --   caps (JSON text: the client's input capabilities), answers (JSON text of answers the call
 --   came with, for a single call's node, or ""), escalable (bool: a synchronous call that its tool
---   may turn into the client's task)
+--   may turn into the client's task), call (bool: KEYS ends with the call key), logLevel (the
+--   least severe level of logged messages the client gets, or "")
 -- Returns JSON: {"outcome":"created"} | {"outcome":"exists"} | {"outcome":"duplicate","task":id}
 --   | {"outcome":"conflict","task":id}
 --   | {"outcome":"limit","limit":name,"current":n,"max":n,"tool":name}
@@ -86,6 +87,10 @@ local task_fields = {
 if r.caps ~= '' and r.caps ~= '{}' then
   task_fields[#task_fields + 1] = 'clientCaps'
   task_fields[#task_fields + 1] = r.caps
+end
+if r.logLevel ~= '' then
+  task_fields[#task_fields + 1] = 'logLevel'
+  task_fields[#task_fields + 1] = r.logLevel
 end
 if r.escalable then
   task_fields[#task_fields + 1] = 'escalable'

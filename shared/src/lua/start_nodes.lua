@@ -9,7 +9,8 @@
 --   hands the entry back))
 -- Returns JSON: one result per item, in order:
 --   {"outcome":"run","attempt":n,"tool":t,"args":json-text,"token":json-text,"timeoutMs":n,
---    "losses":n,"queues":[...],"kind":k,"answers":json-text,"state":json-text,"caps":json-text}
+--    "losses":n,"queues":[...],"kind":k,"answers":json-text,"state":json-text,"caps":json-text,
+--    "logLevel":level-or-""}
 --   (answers and state: what a parked node was given when it resumed, or "")
 --   | {"outcome":"handedBack"} | {"outcome":"skip","reason":text}
 local r = cjson.decode(ARGV[1])
@@ -19,13 +20,14 @@ for i, item in ipairs(r.items) do
   local task, nodes, stream = KEYS[3 * i - 1], KEYS[3 * i], KEYS[3 * i + 1]
   local node = item.node
   local n = node_state(nodes, node, {'status', 'kind', 'progressToken', 'nodesSettled', 'nodeCount',
-    'queues', 'createdAt', 'ttlMs', 'clientCaps', nf(node, 'answers'), nf(node, 'state')})
+    'queues', 'createdAt', 'ttlMs', 'clientCaps', nf(node, 'answers'), nf(node, 'state'), 'logLevel'})
   local t = n.task
   local result
   local function run(attempt)
     return {outcome = 'run', attempt = attempt, tool = n.tool, args = n.args or '{}', token = t.progressToken or '',
       timeoutMs = n.timeoutMs, losses = n.losses, queues = cjson.decode(t.queues or '[]'), kind = t.kind or 'single',
-      answers = t[nf(node, 'answers')] or '', state = t[nf(node, 'state')] or '', caps = t.clientCaps or '{}'}
+      answers = t[nf(node, 'answers')] or '', state = t[nf(node, 'state')] or '', caps = t.clientCaps or '{}',
+      logLevel = t.logLevel or ''}
   end
   if n.status == 'running' and n.entry == item.entry then
     -- This worker already started it (its reply was lost and the batch was sent again).

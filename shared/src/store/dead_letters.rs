@@ -125,6 +125,7 @@ impl Store {
             input_responses: None,
             escalable: false,
             call_key: None,
+            log_level: None,
         };
         if self.create_task(&new, &Limits::default()).await? != Created::Created {
             return Ok(Err("task id collision; run the retry again".to_owned()));

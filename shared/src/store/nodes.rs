@@ -55,6 +55,8 @@ pub enum StartOutcome {
         state: Option<Value>,
         /// The client's input capabilities (elicitation, sampling, roots).
         client_capabilities: Value,
+        /// The least severe level of logged messages the client wants; `None`: none.
+        log_level: Option<crate::model::LogLevel>,
     },
     /// The entry went back to its queue for another worker (this one had no free slot).
     HandedBack,
@@ -92,30 +94,33 @@ pub enum ExpandOutcome {
 }
 
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RunReply {
+    attempt: u32,
+    tool: String,
+    args: String,
+    token: String,
+    timeout_ms: u64,
+    losses: u32,
+    queues: Vec<String>,
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    answers: String,
+    #[serde(default)]
+    state: String,
+    #[serde(default)]
+    caps: String,
+    #[serde(default)]
+    log_level: String,
+}
+
+#[derive(Deserialize)]
 #[serde(tag = "outcome", rename_all = "camelCase")]
 enum StartReply {
-    #[serde(rename_all = "camelCase")]
-    Run {
-        attempt: u32,
-        tool: String,
-        args: String,
-        token: String,
-        timeout_ms: u64,
-        losses: u32,
-        queues: Vec<String>,
-        #[serde(default)]
-        kind: String,
-        #[serde(default)]
-        answers: String,
-        #[serde(default)]
-        state: String,
-        #[serde(default)]
-        caps: String,
-    },
+    Run(Box<RunReply>),
     HandedBack,
-    Skip {
-        reason: String,
-    },
+    Skip { reason: String },
 }
 
 #[derive(Deserialize)]
@@ -235,19 +240,21 @@ impl Store {
             .zip(replies)
             .map(|(item, reply)| {
                 Ok(match reply {
-                    StartReply::Run {
-                        attempt,
-                        tool,
-                        args,
-                        token,
-                        timeout_ms,
-                        losses,
-                        queues,
-                        kind,
-                        answers,
-                        state,
-                        caps,
-                    } => {
+                    StartReply::Run(run) => {
+                        let RunReply {
+                            attempt,
+                            tool,
+                            args,
+                            token,
+                            timeout_ms,
+                            losses,
+                            queues,
+                            kind,
+                            answers,
+                            state,
+                            caps,
+                            log_level,
+                        } = *run;
                         let arguments = serde_json::from_str(&args)
                             .map_err(|e| StoreError::Corrupt(format!("node arguments: {e}")))?;
                         let answers = match serde_json::from_str::<Value>(&answers) {
@@ -285,6 +292,7 @@ impl Store {
                             answers,
                             state,
                             client_capabilities,
+                            log_level: log_level.parse().ok(),
                         }
                     }
                     StartReply::HandedBack => StartOutcome::HandedBack,
@@ -314,6 +322,24 @@ impl Store {
         });
         let reply: FencedReply =
             self.script(&scripts::REPORT_PROGRESS, &attempt.task_keys(), &record).await?;
+        Ok(matches!(reply, FencedReply::Recorded))
+    }
+
+    /// Sends a message a running attempt logged to the clients that follow its task. Returns
+    /// `false` when refused (stale or not live).
+    pub async fn log(
+        &self,
+        attempt: &Attempt,
+        level: crate::model::LogLevel,
+        logger: &str,
+        data: &Value,
+    ) -> Result<bool, StoreError> {
+        let record = json!({
+            "task": attempt.task_id, "node": attempt.node_id, "attempt": attempt.attempt,
+            "level": level.as_str(), "logger": logger, "data": data.to_string(),
+        });
+        let reply: FencedReply =
+            self.script(&scripts::LOG_MESSAGE, &[self.shard_key(attempt)], &record).await?;
         Ok(matches!(reply, FencedReply::Recorded))
     }
 

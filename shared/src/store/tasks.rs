@@ -46,6 +46,9 @@ pub struct NewTask {
     /// Answers the client sent with the call itself (an MRTR retry without state): the single
     /// call's first attempt sees them as if it had asked.
     pub input_responses: Option<serde_json::Map<String, Value>>,
+    /// The least severe level of the messages the task's tools log that the client wants to get
+    /// (`notifications/message`); `None`: none.
+    pub log_level: Option<crate::model::LogLevel>,
     /// The key that finds a synchronous call's task by its request id ([`crate::keys::Shard::call`],
     /// in the task's shard), so that `notifications/cancelled` reaches it.
     pub call_key: Option<String>,
@@ -177,6 +180,9 @@ enum AnswerReply {
     Answered { remaining: u32, resumed: u32 },
     QueuesChanged,
 }
+
+/// How long a session's log level is kept after it was last set.
+const LOG_LEVEL_TTL_S: u64 = 24 * 60 * 60;
 
 /// An idempotency key outlives its task's TTL by this much, so that a retry of a long-running call
 /// still finds its task.
@@ -359,6 +365,7 @@ impl Store {
             "index": new.mode == TaskMode::Task || new.escalable,
             "escalable": new.escalable,
             "call": new.call_key.is_some(),
+            "logLevel": new.log_level.map(|l| l.as_str()).unwrap_or_default(),
             "caps": new.client_capabilities.to_string(),
             "answers": new.input_responses.as_ref().map(|a| Value::Object(a.clone()).to_string()).unwrap_or_default(),
             "message": new.status_message,
@@ -399,6 +406,19 @@ impl Store {
                 tool: Some(tool).filter(|t| !t.is_empty()),
             }),
         })
+    }
+
+    /// Keeps the log level a session asked for (`logging/setLevel`) for a day after it last did.
+    pub async fn set_log_level(&self, scope: &str, level: crate::model::LogLevel) -> Result<(), StoreError> {
+        let key = crate::keys::log_level(scope);
+        self.query(|| redis::Cmd::set_ex(&key, level.as_str(), LOG_LEVEL_TTL_S)).await
+    }
+
+    /// The log level a session asked for, if it did.
+    pub async fn log_level(&self, scope: &str) -> Result<Option<crate::model::LogLevel>, StoreError> {
+        let key = crate::keys::log_level(scope);
+        let level: Option<String> = self.query(|| redis::Cmd::get(&key)).await?;
+        Ok(level.and_then(|l| l.parse().ok()))
     }
 
     /// The task of a synchronous call by its call key ([`NewTask::call_key`]), while it lives.

@@ -838,6 +838,7 @@ impl Core {
             input_responses: None,
             escalable: false,
             call_key: None,
+            log_level: None,
         };
         match self.store.create_task(&new, &Limits::default()).await? {
             Created::Created => Ok((task_id, waiter)),

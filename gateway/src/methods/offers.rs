@@ -1,0 +1,171 @@
+//! What the cluster offers besides tools: prompts, resources and resource templates, published by
+//! workers as they publish tools and produced by a handler on a worker (a synchronous call of the
+//! offer, through the same queues, parking and MRTR rounds as a tool). Gateways serve the union
+//! of what live workers offer. The caching hints of 2026-07-28 lists and reads are set here.
+
+use std::sync::Arc;
+
+use conveyor_shared::model::{TaskMode, new_task_id, now_ms};
+use conveyor_shared::store::{Created, NewTask};
+use serde_json::{Map, Value, json};
+
+use futures::StreamExt;
+
+use super::{Reply, ReplyMode, RequestCtx, StreamItem, rounds};
+use crate::catalog::CatalogTool;
+use crate::rpc::RpcFailure;
+use crate::state::AppState;
+use crate::wire::Wire;
+
+/// How long a client may cache a list of offers: workers may publish new ones at any time.
+pub(super) const LIST_TTL_MS: u64 = 5_000;
+
+/// Adds the 2026-07-28 caching hints to a cacheable result. Lists and reads can depend on the
+/// caller (access rules, task ownership), so they are private to the caller.
+pub(super) fn with_cache_hints(wire: Wire, mut result: Value, ttl_ms: u64) -> Value {
+    if wire == Wire::V2026
+        && let Some(object) = result.as_object_mut()
+    {
+        object.insert("ttlMs".to_owned(), json!(ttl_ms));
+        object.insert("cacheScope".to_owned(), json!("private"));
+    }
+    result
+}
+
+/// A reply with the 2026-07-28 caching hints on its result, where its handler set none: a
+/// `resources/read` answer.
+pub(super) fn reply_with_cache_hints(wire: Wire, reply: Reply, ttl_ms: u64) -> Reply {
+    fn hint(wire: Wire, mut result: Value, ttl_ms: u64) -> Value {
+        let asks = result.get("resultType").and_then(Value::as_str) == Some("input_required");
+        if wire == Wire::V2026
+            && !asks
+            && let Some(object) = result.as_object_mut()
+        {
+            object.entry("ttlMs").or_insert_with(|| json!(ttl_ms));
+            object.entry("cacheScope").or_insert_with(|| json!("private"));
+        }
+        result
+    }
+    match reply {
+        Reply::Result(result) => Reply::Result(hint(wire, result, ttl_ms)),
+        Reply::Stream(stream) => Reply::Stream(
+            stream
+                .map(move |item| match item {
+                    StreamItem::Done(Ok(result)) => StreamItem::Done(Ok(hint(wire, result, ttl_ms))),
+                    other => other,
+                })
+                .boxed(),
+        ),
+    }
+}
+
+/// Runs an offer's handler for a request (`prompts/get`, `resources/read`) as a synchronous call
+/// of its own, and answers with what the handler returns; on 2026-07-28 a handler that asks for
+/// input answers with an `input_required` result, continued by the next round.
+pub(super) async fn run_offer(
+    state: Arc<AppState>,
+    ctx: RequestCtx,
+    offer: &CatalogTool,
+    arguments: Value,
+) -> Result<Reply, RpcFailure> {
+    let round = rounds::RoundInput::of(&ctx)?;
+    if let Some(request_state) = &round.request_state {
+        return rounds::continue_round(
+            state,
+            ctx.caller.clone(),
+            &offer.name,
+            request_state,
+            round.responses,
+            ctx.accepts_sse,
+        )
+        .await;
+    }
+    let shard = state.store.pick_shard();
+    let task_id = new_task_id(shard);
+    let hub = state.store.events().await?;
+    let waiter = hub.waiter(&task_id);
+    let catalog = state.catalog.snapshot().await?;
+    let new = NewTask {
+        task_id,
+        owner: ctx.caller.principal.clone(),
+        tool: offer.name.clone(),
+        arguments,
+        ttl_ms: state.config.applied_ttl_ms(None),
+        poll_interval_ms: state.config.poll_interval_ms,
+        wire: ctx.wire.as_str().to_owned(),
+        progress_token: None,
+        traceparent: ctx.traceparent.clone(),
+        mode: TaskMode::Sync,
+        status_message: format!("Queued: {}", offer.name),
+        created_at_ms: now_ms(),
+        graph: None,
+        idempotency_key: None,
+        queues: catalog.queues.clone(),
+        waiter: Some(hub.inbox(shard)),
+        index_retention_ms: 1,
+        client_capabilities: ctx.client_capabilities.clone(),
+        input_responses: round.responses,
+        escalable: false,
+        call_key: None,
+        log_level: None,
+    };
+    match state.store.create_task(&new, &state.config.limits).await? {
+        Created::Created => {}
+        Created::OverLimit(hit) => return Err(super::tools_call::over_limit(&hit)),
+        other => return Err(RpcFailure::internal(format!("could not start `{}`: {other:?}", offer.name))),
+    }
+    let record = new.record();
+    let mode = ReplyMode::of(ctx.accepts_sse, false);
+    rounds::follow_call(state, ctx.wire, ctx.caller.clone(), record, Some(waiter), None, mode).await
+}
+
+/// Matches a URI against an RFC 6570 level-1 template (`{name}` stands for one or more characters
+/// other than `/`); the variables by name when it matches.
+pub(super) fn match_template(template: &str, uri: &str) -> Option<Map<String, Value>> {
+    let mut variables = Map::new();
+    let mut rest_template = template;
+    let mut rest_uri = uri;
+    loop {
+        match rest_template.find('{') {
+            None => return (rest_template == rest_uri).then_some(variables),
+            Some(open) => {
+                let (literal, after) = rest_template.split_at(open);
+                rest_uri = rest_uri.strip_prefix(literal)?;
+                let close = after.find('}')?;
+                let name = &after[1..close];
+                rest_template = &after[close + 1..];
+                // The variable runs to the next literal character of the template (or a `/`).
+                let stop = rest_template.chars().next();
+                let end = rest_uri
+                    .char_indices()
+                    .find(|&(_, c)| c == '/' || Some(c) == stop)
+                    .map_or(rest_uri.len(), |(i, _)| i);
+                if end == 0 || name.is_empty() {
+                    return None;
+                }
+                variables.insert(name.to_owned(), json!(&rest_uri[..end]));
+                rest_uri = &rest_uri[end..];
+            }
+        }
+    }
+}
+
+/// Completion values an offer's definition carries in `_meta`, by argument (or variable) name.
+pub(super) const META_COMPLETIONS: &str = "io.conveyor/completions";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_bind_their_variables_and_refuse_what_does_not_fit() {
+        let vars = match_template("test://template/{id}/data", "test://template/123/data").expect("a match");
+        assert_eq!(vars["id"], "123");
+        assert!(match_template("test://template/{id}/data", "test://template/123/other").is_none());
+        assert!(match_template("test://template/{id}/data", "test://template//data").is_none());
+        assert!(match_template("test://template/{id}/data", "test://template/1/2/data").is_none());
+        let two = match_template("adr://{template}.{format}", "adr://nygard.md").expect("a match");
+        assert_eq!((two["template"].as_str(), two["format"].as_str()), (Some("nygard"), Some("md")));
+        assert_eq!(match_template("plain://x", "plain://x").expect("a match").len(), 0);
+    }
+}

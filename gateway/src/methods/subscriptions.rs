@@ -1,0 +1,309 @@
+//! `subscriptions/listen` (2026-07-28): a long-lived SSE stream of the notifications a client asks
+//! for. Task status (`notifications/tasks`, a full DetailedTask, for the client's own tasks named
+//! in `taskIds`; Tasks extension), resource updates (a task result resource changes when its task
+//! finishes) and list changes (tools, prompts, resources, noticed as the catalog live workers
+//! offer changes). The first message acknowledges what the gateway agreed to send; every message
+//! carries the subscription id (the request's id); when the gateway shuts down it ends the stream
+//! with a result, so the client knows to listen again elsewhere.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use conveyor_shared::events::Delivery;
+use conveyor_shared::model::{OfferKind, TaskEvent, TaskMode, TaskRecord};
+use futures::StreamExt;
+use serde_json::{Map, Value, json};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::offers::match_template;
+use super::resources::TASK_RESULT_TEMPLATE;
+use super::{Reply, RequestCtx, StreamItem, client_has_tasks_extension, missing_capability};
+use crate::access::Caller;
+use crate::rpc::{self, RpcFailure};
+use crate::state::AppState;
+use crate::wire;
+
+/// `_meta` key of the subscription id on every message of the stream.
+const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+/// How often a stream that listens for list changes compares what live workers offer.
+const CATALOG_CHECK: Duration = Duration::from_secs(1);
+/// The most task ids and resource URIs one subscription may name.
+const MAX_NAMED: usize = 256;
+
+/// What a client asked to hear of.
+#[derive(Default)]
+struct Filter {
+    tools: bool,
+    prompts: bool,
+    resources: bool,
+    resource_uris: Vec<String>,
+    task_ids: Vec<String>,
+}
+
+impl Filter {
+    fn parse(params: &Value) -> Result<Self, RpcFailure> {
+        let notifications = match params.get("notifications") {
+            None | Some(Value::Null) => return Ok(Self::default()),
+            Some(Value::Object(n)) => n,
+            Some(_) => {
+                return Err(RpcFailure::invalid_params("Invalid params: `notifications` must be an object"));
+            }
+        };
+        let flag = |name: &str| match notifications.get(name) {
+            None | Some(Value::Null) => Ok(false),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(_) => Err(RpcFailure::invalid_params(format!(
+                "Invalid params: `notifications.{name}` must be a boolean"
+            ))),
+        };
+        let names = |name: &str| -> Result<Vec<String>, RpcFailure> {
+            let list = match notifications.get(name) {
+                None | Some(Value::Null) => return Ok(Vec::new()),
+                Some(Value::Array(list)) => list,
+                Some(_) => {
+                    return Err(RpcFailure::invalid_params(format!(
+                        "Invalid params: `notifications.{name}` must be an array of strings"
+                    )));
+                }
+            };
+            if list.len() > MAX_NAMED {
+                return Err(RpcFailure::invalid_params(format!(
+                    "Invalid params: `notifications.{name}` names {} items; at most {MAX_NAMED} per subscription",
+                    list.len()
+                )));
+            }
+            let mut seen = BTreeSet::new();
+            list.iter()
+                .map(|v| {
+                    v.as_str().map(str::to_owned).ok_or_else(|| {
+                        RpcFailure::invalid_params(format!(
+                            "Invalid params: `notifications.{name}` must hold strings"
+                        ))
+                    })
+                })
+                .filter(|v| v.as_ref().map_or(true, |s| seen.insert(s.clone())))
+                .collect()
+        };
+        Ok(Self {
+            tools: flag("toolsListChanged")?,
+            prompts: flag("promptsListChanged")?,
+            resources: flag("resourcesListChanged")?,
+            resource_uris: names("resourceSubscriptions")?,
+            task_ids: names("taskIds")?,
+        })
+    }
+
+    /// What the gateway agrees to send, in the shape of the request's filter.
+    fn agreed(&self) -> Value {
+        let mut agreed = Map::new();
+        for (name, on) in [
+            ("toolsListChanged", self.tools),
+            ("promptsListChanged", self.prompts),
+            ("resourcesListChanged", self.resources),
+        ] {
+            if on {
+                agreed.insert(name.to_owned(), json!(true));
+            }
+        }
+        if !self.resource_uris.is_empty() {
+            agreed.insert("resourceSubscriptions".to_owned(), json!(self.resource_uris));
+        }
+        if !self.task_ids.is_empty() {
+            agreed.insert("taskIds".to_owned(), json!(self.task_ids));
+        }
+        Value::Object(agreed)
+    }
+}
+
+pub(super) async fn listen(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, RpcFailure> {
+    if !ctx.accepts_sse {
+        return Err(RpcFailure::invalid_request(
+            "subscriptions/listen answers with an SSE stream: send `Accept: text/event-stream`",
+        ));
+    }
+    let filter = Filter::parse(&ctx.params)?;
+    if !filter.task_ids.is_empty() && !client_has_tasks_extension(&ctx.params) {
+        return Err(missing_capability(
+            format!("task notifications need the {} extension", rmcp::model::TASKS_EXTENSION_ID),
+            json!({"extensions": {rmcp::model::TASKS_EXTENSION_ID: {}}}),
+        ));
+    }
+    let (tx, rx) = mpsc::channel(64);
+    let subscription = Subscription { id: ctx.id.clone(), caller: ctx.caller.clone(), tx };
+    tokio::spawn(async move { subscription.run(state, filter).await });
+    Ok(Reply::Stream(ReceiverStream::new(rx).boxed()))
+}
+
+struct Subscription {
+    id: Value,
+    caller: Caller,
+    tx: mpsc::Sender<StreamItem>,
+}
+
+/// What a watched task is watched for.
+#[derive(Default, Clone)]
+struct Watch {
+    status: bool,
+    result_uri: Option<String>,
+}
+
+impl Subscription {
+    fn meta(&self) -> Value {
+        json!({META_SUBSCRIPTION_ID: self.id})
+    }
+
+    /// Sends one notification; `false` when the client has gone.
+    async fn send(&self, method: &str, mut params: Value) -> bool {
+        if let Some(object) = params.as_object_mut() {
+            object.insert("_meta".to_owned(), self.meta());
+        }
+        self.tx.send(StreamItem::Message(rpc::notification(method, params))).await.is_ok()
+    }
+
+    async fn run(self, state: Arc<AppState>, filter: Filter) {
+        if !self
+            .send("notifications/subscriptions/acknowledged", json!({"notifications": filter.agreed()}))
+            .await
+        {
+            return;
+        }
+        // Tasks to watch: those named, and those whose result resource is named.
+        let mut watches: HashMap<String, Watch> = HashMap::new();
+        for task_id in &filter.task_ids {
+            watches.entry(task_id.clone()).or_default().status = true;
+        }
+        for uri in &filter.resource_uris {
+            if let Some(id) = match_template(TASK_RESULT_TEMPLATE, uri).and_then(|v| v.get("taskId").cloned())
+            {
+                watches.entry(id.as_str().unwrap_or_default().to_owned()).or_default().result_uri =
+                    Some(uri.clone());
+            }
+        }
+        let (events, mut deliveries) = mpsc::channel::<(String, Delivery)>(64);
+        for (task_id, watch) in &watches {
+            self.watch_task(&state, task_id, watch, events.clone()).await;
+        }
+        drop(events);
+        let lists = filter.tools || filter.prompts || filter.resources;
+        let mut offered = if lists { catalog_fingerprint(&state).await } else { HashMap::new() };
+        let mut check = tokio::time::interval(CATALOG_CHECK);
+        loop {
+            tokio::select! {
+                Some((task_id, delivery)) = deliveries.recv() => {
+                    let Some(watch) = watches.get(&task_id).cloned() else { continue };
+                    let changed = matches!(
+                        delivery,
+                        Delivery::Event(TaskEvent::Status { .. } | TaskEvent::Expired) | Delivery::Resync
+                    );
+                    if changed && !self.task_changed(&state, &task_id, &watch).await {
+                        return;
+                    }
+                }
+                _ = check.tick(), if lists => {
+                    let now = catalog_fingerprint(&state).await;
+                    for (kind, on, method) in [
+                        (OfferKind::Tool, filter.tools, "notifications/tools/list_changed"),
+                        (OfferKind::Prompt, filter.prompts, "notifications/prompts/list_changed"),
+                        (OfferKind::Resource, filter.resources, "notifications/resources/list_changed"),
+                    ] {
+                        if on && now.get(&kind) != offered.get(&kind) && !self.send(method, json!({})).await {
+                            return;
+                        }
+                    }
+                    offered = now;
+                }
+                () = self.tx.closed() => return,
+                () = state.shutdown.cancelled() => {
+                    // A graceful end: the client knows to listen again on another gateway.
+                    let _ = self.tx.send(StreamItem::Done(Ok(json!({"_meta": self.meta()})))).await;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Starts hearing of a task's events (joining its waiters), and tells the client its status
+    /// now when it asked for status. A task that is not the caller's is silently not watched.
+    async fn watch_task(
+        &self,
+        state: &AppState,
+        task_id: &str,
+        watch: &Watch,
+        events: mpsc::Sender<(String, Delivery)>,
+    ) {
+        let Ok(hub) = state.store.events().await else { return };
+        let Some(shard) = state.store.shard_of(task_id) else { return };
+        let mut waiter = hub.waiter(task_id);
+        let task = match state.store.watch_task(task_id, &hub.inbox(shard)).await {
+            Ok(Some(task)) if task.mode == TaskMode::Task && self.caller.may_see(&task.owner) => task,
+            _ => return,
+        };
+        if watch.status {
+            self.send("notifications/tasks", task_params(&task)).await;
+        }
+        if task.status.is_terminal() {
+            if let Some(uri) = &watch.result_uri {
+                self.send("notifications/resources/updated", json!({"uri": uri})).await;
+            }
+            return;
+        }
+        let task_id = task_id.to_owned();
+        tokio::spawn(async move {
+            while let Some(delivery) = waiter.recv().await {
+                if events.send((task_id.clone(), delivery)).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+
+    /// Tells the client a watched task changed; `false` when the client has gone.
+    async fn task_changed(&self, state: &AppState, task_id: &str, watch: &Watch) -> bool {
+        let task = match state.store.get_task(task_id).await {
+            Ok(Some(task)) => task,
+            // Expired: nothing more will happen to it.
+            Ok(None) => return true,
+            Err(e) => {
+                tracing::warn!(task = %task_id, error = %e, "could not read a watched task");
+                return true;
+            }
+        };
+        if watch.status && !self.send("notifications/tasks", task_params(&task)).await {
+            return false;
+        }
+        if task.status.is_terminal()
+            && let Some(uri) = &watch.result_uri
+        {
+            return self.send("notifications/resources/updated", json!({"uri": uri})).await;
+        }
+        true
+    }
+}
+
+/// A `notifications/tasks` payload: the DetailedTask `tasks/get` would answer now.
+fn task_params(task: &TaskRecord) -> Value {
+    let mut params = json!(wire::detailed_2026(task));
+    if let Some(object) = params.as_object_mut() {
+        object.remove("resultType");
+    }
+    params
+}
+
+/// What live workers offer, per kind: names and definitions, to notice any change.
+async fn catalog_fingerprint(state: &AppState) -> HashMap<OfferKind, Vec<(String, String)>> {
+    let mut offered: HashMap<OfferKind, Vec<(String, String)>> = HashMap::new();
+    if let Ok(snapshot) = state.catalog.snapshot().await {
+        for offer in snapshot.tools.iter().filter(|t| t.live) {
+            // Templates are listed with resources: a change to either is a resource list change.
+            let kind =
+                if offer.kind == OfferKind::ResourceTemplate { OfferKind::Resource } else { offer.kind };
+            offered.entry(kind).or_default().push((offer.name.clone(), offer.definition.to_string()));
+        }
+    }
+    for list in offered.values_mut() {
+        list.sort();
+    }
+    offered
+}
