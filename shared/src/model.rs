@@ -257,7 +257,8 @@ impl NodeRecord {
     pub fn from_hash(hash: HashMap<String, String>) -> Vec<Self> {
         let mut by_node: std::collections::BTreeMap<String, HashMap<String, String>> = Default::default();
         for (key, value) in hash {
-            if let Some((node, field)) = key.rsplit_once(':') {
+            // Fields of input requests (`ask/KEY`) hold a `/`, which no node id does.
+            if let Some((node, field)) = key.rsplit_once(':').filter(|(node, _)| !node.contains('/')) {
                 by_node.entry(node.to_owned()).or_default().insert(field.to_owned(), value);
             }
         }

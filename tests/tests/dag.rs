@@ -148,9 +148,16 @@ async fn failure_policies_fail_skip_or_continue() {
     )
     .await;
     let done = settle(&c.mcp, &task, Duration::from_secs(20)).await;
-    assert_eq!(done["status"], "failed", "{done}");
-    let message = done["error"]["message"].as_str().unwrap_or_default();
+    // A failed graph is a tool-level failure: a result with isError that says how each node ended.
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["result"]["isError"], true, "{done}");
+    let message = done["result"]["content"][0]["text"].as_str().unwrap_or_default();
     assert!(message.contains("bad") && message.contains("exploded"), "{message}");
+    assert_eq!(done["result"]["structuredContent"]["failedNode"], "bad");
+    let outcomes = nodes(&done);
+    assert_eq!(outcomes["bad"]["status"], "failed");
+    assert_eq!(outcomes["bad"]["error"]["message"], "protocol_error_job exploded", "{done}");
+    assert_eq!(outcomes["after"]["status"], "pending", "its dependent never ran: {done}");
 
     // skipDependents: the failed node's dependents are skipped, the rest runs; the task completes.
     let task = submit(
@@ -208,7 +215,12 @@ async fn retries_with_backoff_and_timeouts() {
     )
     .await;
     let done = settle(&c.mcp, &task, Duration::from_secs(20)).await;
-    assert_eq!(done["status"], "failed", "{done}");
+    assert_eq!(
+        (done["status"].as_str(), &done["result"]["isError"]),
+        (Some("completed"), &json!(true)),
+        "{done}"
+    );
+    assert_eq!(nodes(&done)["f"]["attempts"], 2, "{done}");
 
     // A timed-out attempt fails, and the tool is stopped.
     let started = Instant::now();
@@ -219,9 +231,12 @@ async fn retries_with_backoff_and_timeouts() {
     .await;
     let done = settle(&c.mcp, &task, Duration::from_secs(20)).await;
     assert!(started.elapsed() < Duration::from_secs(10), "the timeout cut it short");
-    assert_eq!(done["status"], "failed", "{done}");
+    assert_eq!(done["result"]["isError"], true, "{done}");
     assert!(
-        done["error"]["message"].as_str().unwrap_or_default().contains("timed out after 300 ms"),
+        nodes(&done)["slow"]["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("timed out after 300 ms"),
         "{done}"
     );
 }

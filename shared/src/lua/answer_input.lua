@@ -29,8 +29,8 @@ local touched = {}
 for key, text in pairs(r.responses) do
   local node = owners[key]
   if node then
-    redis.call('HSET', task, 'answer:' .. key, text)
-    redis.call('HDEL', task, 'ask:' .. key)
+    redis.call('HSET', task, 'answer/' .. key, text)
+    redis.call('HDEL', task, 'ask/' .. key)
     owners[key] = nil
     touched[node] = true
   end
@@ -46,8 +46,8 @@ for node in pairs(touched) do
     local asks = cjson.decode(redis.call('HGET', task, nf(node, 'asks')) or '{}')
     local parts = {}
     for full, key in pairs(asks) do
-      parts[#parts + 1] = cjson.encode(key) .. ':' .. (redis.call('HGET', task, 'answer:' .. full) or 'null')
-      redis.call('HDEL', task, 'answer:' .. full)
+      parts[#parts + 1] = cjson.encode(key) .. ':' .. (redis.call('HGET', task, 'answer/' .. full) or 'null')
+      redis.call('HDEL', task, 'answer/' .. full)
     end
     local n = node_state(task, node)
     redis.call('HSET', task, nf(node, 'answers'), '{' .. table.concat(parts, ',') .. '}')

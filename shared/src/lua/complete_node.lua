@@ -108,9 +108,18 @@ if failed and n.onFailure == 'fail' then
     reason = reason .. ': ' .. decoded.message
   end
   reason = reason .. ' (dead letter ' .. dead_letter .. ')'
-  local error = cjson.encode({code = -32603, message = reason, data = {node = node}})
   drop_queued(KEYS[2], KEYS[3], 'dropped')
-  settle(keys, r.task, task, 'failed', 'error', error, 'Failed: ' .. reason, now, r.inlineMax)
+  -- A failed graph is a tool-level failure, like a tool's isError: its result says which node
+  -- failed and how every node ended (completed with isError on 2026-07-28; failed, with the
+  -- result kept, on 2025-11-25).
+  local result = '{"content":[{"type":"text","text":' .. cjson.encode('Failed: ' .. reason) ..
+    '}],"structuredContent":{"failedNode":' .. cjson.encode(node) .. ',"nodes":' .. node_outcomes(KEYS[2]) ..
+    '},"isError":true}'
+  local status = 'completed'
+  if t.wire == '2025-11-25' then
+    status = 'failed'
+  end
+  settle(keys, r.task, task, status, 'result', result, 'Failed: ' .. reason, now, r.inlineMax)
   -- Stop the task's other running nodes on every worker.
   redis.call('SPUBLISH', r.cancelChannel, r.task)
   return cjson.encode({outcome = 'settled'})

@@ -35,7 +35,7 @@ for key, text in pairs(r.requests) do
   local full = prefix .. key
   owners[full] = node
   asks[full] = key
-  redis.call('HSET', KEYS[1], 'ask:' .. full, text)
+  redis.call('HSET', KEYS[1], 'ask/' .. full, text)
 end
 redis.call('HDEL', KEYS[1], nf(node, 'worker'))
 redis.call('HINCRBY', KEYS[1], nf(node, 'rounds'), 1)

@@ -169,8 +169,9 @@ local function write_node(keys, streams, task_id, n, trace, fields)
 end
 
 -- The pending input requests of a task as one JSON object text, built from the stored texts of
--- each request (`ask:<key>`) without decoding them: cjson would turn an empty array in a schema
--- into an object. `owners` maps each pending key to the node that asked.
+-- each request (`ask/<key>`: no node id holds a `/`, so readers of the nodes never take it for
+-- one) without decoding them: cjson would turn an empty array in a schema into an object.
+-- `owners` maps each pending key to the node that asked.
 local function pending_requests(task, owners)
   local keys = {}
   for key in pairs(owners) do
@@ -179,7 +180,46 @@ local function pending_requests(task, owners)
   table.sort(keys)
   local parts = {}
   for _, key in ipairs(keys) do
-    parts[#parts + 1] = cjson.encode(key) .. ':' .. (redis.call('HGET', task, 'ask:' .. key) or 'null')
+    parts[#parts + 1] = cjson.encode(key) .. ':' .. (redis.call('HGET', task, 'ask/' .. key) or 'null')
+  end
+  return '{' .. table.concat(parts, ',') .. '}'
+end
+
+-- Every node's outcome in a DAG task, as the JSON object text of a result's
+-- `structuredContent.nodes`: status, attempts, duration, and the output of a completed node or the
+-- error of a failed one (their stored texts, not decoded). Fields of input requests (`ask/...`,
+-- `answer/...`) hold a `/`, which no node id does, and are left out.
+local function node_outcomes(task)
+  local fields = redis.call('HGETALL', task)
+  local nodes, order = {}, {}
+  for i = 1, #fields, 2 do
+    local node, field = string.match(fields[i], '^([^:/]+):([^:]+)$')
+    if node then
+      if not nodes[node] then
+        nodes[node] = {}
+        order[#order + 1] = node
+      end
+      nodes[node][field] = fields[i + 1]
+    end
+  end
+  table.sort(order)
+  local parts = {}
+  for _, id in ipairs(order) do
+    local n = nodes[id]
+    if n.status then
+      local duration = 'null'
+      if n.startedAt and n.finishedAt then
+        duration = tostring(math.max(0, tonumber(n.finishedAt) - tonumber(n.startedAt)))
+      end
+      local item = '"status":' .. cjson.encode(n.status) .. ',"attempts":' .. (n.attempt or '0') ..
+        ',"durationMs":' .. duration
+      if n.status == 'completed' and n.output then
+        item = item .. ',"output":' .. n.output
+      elseif n.error then
+        item = item .. ',"error":' .. n.error
+      end
+      parts[#parts + 1] = cjson.encode(id) .. ':{' .. item .. '}'
+    end
   end
   return '{' .. table.concat(parts, ',') .. '}'
 end
