@@ -246,6 +246,7 @@ async fn post_mcp(
         budget: Some(budget),
         client_capabilities,
         session: session.map(|s| s.nonce),
+        param_headers: if wire == Wire::V2026 { wire::param_headers(&headers) } else { Vec::new() },
     };
     let signer = state.clone();
     match methods::handle(state, ctx).await {

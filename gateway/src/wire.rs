@@ -215,6 +215,81 @@ pub fn detailed_2026(task: &TaskRecord) -> GetTaskResult {
     GetTaskResult::new(DetailedTask::new(task_2026(task), payload))
 }
 
+/// The `Mcp-Param-*` headers of a request, by lower-cased parameter name (SEP-2243), kept for the
+/// check of a tool's `x-mcp-header` parameters once the tool is known.
+pub fn param_headers(headers: &HeaderMap) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .filter_map(|(name, value)| {
+            let param = name.as_str().strip_prefix("mcp-param-")?;
+            Some((param.to_owned(), value.to_str().ok()?.trim().to_owned()))
+        })
+        .collect()
+}
+
+/// Checks the parameters a tool mirrors into headers (`"x-mcp-header": "Name"` in its input
+/// schema, SEP-2243): when the argument is in the body, `Mcp-Param-Name` must carry the same value,
+/// literally or as `=?base64?...?=`; a missing, undecodable or different header is refused with
+/// HTTP 400 and -32020, so that what an intermediary routed on is what the tool gets.
+pub fn check_param_headers(
+    definition: &Value,
+    arguments: &Value,
+    headers: &[(String, String)],
+) -> Result<(), RpcFailure> {
+    let Some(properties) = definition.pointer("/inputSchema/properties").and_then(Value::as_object) else {
+        return Ok(());
+    };
+    let mismatch = |message: String| {
+        RpcFailure::new(ErrorCode::HEADER_MISMATCH, format!("Header mismatch: {message}"), None)
+            .with_status(StatusCode::BAD_REQUEST)
+    };
+    for (param, schema) in properties {
+        let Some(name) = schema.get("x-mcp-header").and_then(Value::as_str) else { continue };
+        let header = headers.iter().find(|(h, _)| h.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str());
+        let body = match arguments.get(param) {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(v @ (Value::Number(_) | Value::Bool(_))) => Some(v.to_string()),
+            Some(_) => {
+                return Err(mismatch(format!(
+                    "`{param}` is mirrored in Mcp-Param-{name}, so it must be a string, number or boolean"
+                )));
+            }
+        };
+        match (body, header) {
+            (None, None) => {}
+            (None, Some(_)) => {
+                return Err(mismatch(format!(
+                    "Mcp-Param-{name} is set but `{param}` is not in the arguments"
+                )));
+            }
+            (Some(_), None) => {
+                return Err(mismatch(format!(
+                    "`{param}` is in the arguments but the Mcp-Param-{name} header is missing"
+                )));
+            }
+            (Some(body), Some(header)) => {
+                let value = match header.strip_prefix("=?base64?").and_then(|v| v.strip_suffix("?=")) {
+                    Some(encoded) => base64::engine::general_purpose::STANDARD
+                        .decode(encoded)
+                        .ok()
+                        .and_then(|bytes| String::from_utf8(bytes).ok())
+                        .ok_or_else(|| {
+                            mismatch(format!("Mcp-Param-{name} is not valid Base64 of UTF-8 text"))
+                        })?,
+                    None => header.to_owned(),
+                };
+                if value != body {
+                    return Err(mismatch(format!(
+                        "Mcp-Param-{name} does not match the value of `{param}` in the arguments"
+                    )));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The create result of each wire.
 pub fn create_result(wire: Wire, task: &TaskRecord) -> Value {
     match wire {
@@ -250,6 +325,31 @@ pub(crate) mod tests_support {
             output_node: None,
             mode: conveyor_shared::model::TaskMode::Task,
         }
+    }
+}
+
+#[cfg(test)]
+mod param_header_tests {
+    use super::*;
+
+    fn check(value: &str, header: Option<&str>) -> Result<(), i32> {
+        let definition =
+            json!({"inputSchema": {"properties": {"region": {"type": "string", "x-mcp-header": "Region"}}}});
+        let headers: Vec<(String, String)> =
+            header.map(|h| ("region".to_owned(), h.to_owned())).into_iter().collect();
+        check_param_headers(&definition, &json!({"region": value}), &headers).map_err(|f| f.error.code.0)
+    }
+
+    #[test]
+    fn mirrored_parameters_must_match_their_header_literally_or_in_base64() {
+        assert_eq!(check("Hello", Some("Hello")), Ok(()));
+        assert_eq!(check("Hello", Some("=?base64?SGVsbG8=?=")), Ok(()));
+        assert_eq!(check("Hello", Some("=?base64?SGVsbG8?=")), Err(-32020), "padding is required");
+        assert_eq!(check("Hello", Some("=?base64?SGVs!!!bG8=?=")), Err(-32020), "not the Base64 alphabet");
+        assert_eq!(check("SGVsbG8=", Some("SGVsbG8=")), Ok(()), "without the wrapper a value is literal");
+        assert_eq!(check("=?base64?SGVsbG8=", Some("=?base64?SGVsbG8=")), Ok(()), "no suffix: literal");
+        assert_eq!(check("Hello", None), Err(-32020), "the header must be there");
+        assert_eq!(check("Hello", Some("Bye")), Err(-32020));
     }
 }
 

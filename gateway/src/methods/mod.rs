@@ -68,6 +68,8 @@ pub struct RequestCtx {
     pub client_capabilities: Value,
     /// The nonce of the request's 2025-11-25 session, when it names one this deployment signed.
     pub session: Option<String>,
+    /// The request's `Mcp-Param-*` headers (2026-07-28), by lower-cased parameter name.
+    pub param_headers: Vec<(String, String)>,
 }
 
 /// A message on a reply stream: notifications and requests to the client first, then the

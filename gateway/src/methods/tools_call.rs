@@ -110,6 +110,9 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
         ));
     }
     tool.validate(&arguments)?;
+    if ctx.wire == Wire::V2026 {
+        wire::check_param_headers(&tool.definition, &arguments, &ctx.param_headers)?;
+    }
     // A tool that gathers input in rounds of the call first answers a task-capable 2026-07-28
     // client synchronously, and turns the call into its task when it says so.
     let escalable = ctx.wire == Wire::V2026 && as_task && tool.input_before_task;
