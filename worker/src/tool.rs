@@ -277,8 +277,9 @@ impl ToolRegistry {
     }
 
     /// Only the named tools of this registry, in its order (`conveyor worker --tools`), so that
-    /// one binary can serve several pools; its prompts and resources stay. The error names the
-    /// tools it does not have.
+    /// one binary can serve several pools. Prompts and resources are named by their key
+    /// (`prompt/NAME`, `resource/URI`, `template/URI-TEMPLATE`); those not named are left out, so
+    /// that a pool reads only the queues it serves. The error names the tools it does not have.
     pub fn only(&self, names: &[String]) -> Result<Self, String> {
         let unknown: Vec<&str> =
             names.iter().filter(|n| !self.tools.contains_key(n.as_str())).map(String::as_str).collect();
@@ -290,7 +291,7 @@ impl ToolRegistry {
             ));
         }
         let mut only = Self::new();
-        for name in self.order.iter().filter(|n| names.contains(n) || !self.is_tool(n)) {
+        for name in self.order.iter().filter(|n| names.contains(n)) {
             if let Some(tool) = self.tools.get(name) {
                 only.tools.insert(name.clone(), tool.clone());
                 only.order.push(name.clone());

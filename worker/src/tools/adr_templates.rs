@@ -8,6 +8,9 @@ use serde_json::{Value, json};
 
 use crate::tool::{FnTool, ToolContext, ToolRegistry};
 
+/// The queue every template offer shares: they are light, and one queue per shard serves them all.
+const QUEUE: &str = "adr-templates";
+
 /// The status values ADRs use, offered as completions.
 const STATUSES: [&str; 5] = ["proposed", "accepted", "rejected", "deprecated", "superseded"];
 
@@ -161,13 +164,16 @@ pub fn register(registry: &mut ToolRegistry) {
             "mimeType": "text/markdown",
         });
         let (name, text) = (template.name, template.text);
-        registry.register(FnTool::resource(definition, move |_ctx| async move {
-            // The templates change only with a new release: any client may keep them for a day.
-            ToolOutcome::Result(json!({
-                "contents": [{"uri": uri(name), "mimeType": "text/markdown", "text": text}],
-                "ttlMs": 86_400_000, "cacheScope": "public"
-            }))
-        }));
+        registry.register(
+            FnTool::resource(definition, move |_ctx| async move {
+                // The templates change only with a new release: any client may keep them for a day.
+                ToolOutcome::Result(json!({
+                    "contents": [{"uri": uri(name), "mimeType": "text/markdown", "text": text}],
+                    "ttlMs": 86_400_000, "cacheScope": "public"
+                }))
+            })
+            .on_queue(QUEUE),
+        );
         let prompt = json!({
             "name": format!("adr_{}", template.name),
             "title": format!("Draft a {}", template.title),
@@ -180,9 +186,10 @@ pub fn register(registry: &mut ToolRegistry) {
             ],
             "_meta": {"io.conveyor/completions": {"status": STATUSES}},
         });
-        registry.register(FnTool::prompt(prompt, move |ctx| async move {
-            ToolOutcome::Result(draft(template, &ctx))
-        }));
+        registry.register(
+            FnTool::prompt(prompt, move |ctx| async move { ToolOutcome::Result(draft(template, &ctx)) })
+                .on_queue(QUEUE),
+        );
     }
 }
 
