@@ -1,0 +1,174 @@
+//! `subscriptions/listen` (2026-07-28) against real processes: a stream acknowledges first, tags
+//! every message with its subscription id, delivers a task's status as it changes and its result
+//! resource's update when it finishes, tells of tool and prompt list changes when a worker with
+//! new offers starts, refuses task notifications to a client without the Tasks extension, and ends
+//! with a result when its gateway shuts down.
+
+use std::time::{Duration, Instant};
+
+use conveyor_tests::mcp::{Mcp, tasks_client_capabilities};
+use conveyor_tests::{Conveyor, RedisServer};
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+/// Opens a listen stream; its messages arrive on the returned channel as they come.
+async fn listen(url: &str, id: u64, notifications: Value, capabilities: Value) -> mpsc::Receiver<Value> {
+    let body = json!({
+        "jsonrpc": "2.0", "id": id, "method": "subscriptions/listen",
+        "params": {
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": capabilities,
+            },
+            "notifications": notifications,
+        }
+    });
+    let response = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "subscriptions/listen")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("subscriptions/listen");
+    let (tx, rx) = mpsc::channel(256);
+    let sse = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    tokio::spawn(async move {
+        if !sse {
+            // An error answers as JSON: hand it over as the only message.
+            let _ = tx.send(response.json::<Value>().await.unwrap_or(Value::Null)).await;
+            return;
+        }
+        let mut bytes = response.bytes_stream();
+        let mut buffer = String::new();
+        while let Some(Ok(chunk)) = bytes.next().await {
+            buffer.push_str(&String::from_utf8_lossy(&chunk));
+            while let Some(end) = buffer.find("\n\n") {
+                let event: String = buffer.drain(..end + 2).collect();
+                for line in event.lines() {
+                    if let Some(data) = line.strip_prefix("data:")
+                        && let Ok(message) = serde_json::from_str::<Value>(data.trim())
+                        && tx.send(message).await.is_err()
+                    {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    rx
+}
+
+/// The next message that satisfies `wanted`, failing after `within`; every message on the way
+/// must carry the subscription id.
+async fn next_where(
+    rx: &mut mpsc::Receiver<Value>,
+    id: u64,
+    within: Duration,
+    seen: &mut Vec<Value>,
+    wanted: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let message = match tokio::time::timeout(left, rx.recv()).await {
+            Ok(Some(message)) => message,
+            Ok(None) => panic!("the stream ended; messages so far: {seen:#?}"),
+            Err(_) => panic!("nothing wanted arrived within {within:?}; messages so far: {seen:#?}"),
+        };
+        let tag = message
+            .pointer("/params/_meta/io.modelcontextprotocol~1subscriptionId")
+            .or_else(|| message.pointer("/result/_meta/io.modelcontextprotocol~1subscriptionId"));
+        assert_eq!(tag, Some(&json!(id)), "every message names its subscription: {message}");
+        seen.push(message.clone());
+        if wanted(&message) {
+            return message;
+        }
+    }
+}
+
+fn method(message: &Value) -> &str {
+    message["method"].as_str().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_listen_stream_tells_of_task_status_result_updates_and_list_changes() {
+    let redis = RedisServer::start().expect("redis");
+    let gateway = Conveyor::gateway(&redis.url(), &[]).expect("gateway");
+    let _pool = Conveyor::worker(&redis.url(), &["--fixtures", "--tools", "slow_compute"]).expect("worker");
+    let mcp = Mcp::new(gateway.mcp_url());
+    mcp.wait_for_tool("slow_compute", Duration::from_secs(20)).await.expect("slow_compute is offered");
+
+    // Task notifications need the Tasks extension.
+    let mut refused = listen(&mcp.url, 1, json!({"taskIds": ["x"]}), json!({})).await;
+    let error = refused.recv().await.expect("an answer");
+    assert_eq!(error["error"]["code"], -32021, "{error}");
+
+    let created = mcp
+        .call_2026(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": 1.5}}),
+            tasks_client_capabilities(),
+        )
+        .await
+        .expect("tools/call");
+    let task = created.result()["taskId"].as_str().expect("a task").to_owned();
+    let uri = format!("conveyor://tasks/{task}/result");
+    let filter = json!({
+        "taskIds": [task], "resourceSubscriptions": [uri],
+        "toolsListChanged": true, "promptsListChanged": true,
+    });
+    let mut stream = listen(&mcp.url, 7, filter.clone(), tasks_client_capabilities()).await;
+    let mut seen = Vec::new();
+    let ack = next_where(&mut stream, 7, Duration::from_secs(5), &mut seen, |_| true).await;
+    assert_eq!(method(&ack), "notifications/subscriptions/acknowledged", "the acknowledgement comes first");
+    assert_eq!(ack["params"]["notifications"], filter, "everything asked for is agreed");
+
+    // The task's status now, then its end with the result inlined, then its result resource.
+    let first =
+        next_where(&mut stream, 7, Duration::from_secs(5), &mut seen, |m| method(m) == "notifications/tasks")
+            .await;
+    assert_eq!(first["params"]["taskId"], task.as_str());
+    let done = next_where(&mut stream, 7, Duration::from_secs(20), &mut seen, |m| {
+        method(m) == "notifications/tasks" && m["params"]["status"] == "completed"
+    })
+    .await;
+    assert!(done["params"]["result"]["content"].is_array(), "the result travels with the status: {done}");
+    let updated = next_where(&mut stream, 7, Duration::from_secs(5), &mut seen, |m| {
+        method(m) == "notifications/resources/updated"
+    })
+    .await;
+    assert_eq!(updated["params"]["uri"], uri.as_str());
+
+    // A worker with more tools and prompts starts: both lists changed.
+    let _all = Conveyor::worker(&redis.url(), &["--fixtures"]).expect("second worker");
+    next_where(&mut stream, 7, Duration::from_secs(20), &mut seen, |m| {
+        method(m) == "notifications/tools/list_changed"
+    })
+    .await;
+    let prompts = seen.iter().any(|m| method(m) == "notifications/prompts/list_changed");
+    if !prompts {
+        next_where(&mut stream, 7, Duration::from_secs(10), &mut seen, |m| {
+            method(m) == "notifications/prompts/list_changed"
+        })
+        .await;
+    }
+    assert!(
+        !seen.iter().any(|m| method(m) == "notifications/resources/list_changed"),
+        "nothing that was not asked for: {seen:#?}"
+    );
+
+    // The gateway shuts down: the stream ends with a result, so the client listens elsewhere.
+    gateway.signal("TERM");
+    let end =
+        next_where(&mut stream, 7, Duration::from_secs(10), &mut seen, |m| m.get("result").is_some()).await;
+    assert_eq!(end["id"], 7, "{end}");
+    assert_eq!(end["result"]["resultType"], "complete", "{end}");
+}
