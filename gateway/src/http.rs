@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 
 use crate::access::Caller;
 use crate::auth::AuthError;
-use crate::methods::{self, Reply, RequestCtx, StreamItem};
+use crate::methods::{self, Reply, RequestCtx, StreamItem, resume};
 use crate::rpc::{self, RpcFailure};
 use crate::signing::Purpose;
 use crate::state::AppState;
@@ -49,17 +49,59 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     }
 }
 
-/// A stateless server offers no standalone SSE stream: every message belongs to a request.
-async fn get_mcp(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+/// `GET /mcp` opens no standalone stream (every message belongs to a request); with
+/// `Last-Event-ID` it resumes a request's reply stream that closed before its response
+/// ([`methods::resume`]), on any gateway.
+async fn get_mcp(
+    State(state): State<Arc<AppState>>,
+    connection: Option<Extension<ConnectInfo<SocketAddr>>>,
+    headers: HeaderMap,
+) -> Response {
     if let Err(r) = check_origin(&state, &headers) {
         return r;
     }
-    (
-        StatusCode::METHOD_NOT_ALLOWED,
-        [(header::ALLOW, "POST")],
-        "Conveyor's gateway is stateless: POST JSON-RPC requests to /mcp; server messages arrive on each request's own stream.",
-    )
-        .into_response()
+    let Some(last) = headers.get("last-event-id").and_then(|v| v.to_str().ok()).map(str::trim) else {
+        return (
+            StatusCode::METHOD_NOT_ALLOWED,
+            [(header::ALLOW, "POST")],
+            "Conveyor's gateway is stateless: POST JSON-RPC requests to /mcp; server messages arrive on each request's \
+             own stream. GET resumes such a stream with Last-Event-ID.",
+        )
+            .into_response();
+    };
+    let remote = connection.map(|Extension(ConnectInfo(addr))| addr);
+    let caller = match authenticate(&state, &headers, remote).await {
+        Ok(caller) => caller,
+        Err(r) => return r,
+    };
+    if !Accepts::from(&headers).sse {
+        return failure_response(
+            &Value::Null,
+            RpcFailure::invalid_request("Resuming a stream needs Accept: text/event-stream")
+                .with_status(StatusCode::NOT_ACCEPTABLE),
+        );
+    }
+    let key = match state.signer.key(&state.store).await {
+        Ok(key) => key,
+        Err(failure) => return failure_response(&Value::Null, failure),
+    };
+    let (point, seq) = match resume::parse_event_id(&key, last) {
+        Ok(parsed) => parsed,
+        Err(why) => {
+            return failure_response(
+                &Value::Null,
+                RpcFailure::invalid_request(format!(
+                    "Last-Event-ID names no stream of this deployment: {why}"
+                ))
+                .with_status(StatusCode::NOT_FOUND),
+            );
+        }
+    };
+    let id = point.request_id.clone();
+    match resume::resume(state.clone(), caller, point).await {
+        Ok(stream) => sse_response(id, stream, Some(key), seq),
+        Err(failure) => failure_response(&id, failure.with_status(StatusCode::NOT_FOUND)),
+    }
 }
 
 async fn delete_mcp(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
@@ -266,7 +308,10 @@ async fn post_mcp(
             response
         }
         Ok(Reply::Result(result)) => json_response(StatusCode::OK, rpc::response(&id, result)),
-        Ok(Reply::Stream(stream)) => sse_response(id, stream),
+        Ok(Reply::Stream(stream)) => {
+            let key = signer.signer.key(&signer.store).await.ok();
+            sse_response(id, stream, key, 0)
+        }
         Err(failure) => failure_response(&id, with_wire_status(wire, failure)),
     }
 }
@@ -386,14 +431,67 @@ fn failure_response(id: &Value, failure: RpcFailure) -> Response {
     json_response(failure.http_status, rpc::error_response(id, &failure.error))
 }
 
-fn sse_response(id: Value, stream: methods::ReplyStream) -> Response {
-    let events = stream.map(move |item| {
-        let message = match item {
-            StreamItem::Message(m) => m,
-            StreamItem::Done(Ok(result)) => rpc::response(&id, result),
-            StreamItem::Done(Err(failure)) => rpc::error_response(&id, &failure.error),
+/// A reply stream as SSE. A resumable one (it starts with [`StreamItem::Resumable`]) opens with a
+/// priming event (an id, a `retry`, no data), gives every event an id from which it can be
+/// resumed, and may close without a response when its tool lets it go; `first_seq` is where the
+/// ids of a resumed stream continue.
+fn sse_response(
+    id: Value,
+    stream: methods::ReplyStream,
+    key: Option<crate::signing::SigningKey>,
+    first_seq: u64,
+) -> Response {
+    struct Position {
+        point: Option<methods::ResumePoint>,
+        seq: u64,
+        released: bool,
+    }
+    let events = stream.scan(Position { point: None, seq: first_seq, released: false }, move |at, item| {
+        if at.released {
+            return std::future::ready(None);
+        }
+        let next_id = |at: &mut Position| {
+            at.seq += 1;
+            match (&at.point, &key) {
+                (Some(point), Some(key)) => Some(resume::event_id(key, point, at.seq)),
+                _ => None,
+            }
         };
-        Ok::<_, Infallible>(Event::default().event("message").data(message.to_string()))
+        let with_id = |event: Event, id: Option<String>| match id {
+            Some(id) => event.id(id),
+            None => event,
+        };
+        let event = match item {
+            StreamItem::Resumable(point) => {
+                at.point = Some(point);
+                let id = next_id(at);
+                // The priming event: an id to resume from, and no message. Its data is blank
+                // rather than absent (an event without data is never delivered), and its type is
+                // not `message`, so that clients do not try to read it as JSON-RPC.
+                with_id(Event::default().event("ready").retry(resume::RESUME_AFTER).data(" "), id)
+            }
+            StreamItem::Release { retry_ms } => {
+                at.released = true;
+                let id = next_id(at);
+                with_id(
+                    Event::default()
+                        .retry(Duration::from_millis(retry_ms))
+                        .comment("the stream closes here; resume it with Last-Event-ID"),
+                    id,
+                )
+            }
+            item => {
+                let message = match item {
+                    StreamItem::Done(Ok(result)) => rpc::response(&id, result),
+                    StreamItem::Done(Err(failure)) => rpc::error_response(&id, &failure.error),
+                    StreamItem::Message(m) => m,
+                    StreamItem::Resumable(_) | StreamItem::Release { .. } => Value::Null,
+                };
+                let id = next_id(at);
+                with_id(Event::default().event("message").data(message.to_string()), id)
+            }
+        };
+        std::future::ready(Some(Ok::<_, Infallible>(event)))
     });
     Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response()
 }

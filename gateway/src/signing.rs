@@ -22,6 +22,7 @@ use crate::rpc::RpcFailure;
 pub enum Purpose {
     Session,
     RequestState,
+    StreamEvent,
 }
 
 impl Purpose {
@@ -29,6 +30,7 @@ impl Purpose {
         match self {
             Self::Session => b"conveyor.session.v1",
             Self::RequestState => b"conveyor.request-state.v1",
+            Self::StreamEvent => b"conveyor.stream-event.v1",
         }
     }
 }

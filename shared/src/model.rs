@@ -315,6 +315,12 @@ pub enum TaskEvent {
         logger: String,
         data: Value,
     },
+    /// The call's SSE stream may close now: the client resumes it (`Last-Event-ID`) after
+    /// `retry_ms`, from any gateway.
+    Reconnect {
+        #[serde(rename = "retryMs")]
+        retry_ms: u64,
+    },
     /// The task's TTL ran out before it finished: it no longer exists.
     Expired,
 }
@@ -367,6 +373,15 @@ pub struct InboxMessage {
 }
 
 impl InboxMessage {
+    /// The message as JSON text, as the Lua scripts publish it: `{"task": id, "type": ..., ...}`.
+    pub fn encode(&self) -> String {
+        let mut value = serde_json::to_value(&self.event).unwrap_or(Value::Null);
+        if let Some(object) = value.as_object_mut() {
+            object.insert("task".to_owned(), Value::String(self.task_id.clone()));
+        }
+        value.to_string()
+    }
+
     /// Parses a message as the Lua scripts publish it: `{"task": id, "type": ..., ...}`.
     pub fn parse(payload: &str) -> Result<Self, String> {
         let mut value: Value = serde_json::from_str(payload).map_err(|e| e.to_string())?;

@@ -22,7 +22,7 @@ script!(CREATE_TASK, "lua/create_task.lua");
 script!(RATE_LIMIT, "lua/rate_limit.lua");
 script!(START_NODES, "lua/start_nodes.lua");
 script!(REPORT_PROGRESS, "lua/report_progress.lua");
-script!(LOG_MESSAGE, "lua/log_message.lua");
+script!(NOTIFY_WAITERS, "lua/notify_waiters.lua");
 script!(COMPLETE_NODE, "lua/complete_node.lua");
 script!(CANCEL_TASK, "lua/cancel_task.lua");
 script!(PARK_NODE, "lua/park_node.lua");

@@ -18,6 +18,8 @@ pub struct Reply {
     /// The JSON-RPC response (with `result` or `error`), or `Null` when the body held none.
     pub message: Value,
     pub raw: String,
+    /// The `Mcp-Session-Id` header of the response, if any (2025-11-25 `initialize`).
+    pub session_id: Option<String>,
 }
 
 impl Reply {
@@ -82,6 +84,8 @@ impl Mcp {
         let request = self.http.post(&self.url).headers(header_map);
         let response = request.body(body).send().await?;
         let status = response.status().as_u16();
+        let session_id =
+            response.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
         let is_sse = response
             .headers()
             .get("content-type")
@@ -103,7 +107,7 @@ impl Mcp {
         } else {
             message = serde_json::from_str(&raw).unwrap_or(Value::Null);
         }
-        Ok(Reply { status, notifications, message, raw })
+        Ok(Reply { status, notifications, message, raw, session_id })
     }
 
     /// A 2025-11-25 request (the client is assumed to have run `initialize`).

@@ -31,6 +31,16 @@ use tokio_util::task::TaskTracker;
 
 use crate::tool::{ToolContext, ToolRegistry};
 
+/// How a message names what a node runs: `tool `x``, or `prompt `x`` for a prompt's handler.
+fn offer_name(key: &str) -> String {
+    match key.split_once('/') {
+        Some(("prompt", name)) => format!("prompt `{name}`"),
+        Some(("resource", uri)) => format!("resource `{uri}`"),
+        Some(("template", template)) => format!("resource template `{template}`"),
+        _ => format!("tool `{key}`"),
+    }
+}
+
 /// The protocol's error for a request the client did not declare it can take (2026-07-28 names
 /// it; on 2025-11-25 the same code travels with the same `data.requiredCapabilities`).
 const MISSING_CLIENT_CAPABILITY: i32 = -32021;
@@ -820,7 +830,7 @@ impl NodeJob {
                 },
                 ToolOutcome::InputRequired(input) => match self.askable(&input) {
                     Ok(()) => self.park(&input).await,
-                    Err(refused) => self.settle(Some(refused), false).await,
+                    Err(refused) => self.refuse(refused).await,
                 },
                 outcome => self.settle(Some(outcome), false).await,
             },
@@ -857,21 +867,34 @@ impl NodeJob {
     /// held meanwhile); a repeat after a lost reply is refused as stale and changes nothing.
     async fn settle(&self, outcome: Option<ToolOutcome>, final_failure: bool) {
         let attempt = &self.attempt;
+        let store = &self.worker.store;
+        match self.persist("outcome", || store.complete(attempt, outcome.as_ref(), final_failure)).await {
+            Some(CompleteOutcome::Stale) => {
+                tracing::info!(task = %attempt.task_id, attempt = attempt.attempt, "completion refused: attempt is stale");
+            }
+            Some(done) => {
+                tracing::debug!(task = %attempt.task_id, node = %attempt.node_id, outcome = ?done, "node completed");
+            }
+            None => {}
+        }
+    }
+
+    /// Runs a transition of this attempt until Redis takes it (the lease stays held meanwhile);
+    /// `None` when the worker shuts down first, leaving the entry pending for another worker. A
+    /// repeat after a lost reply is refused as stale and changes nothing.
+    async fn persist<T, F, Fut>(&self, what: &str, mut op: F) -> Option<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, StoreError>>,
+    {
         let mut backoff = Backoff::default();
         loop {
-            match self.worker.store.complete(attempt, outcome.as_ref(), final_failure).await {
-                Ok(CompleteOutcome::Stale) => {
-                    tracing::info!(task = %attempt.task_id, attempt = attempt.attempt, "completion refused: attempt is stale");
-                    return;
-                }
-                Ok(done) => {
-                    tracing::debug!(task = %attempt.task_id, node = %attempt.node_id, outcome = ?done, "node completed");
-                    return;
-                }
+            match op().await {
+                Ok(done) => return Some(done),
                 Err(e) => {
-                    tracing::warn!(task = %attempt.task_id, error = %e, "could not record the node's outcome yet; retrying");
+                    tracing::warn!(task = %self.attempt.task_id, error = %e, "could not record the node's {what} yet; retrying");
                     if self.worker.stop_running.is_cancelled() {
-                        return; // shutting down: the entry stays pending for another worker
+                        return None;
                     }
                     backoff.wait(&self.worker.stop_running).await;
                 }
@@ -881,9 +904,9 @@ impl NodeJob {
 
     /// Checks a request for input before the node parks: something to ask, and nothing the client
     /// did not declare it can answer (the protocol's missing-capability error, `-32021`).
-    fn askable(&self, input: &InputRequired) -> Result<(), ToolOutcome> {
+    fn askable(&self, input: &InputRequired) -> Result<(), RpcError> {
         let refuse = |code: i32, message: String, data: Option<serde_json::Value>| {
-            Err(ToolOutcome::Error(RpcError { code, message, data }))
+            Err(RpcError { code, message, data })
         };
         if input.requests.is_empty() {
             return refuse(
@@ -897,8 +920,8 @@ impl NodeJob {
                 return refuse(
                     -32603,
                     format!(
-                        "tool `{}` asked for input `{key}` with a method the client cannot answer: {}",
-                        self.tool,
+                        "{} asked for input `{key}` with a method the client cannot answer: {}",
+                        offer_name(&self.tool),
                         request.get("method").unwrap_or(&serde_json::Value::Null)
                     ),
                     None,
@@ -908,8 +931,8 @@ impl NodeJob {
                 return refuse(
                     MISSING_CLIENT_CAPABILITY,
                     format!(
-                        "tool `{}` needs to ask the client ({key}: {}), but the client did not declare the capability {needed}",
-                        self.tool,
+                        "{} needs to ask the client ({key}: {}), but the client did not declare the capability {needed}",
+                        offer_name(&self.tool),
                         request.get("method").and_then(serde_json::Value::as_str).unwrap_or_default()
                     ),
                     Some(serde_json::json!({"requiredCapabilities": needed})),
@@ -919,32 +942,30 @@ impl NodeJob {
         Ok(())
     }
 
+    /// Fails the attempt with a refusal that is the client's to fix (no retry, no dead letter).
+    async fn refuse(&self, error: RpcError) {
+        let attempt = &self.attempt;
+        let store = &self.worker.store;
+        if let Some(done) = self.persist("refusal", || store.complete_refused(attempt, error.clone())).await {
+            tracing::debug!(task = %attempt.task_id, node = %attempt.node_id, outcome = ?done, "refused a request for input");
+        }
+    }
+
     /// Parks the node until the client answers; like a completion, tried again while Redis is away.
     async fn park(&self, input: &InputRequired) {
         let attempt = &self.attempt;
-        let mut backoff = Backoff::default();
-        loop {
-            match self.worker.store.park(attempt, input).await {
-                Ok(ParkOutcome::Parked) => {
-                    tracing::debug!(task = %attempt.task_id, node = %attempt.node_id, "node parked for input");
-                    return;
-                }
-                Ok(ParkOutcome::TaskAlreadyTerminal) => {
-                    tracing::info!(task = %attempt.task_id, "the task ended while its node asked for input");
-                    return;
-                }
-                Ok(ParkOutcome::Stale) => {
-                    tracing::info!(task = %attempt.task_id, attempt = attempt.attempt, "park refused: attempt is stale");
-                    return;
-                }
-                Err(e) => {
-                    tracing::warn!(task = %attempt.task_id, error = %e, "could not park the node yet; retrying");
-                    if self.worker.stop_running.is_cancelled() {
-                        return; // shutting down: the entry stays pending for another worker
-                    }
-                    backoff.wait(&self.worker.stop_running).await;
-                }
+        let store = &self.worker.store;
+        match self.persist("request for input", || store.park(attempt, input)).await {
+            Some(ParkOutcome::Parked) => {
+                tracing::debug!(task = %attempt.task_id, node = %attempt.node_id, "node parked for input");
             }
+            Some(ParkOutcome::TaskAlreadyTerminal) => {
+                tracing::info!(task = %attempt.task_id, "the task ended while its node asked for input");
+            }
+            Some(ParkOutcome::Stale) => {
+                tracing::info!(task = %attempt.task_id, attempt = attempt.attempt, "park refused: attempt is stale");
+            }
+            None => {}
         }
     }
 

@@ -187,6 +187,17 @@ impl ToolContext {
         }
     }
 
+    /// Lets the client's SSE stream of this call close now: the gateway asks the client to come
+    /// back after `retry` and resume it (`Last-Event-ID`, on any gateway), where the rest of the
+    /// call (its result) follows. For a long call on 2025-11-25, so that no connection is held
+    /// open for it; a client that cannot resume still finds the result with `tasks/result`.
+    pub async fn release_stream(&self, retry: std::time::Duration) {
+        let retry_ms = u64::try_from(retry.as_millis()).unwrap_or(u64::MAX);
+        if let Err(e) = self.store.release_stream(&self.lease, retry_ms).await {
+            tracing::debug!(task = %self.task_id, error = %e, "could not release the client's stream");
+        }
+    }
+
     /// The client's answer to the request this node asked under `key` (the client's result: for
     /// elicitation `{"action", "content"}`, for sampling the message, for roots `{"roots"}`), or
     /// one the call came with. `None` before the node has asked.

@@ -44,6 +44,9 @@ pub(super) struct Follow {
     pub related_task: bool,
     /// The follow is the client's synchronous call: when the client goes away, its work stops.
     pub cancel_when_gone: bool,
+    /// The reply stream can be resumed after a disconnect, from this point; a tool may then let
+    /// the stream close (`ToolContext::release_stream`).
+    pub resume: Option<super::resume::ResumePoint>,
 }
 
 /// Where a follow stopped.
@@ -88,7 +91,15 @@ where
     tokio::spawn(async move {
         let task_id = follow.task.task_id.clone();
         let cancel_when_gone = follow.cancel_when_gone;
-        let outcome = wait_terminal(&state, follow, waiter, &tx).await;
+        if let Some(point) = follow.resume.clone() {
+            let _ = tx.send(StreamItem::Resumable(point)).await;
+        }
+        let outcome = match wait_terminal(&state, follow, waiter, &tx).await {
+            // The stream was let go on purpose: the client resumes it; the work goes on.
+            Ok(None) => return,
+            Ok(Some(stopped)) => Ok(stopped),
+            Err(e) => Err(e),
+        };
         if cancel_when_gone && tx.is_closed() {
             // The client closed its stream: on Streamable HTTP that cancels the request.
             match state.store.cancel_task(&task_id, "", "Cancelled: the client closed the call").await {
@@ -177,14 +188,24 @@ impl Relay<'_> {
     }
 }
 
+/// Waits for where the follow stops; `None` when the stream was released for the client to
+/// resume it later.
 async fn wait_terminal(
     state: &AppState,
     follow: Follow,
     waiter: Option<Waiter>,
     tx: &mpsc::Sender<StreamItem>,
-) -> Result<Stopped, RpcFailure> {
+) -> Result<Option<Stopped>, RpcFailure> {
     let Follow {
-        mut task, caller, progress_token, deadline, stop_on_input, relay_input, related_task, ..
+        mut task,
+        caller,
+        progress_token,
+        deadline,
+        stop_on_input,
+        relay_input,
+        related_task,
+        resume,
+        ..
     } = follow;
     // Whether a task as read from Redis stops the follow.
     let stops = |task: &TaskRecord| {
@@ -219,7 +240,7 @@ async fn wait_terminal(
             let waiter = hub.waiter(&task_id);
             task = watch(&task_id).await?;
             if stops(&task) {
-                return Ok(Stopped::of(task));
+                return Ok(Some(Stopped::of(task)));
             }
             relay.input_requests(&task).await;
             waiter
@@ -235,6 +256,13 @@ async fn wait_terminal(
                 Some(Delivery::Event(TaskEvent::Log { level, logger, data })) => {
                     relay.log(level, logger, data).await;
                 }
+                Some(Delivery::Event(TaskEvent::Reconnect { retry_ms })) => {
+                    // Only a stream the client can resume is let go; any other waits on.
+                    if resume.is_some() {
+                        let _ = tx.send(StreamItem::Release { retry_ms }).await;
+                        return Ok(None);
+                    }
+                }
                 Some(Delivery::Event(TaskEvent::Status { status, message, result, error, .. })) if status.is_terminal() => {
                     // The event carries the result when it is small: answer without a read.
                     if result.is_some() || error.is_some() || status == TaskStatus::Cancelled {
@@ -242,15 +270,15 @@ async fn wait_terminal(
                         task.status_message = message;
                         task.result = result;
                         task.error = error;
-                        return Ok(Stopped::Terminal(task));
+                        return Ok(Some(Stopped::Terminal(task)));
                     }
-                    return Ok(Stopped::Terminal(read(&task_id).await?));
+                    return Ok(Some(Stopped::Terminal(read(&task_id).await?)));
                 }
                 Some(Delivery::Event(TaskEvent::Status { escalated: true, status, message, .. })) if stop_on_input => {
                     task.status = status;
                     task.status_message = message;
                     task.mode = TaskMode::Task;
-                    return Ok(Stopped::Escalated(task));
+                    return Ok(Some(Stopped::Escalated(task)));
                 }
                 Some(Delivery::Event(TaskEvent::Status { status: TaskStatus::InputRequired, message, input_requests, .. })) => {
                     // The event carries the requests when they are small; else they are read.
@@ -263,7 +291,7 @@ async fn wait_terminal(
                         None => task = read(&task_id).await?,
                     }
                     if stops(&task) {
-                        return Ok(Stopped::of(task));
+                        return Ok(Some(Stopped::of(task)));
                     }
                     relay.input_requests(&task).await;
                 }
@@ -276,7 +304,7 @@ async fn wait_terminal(
                 Some(Delivery::Resync) => {
                     task = watch(&task_id).await?;
                     if stops(&task) {
-                        return Ok(Stopped::of(task));
+                        return Ok(Some(Stopped::of(task)));
                     }
                     relay.input_requests(&task).await;
                 }
@@ -286,7 +314,7 @@ async fn wait_terminal(
                 recheck = Instant::now() + SAFETY_RECHECK;
                 task = watch(&task_id).await?;
                 if stops(&task) {
-                    return Ok(Stopped::of(task));
+                    return Ok(Some(Stopped::of(task)));
                 }
                 relay.input_requests(&task).await;
             }

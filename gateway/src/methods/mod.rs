@@ -12,6 +12,7 @@
 //!   updates, list changes).
 //! - [`tasks_get`], [`tasks_cancel`], [`tasks_update`], [`tasks_list`], [`tasks_result`].
 //! - [`client_messages`]: the client's answers to requests for input, and its notifications.
+//! - [`resume`]: a 2025-11-25 reply stream resumed after a disconnect (`Last-Event-ID`).
 //! - [`follow`]: a request that waits for a task's end, relaying its progress.
 //! - [`rounds`]: a synchronous call whose tool asks for input (2026-07-28 MRTR rounds with a
 //!   signed `requestState`), and one that its tool turns into a task.
@@ -25,6 +26,7 @@ mod logging;
 mod offers;
 mod prompts;
 mod resources;
+pub mod resume;
 mod rounds;
 mod subscriptions;
 mod tasks_cancel;
@@ -49,6 +51,7 @@ use crate::state::{AppState, BudgetPermit};
 use crate::wire::{META_CLIENT_CAPABILITIES, Wire};
 
 pub(crate) use client_messages::{client_response, notification};
+pub use resume::ResumePoint;
 pub use tools_call::{IDEMPOTENCY_KEY, OVERLOADED};
 
 /// One request, as the HTTP layer hands it over.
@@ -77,6 +80,13 @@ pub struct RequestCtx {
 pub enum StreamItem {
     Message(Value),
     Done(Result<Value, RpcFailure>),
+    /// The stream can be resumed after a disconnect (`Last-Event-ID`): it follows this point's
+    /// task. Comes first, before any message.
+    Resumable(ResumePoint),
+    /// The stream closes here without a response; the client resumes it after `retry_ms`.
+    Release {
+        retry_ms: u64,
+    },
 }
 
 /// How a followed task's reply goes out.
@@ -238,15 +248,20 @@ pub(crate) async fn reply_from(mut stream: ReplyStream, mode: ReplyMode) -> Resu
     if mode == ReplyMode::Sse {
         return Ok(Reply::Stream(stream));
     }
+    let mut resumable = None;
     while let Some(item) = stream.next().await {
         match item {
             StreamItem::Done(done) => return done.map(Reply::Result),
-            StreamItem::Message(message) if mode == ReplyMode::JsonUnlessStreaming => {
+            StreamItem::Resumable(point) => resumable = Some(point),
+            item @ (StreamItem::Message(_) | StreamItem::Release { .. })
+                if mode == ReplyMode::JsonUnlessStreaming =>
+            {
                 // Something must reach the client before the response: the reply becomes a stream.
-                let first = futures::stream::once(async move { StreamItem::Message(message) });
-                return Ok(Reply::Stream(first.chain(stream).boxed()));
+                let first: Vec<StreamItem> =
+                    resumable.take().map(StreamItem::Resumable).into_iter().chain([item]).collect();
+                return Ok(Reply::Stream(futures::stream::iter(first).chain(stream).boxed()));
             }
-            StreamItem::Message(_) => {}
+            StreamItem::Message(_) | StreamItem::Release { .. } => {}
         }
     }
     Err(RpcFailure::internal("the task stream ended without a result"))

@@ -72,6 +72,7 @@ pub(super) async fn run_offer(
     if let Some(request_state) = &round.request_state {
         return rounds::continue_round(
             state,
+            ctx.id.clone(),
             ctx.caller.clone(),
             &offer.name,
             request_state,
@@ -116,7 +117,8 @@ pub(super) async fn run_offer(
     }
     let record = new.record();
     let mode = ReplyMode::of(ctx.accepts_sse, false);
-    rounds::follow_call(state, ctx.wire, ctx.caller.clone(), record, Some(waiter), None, mode).await
+    rounds::follow_call(state, ctx.wire, ctx.id.clone(), ctx.caller.clone(), record, Some(waiter), None, mode)
+        .await
 }
 
 /// Matches a URI against an RFC 6570 level-1 template (`{name}` stands for one or more characters

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::follow::{Follow, Stopped, follow_task};
+use super::resume::{ResumeKind, ResumePoint};
 use super::tools_call::sync_outcome;
 use super::{Reply, ReplyMode, RequestCtx, reply_from};
 use crate::access::Caller;
@@ -86,9 +87,11 @@ struct RoundState {
 /// Follows a synchronous call's hidden task: its result when it ends; on 2026-07-28 the input
 /// requests when it asks, or the task when the tool turns the call into one; on 2025-11-25 its
 /// requests go to the client on the reply stream, and the client's answers resume it.
+#[allow(clippy::too_many_arguments)] // each is a distinct fact of the call; a struct would only rename them
 pub(super) async fn follow_call(
     state: Arc<AppState>,
     wire: Wire,
+    request_id: Value,
     caller: Caller,
     task: TaskRecord,
     waiter: Option<Waiter>,
@@ -98,6 +101,12 @@ pub(super) async fn follow_call(
     // A 2025-11-25 client that takes no SSE cannot be asked anything: its call stops there.
     let stop_on_input = wire == Wire::V2026 || mode == ReplyMode::Json;
     let key = if wire == Wire::V2026 { Some(state.signer.key(&state.store).await?) } else { None };
+    // A 2025-11-25 stream can be resumed after a disconnect (2026-07-28 has no GET stream).
+    let resume = (wire == Wire::V2025 && mode != ReplyMode::Json).then(|| ResumePoint {
+        task_id: task.task_id.clone(),
+        request_id,
+        kind: ResumeKind::Call,
+    });
     let follow = Follow {
         task,
         caller,
@@ -107,6 +116,7 @@ pub(super) async fn follow_call(
         relay_input: !stop_on_input,
         related_task: false,
         cancel_when_gone: true,
+        resume,
     };
     let store = state.store.clone();
     let stream = follow_task(state, follow, waiter, move |stopped| match stopped {
@@ -155,6 +165,7 @@ fn input_required(key: &SigningKey, task: &TaskRecord) -> Value {
 /// resumes the parked node), and follows the task to its next stop.
 pub(super) async fn continue_round(
     state: Arc<AppState>,
+    request_id: Value,
     caller: Caller,
     tool: &str,
     request_state: &str,
@@ -191,7 +202,7 @@ pub(super) async fn continue_round(
     }
     let progress_token = task.progress_token.clone();
     let mode = ReplyMode::of(accepts_sse, progress_token.is_some());
-    follow_call(state, Wire::V2026, caller, task, None, progress_token, mode).await
+    follow_call(state, Wire::V2026, request_id, caller, task, None, progress_token, mode).await
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use rmcp::model::ErrorCode;
 use serde_json::{Value, json};
 
 use super::follow::{Follow, Stopped, follow_task};
+use super::resume::{ResumeKind, ResumePoint};
 use super::{Reply, ReplyMode, RequestCtx, failure_of, owned_task, reply_from};
 use crate::rpc::RpcFailure;
 use crate::state::AppState;
@@ -26,6 +27,7 @@ pub(super) async fn tasks_result(state: Arc<AppState>, ctx: RequestCtx) -> Resul
     // bounded so that no proxy cuts it silently.
     let deadline =
         if ctx.accepts_sse { Duration::from_secs(7 * 24 * 60 * 60) } else { state.config.sync_call_timeout };
+    let task_id = task.task_id.clone();
     let follow = Follow {
         progress_token: task.progress_token.clone(),
         task,
@@ -35,6 +37,11 @@ pub(super) async fn tasks_result(state: Arc<AppState>, ctx: RequestCtx) -> Resul
         relay_input: ctx.accepts_sse,
         related_task: true,
         cancel_when_gone: false,
+        resume: ctx.accepts_sse.then(|| ResumePoint {
+            task_id: task_id.clone(),
+            request_id: ctx.id.clone(),
+            kind: ResumeKind::Result,
+        }),
     };
     let stream = follow_task(state, follow, None, |stopped| match stopped {
         Stopped::Terminal(t) => task_result_payload(&t),
@@ -45,7 +52,7 @@ pub(super) async fn tasks_result(state: Arc<AppState>, ctx: RequestCtx) -> Resul
     reply_from(stream, if ctx.accepts_sse { ReplyMode::Sse } else { ReplyMode::Json }).await
 }
 
-fn task_result_payload(task: &TaskRecord) -> Result<Value, RpcFailure> {
+pub(super) fn task_result_payload(task: &TaskRecord) -> Result<Value, RpcFailure> {
     let related = json!({"taskId": task.task_id});
     match (task.status, &task.result) {
         (TaskStatus::Completed | TaskStatus::Failed, Some(result)) => {

@@ -58,6 +58,7 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
         // A later round of a call that asked for input: it continues that call, whatever else.
         return rounds::continue_round(
             state,
+            ctx.id.clone(),
             ctx.caller.clone(),
             name,
             request_state,
@@ -226,8 +227,22 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
     ctx.params = Value::Null;
     ctx.budget = None;
     let mode = ReplyMode::of(ctx.accepts_sse, progress_token.is_some());
-    rounds::follow_call(state, ctx.wire, ctx.caller.clone(), record, waiter, progress_token, mode).await
+    rounds::follow_call(
+        state,
+        ctx.wire,
+        ctx.id.clone(),
+        ctx.caller.clone(),
+        record,
+        waiter,
+        progress_token,
+        mode,
+    )
+    .await
 }
+
+/// JSON-RPC code of a synchronous call's answer when it was cancelled (the code LSP and several
+/// MCP SDKs use for a cancelled request; MCP itself names none).
+pub const REQUEST_CANCELLED: i32 = -32800;
 
 /// JSON-RPC code of a call refused because an overload limit is reached.
 pub const OVERLOADED: i32 = -32029;
@@ -338,6 +353,13 @@ pub(super) fn sync_outcome(task: &TaskRecord) -> Result<Value, RpcFailure> {
     match (task.status, &task.result, &task.error) {
         (TaskStatus::Completed | TaskStatus::Failed, Some(result), _) => Ok(result.clone()),
         (TaskStatus::Failed, None, _) => Err(failure_of(&task_error(task))),
+        // Only the client cancels a call (or a gateway for a client that went away): it is told
+        // so, in case the response still reaches it.
+        (TaskStatus::Cancelled, _, _) => Err(RpcFailure::new(
+            ErrorCode(REQUEST_CANCELLED),
+            task.status_message.clone().unwrap_or_else(|| "Cancelled".to_owned()),
+            None,
+        )),
         _ => Err(RpcFailure::internal(format!("the call ended as {}", task.status))),
     }
 }

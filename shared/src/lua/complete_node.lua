@@ -13,7 +13,8 @@
 -- ARGV[1] the record (JSON): task, node, attempt, now, outcome ("completed" | "failed" |
 --   "cancelled"), payload (JSON text: the CallToolResult or the JSON-RPC error), isError, message
 --   (status message of a settled single-call task), jitter in [0, 1), maxBackoffMs, final (bool:
---   no retry whatever is left), cancelChannel, inlineMax (largest result carried by the event)
+--   no retry whatever is left), deadLetter (bool: a failure that settles the node is recorded in
+--   the dead-letter stream), cancelChannel, inlineMax (largest result carried by the event)
 -- Returns JSON: {"outcome": "stale" | "retry" (with delayMs) | "dropped" (task already over) |
 --   "settled" | "released" (with count) | "finalize"}
 local r = cjson.decode(ARGV[1])
@@ -63,9 +64,11 @@ local dead_letter = ''
 if failed then
   node_fields[#node_fields + 1] = nf(node, 'error')
   node_fields[#node_fields + 1] = payload
-  dead_letter = redis.call('XADD', KEYS[6], 'MAXLEN', '~', 100000, '*',
-    'task', r.task, 'node', node, 'tool', n.tool, 'arguments', n.args or '{}',
-    'owner', task.owner, 'attempts', r.attempt, 'error', payload, 'at', now)
+  if r.deadLetter then
+    dead_letter = redis.call('XADD', KEYS[6], 'MAXLEN', '~', 100000, '*',
+      'task', r.task, 'node', node, 'tool', n.tool, 'arguments', n.args or '{}',
+      'owner', task.owner, 'attempts', r.attempt, 'error', payload, 'at', now)
+  end
 end
 if dag and (node_status == 'completed' or (failed and n.onFailure == 'continue')) then
   node_fields[#node_fields + 1] = nf(node, 'output')
@@ -107,7 +110,9 @@ if failed and n.onFailure == 'fail' then
   if ok and type(decoded) == 'table' and type(decoded.message) == 'string' then
     reason = reason .. ': ' .. decoded.message
   end
-  reason = reason .. ' (dead letter ' .. dead_letter .. ')'
+  if dead_letter ~= '' then
+    reason = reason .. ' (dead letter ' .. dead_letter .. ')'
+  end
   drop_queued(KEYS[2], KEYS[3], 'dropped')
   -- A failed graph is a tool-level failure, like a tool's isError: its result says which node
   -- failed and how every node ended (completed with isError on 2026-07-28; failed, with the

@@ -13,7 +13,7 @@ use crate::dag::{self, DagSpec};
 use crate::error::StoreError;
 use crate::input::InputRequired;
 use crate::keys::Shard;
-use crate::model::{RpcError, ToolOutcome, WorkItem, now_ms};
+use crate::model::{RpcError, TaskEvent, ToolOutcome, WorkItem, now_ms};
 use crate::scripts;
 
 /// A started attempt of a node: everything its later transitions need to find their keys.
@@ -334,12 +334,21 @@ impl Store {
         logger: &str,
         data: &Value,
     ) -> Result<bool, StoreError> {
-        let record = json!({
-            "task": attempt.task_id, "node": attempt.node_id, "attempt": attempt.attempt,
-            "level": level.as_str(), "logger": logger, "data": data.to_string(),
-        });
+        let event = TaskEvent::Log { level, logger: logger.to_owned(), data: data.clone() };
+        self.notify_waiters(attempt, &event).await
+    }
+
+    /// Tells the gateways that follow the attempt's task over an SSE stream that the client may
+    /// resume it later: they close the stream, asking the client to come back after `retry_ms`.
+    pub async fn release_stream(&self, attempt: &Attempt, retry_ms: u64) -> Result<bool, StoreError> {
+        self.notify_waiters(attempt, &TaskEvent::Reconnect { retry_ms }).await
+    }
+
+    async fn notify_waiters(&self, attempt: &Attempt, event: &TaskEvent) -> Result<bool, StoreError> {
+        let message = crate::model::InboxMessage { task_id: attempt.task_id.clone(), event: event.clone() };
+        let record = json!({"node": attempt.node_id, "attempt": attempt.attempt, "event": message.encode()});
         let reply: FencedReply =
-            self.script(&scripts::LOG_MESSAGE, &[self.shard_key(attempt)], &record).await?;
+            self.script(&scripts::NOTIFY_WAITERS, &[self.shard_key(attempt)], &record).await?;
         Ok(matches!(reply, FencedReply::Recorded))
     }
 
@@ -391,6 +400,27 @@ impl Store {
         attempt: &Attempt,
         outcome: Option<&ToolOutcome>,
         final_failure: bool,
+    ) -> Result<CompleteOutcome, StoreError> {
+        self.complete_with(attempt, outcome, final_failure, true).await
+    }
+
+    /// Fails an attempt that was refused before it could do anything (it asked the client for
+    /// something the client cannot give): no retry, and no dead letter, since nothing an
+    /// operator could retry went wrong.
+    pub async fn complete_refused(
+        &self,
+        attempt: &Attempt,
+        error: RpcError,
+    ) -> Result<CompleteOutcome, StoreError> {
+        self.complete_with(attempt, Some(&ToolOutcome::Error(error)), true, false).await
+    }
+
+    async fn complete_with(
+        &self,
+        attempt: &Attempt,
+        outcome: Option<&ToolOutcome>,
+        final_failure: bool,
+        dead_letter: bool,
     ) -> Result<CompleteOutcome, StoreError> {
         // What is stored must stay readable by every reader (serde_json stops at 128 levels, and
         // the record wraps the result): a deeper outcome fails the node instead of the readers.
@@ -450,6 +480,7 @@ impl Store {
             "task": attempt.task_id, "node": attempt.node_id, "attempt": attempt.attempt, "now": now_ms(),
             "outcome": status, "payload": payload, "isError": is_error, "message": message,
             "jitter": rand::random::<f64>(), "maxBackoffMs": dag::MAX_BACKOFF_MS, "final": final_failure,
+            "deadLetter": dead_letter,
             "cancelChannel": shard.cancel_channel(), "inlineMax": INLINE_MAX,
         });
         let reply: CompleteReply = self.script(&scripts::COMPLETE_NODE, &keys, &record).await?;
