@@ -86,16 +86,7 @@ impl CatalogTool {
     /// A tool from its MCP definition alone, as a worker publishes it with no queue of its own
     /// (the fuzz target of argument validation builds its tools this way). `None` without a name.
     pub fn from_definition(definition: Value) -> Option<Self> {
-        let published = PublishedTool {
-            position: 0,
-            queue: None,
-            definition,
-            required_client_capabilities: None,
-            input_before_task: false,
-            kind: Default::default(),
-            key: None,
-        };
-        Self::new(published, true)
+        Self::new(PublishedTool::tool(0, definition), true)
     }
 
     /// The built-in `run_dag` tool.
@@ -184,19 +175,7 @@ fn run_dag_tool() -> CatalogTool {
         "execution": {"taskSupport": "optional"}
     });
     #[allow(clippy::expect_used)] // a constant definition with a name
-    CatalogTool::new(
-        PublishedTool {
-            position: u32::MAX,
-            queue: None,
-            definition,
-            required_client_capabilities: None,
-            input_before_task: false,
-            kind: Default::default(),
-            key: None,
-        },
-        true,
-    )
-    .expect("run_dag has a name")
+    CatalogTool::new(PublishedTool::tool(u32::MAX, definition), true).expect("run_dag has a name")
 }
 
 /// The cached catalog. Cheap to share.

@@ -471,6 +471,19 @@ pub struct PublishedTool {
 }
 
 impl PublishedTool {
+    /// A tool from its MCP definition alone: no queue of its own, no required capability.
+    pub fn tool(position: u32, definition: ToolDefinition) -> Self {
+        Self {
+            position,
+            queue: None,
+            definition,
+            required_client_capabilities: None,
+            input_before_task: false,
+            kind: OfferKind::Tool,
+            key: None,
+        }
+    }
+
     /// The name it is known by inside Conveyor: a tool's `definition.name`, or the key of another
     /// offer ([`OfferKind::key`]).
     pub fn name(&self) -> Option<&str> {

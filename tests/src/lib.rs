@@ -5,6 +5,7 @@
 //! # Layout
 //!
 //! - [`process`]: [`RedisServer`], [`Conveyor`], free ports, and the `conveyor` binary built once.
+//! - [`python`]: the official MCP Python SDKs, each in a virtualenv of its own.
 //! - [`mcp`]: [`Mcp`], a plain HTTP JSON-RPC client that speaks 2025-11-25 and 2026-07-28 and reads
 //!   SSE replies, for checks that need the raw wire.
 
@@ -12,6 +13,7 @@ pub mod bullmq;
 pub mod mcp;
 pub mod monitor;
 pub mod process;
+pub mod python;
 pub mod redis_cluster;
 
 pub use mcp::Mcp;

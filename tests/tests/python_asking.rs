@@ -12,86 +12,16 @@
 //! installed into its own virtualenv under `<workspace>/target` (`py-venv` for 1.30.0, shared with
 //! `python_sdk.rs`; `py-venv-mcp2` for 2.3.0), which later runs reuse.
 
-use std::path::{Path, PathBuf};
-use std::process::Output;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
-use conveyor_tests::process::{output_text, workspace_root};
+use conveyor_tests::process::output_text;
+use conveyor_tests::python::{MCP_1, MCP_2, Sdk, python_with};
 use conveyor_tests::{Conveyor, RedisServer};
 use tokio::process::Command;
 
 const SCRIPT_TIMEOUT: Duration = Duration::from_secs(120);
-const INSTALL_PYTHON: &str = "install Python 3 with its venv module, e.g. `apt-get install -y python3 python3-venv` \
-     on Debian or Ubuntu, or make `python3` on PATH point at a Python 3.10 or newer";
-
-/// One official SDK release and the virtualenv it lives in.
-struct Sdk {
-    version: &'static str,
-    venv: &'static str,
-}
-
-/// The 1.x SDK (2025-11-25); its venv is the one `python_sdk.rs` uses.
-const MCP_1: Sdk = Sdk { version: "1.30.0", venv: "py-venv" };
-/// The 2.x SDK (2026-07-28 and 2025-11-25), in a venv of its own.
-const MCP_2: Sdk = Sdk { version: "2.3.0", venv: "py-venv-mcp2" };
-
-/// Runs a setup command to completion and fails with its output unless it succeeds.
-async fn run_setup(command: &mut Command, what: &str) -> anyhow::Result<Output> {
-    let output = command.output().await.with_context(|| format!("cannot run {what}"))?;
-    ensure!(output.status.success(), "{what} failed\n{}", output_text(&output));
-    Ok(output)
-}
-
-/// Whether the venv already holds the wanted SDK.
-async fn has_sdk(venv: &Path, version: &str) -> bool {
-    let pip = venv.join("bin").join("pip");
-    match Command::new(&pip).args(["show", "mcp"]).output().await {
-        Ok(output) if output.status.success() => {
-            String::from_utf8_lossy(&output.stdout).lines().any(|l| l.trim() == format!("Version: {version}"))
-        }
-        _ => false,
-    }
-}
-
-/// `<workspace>/target/<venv>` with `mcp==<version>`; returns its python. The tests of this file
-/// run in parallel: one sets a venv up at a time while the other waits.
-async fn python_with(sdk: &Sdk) -> anyhow::Result<PathBuf> {
-    static SETUP: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-    let _setting_up = SETUP.lock().await;
-    let venv = workspace_root().join("target").join(sdk.venv);
-    let python = venv.join("bin").join("python");
-    if has_sdk(&venv, sdk.version).await {
-        return Ok(python);
-    }
-    match Command::new("python3").arg("--version").output().await {
-        Ok(output) if output.status.success() => {}
-        Ok(output) => bail!("`python3 --version` failed: {INSTALL_PYTHON}\n{}", output_text(&output)),
-        Err(e) => bail!("python3 is not on PATH ({e}): {INSTALL_PYTHON}"),
-    }
-    run_setup(Command::new("python3").args(["-m", "venv", "--clear"]).arg(&venv), "python3 -m venv")
-        .await
-        .with_context(|| format!("cannot make a virtualenv at {}: {INSTALL_PYTHON}", venv.display()))?;
-    run_setup(
-        Command::new(&python).args([
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--disable-pip-version-check",
-            &format!("mcp=={}", sdk.version),
-        ]),
-        &format!("pip install mcp=={} (PyPI must be reachable the first time)", sdk.version),
-    )
-    .await?;
-    ensure!(
-        has_sdk(&venv, sdk.version).await,
-        "pip installed mcp, but `pip show mcp` does not report {}",
-        sdk.version
-    );
-    Ok(python)
-}
-
 /// Runs one of the `tests/python` scripts with `sdk` against a fresh `conveyor up --fixtures`,
 /// and fails with the script's output and the server's log unless every check passes.
 async fn run_script(sdk: &Sdk, script: &str) -> anyhow::Result<()> {

@@ -5,70 +5,19 @@
 //! Needs `python3` with the `venv` module, and PyPI reachable the first time: the SDK is installed
 //! into `<workspace>/target/py-venv`, which later runs reuse.
 
-use std::path::{Path, PathBuf};
-use std::process::Output;
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, bail, ensure};
-use conveyor_tests::process::{output_text, workspace_root};
+use conveyor_tests::process::output_text;
+use conveyor_tests::python::{MCP_1, python_with};
 use conveyor_tests::{Conveyor, RedisServer};
 use tokio::process::Command;
 
-const MCP_VERSION: &str = "1.30.0";
 const SCRIPT_TIMEOUT: Duration = Duration::from_secs(120);
-const INSTALL_PYTHON: &str = "install Python 3 with its venv module, e.g. `apt-get install -y python3 python3-venv` \
-     on Debian or Ubuntu, or make `python3` on PATH point at a Python 3.10 or newer";
 
-/// Runs a setup command to completion and fails with its output unless it succeeds.
-async fn run_setup(command: &mut Command, what: &str) -> anyhow::Result<Output> {
-    let output = command.output().await.with_context(|| format!("cannot run {what}"))?;
-    ensure!(output.status.success(), "{what} failed\n{}", output_text(&output));
-    Ok(output)
-}
-
-/// Whether the venv already holds the wanted SDK.
-async fn has_sdk(venv: &Path) -> bool {
-    let pip = venv.join("bin").join("pip");
-    match Command::new(&pip).args(["show", "mcp"]).output().await {
-        Ok(output) if output.status.success() => String::from_utf8_lossy(&output.stdout)
-            .lines()
-            .any(|l| l.trim() == format!("Version: {MCP_VERSION}")),
-        _ => false,
-    }
-}
-
-/// `<workspace>/target/py-venv` with `mcp==1.30.0`; returns its python. The tests of this file
-/// run in parallel: one of them sets the venv up while the others wait for it.
-async fn python_with_sdk() -> anyhow::Result<PathBuf> {
-    static SETUP: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-    let _setting_up = SETUP.lock().await;
-    let venv = workspace_root().join("target").join("py-venv");
-    let python = venv.join("bin").join("python");
-    if has_sdk(&venv).await {
-        return Ok(python);
-    }
-    match Command::new("python3").arg("--version").output().await {
-        Ok(output) if output.status.success() => {}
-        Ok(output) => bail!("`python3 --version` failed: {INSTALL_PYTHON}\n{}", output_text(&output)),
-        Err(e) => bail!("python3 is not on PATH ({e}): {INSTALL_PYTHON}"),
-    }
-    run_setup(Command::new("python3").args(["-m", "venv", "--clear"]).arg(&venv), "python3 -m venv")
-        .await
-        .with_context(|| format!("cannot make a virtualenv at {}: {INSTALL_PYTHON}", venv.display()))?;
-    run_setup(
-        Command::new(&python).args([
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--disable-pip-version-check",
-            &format!("mcp=={MCP_VERSION}"),
-        ]),
-        "pip install mcp",
-    )
-    .await?;
-    ensure!(has_sdk(&venv).await, "pip installed mcp, but `pip show mcp` does not report {MCP_VERSION}");
-    Ok(python)
+async fn python_with_sdk() -> anyhow::Result<std::path::PathBuf> {
+    python_with(&MCP_1).await
 }
 
 #[tokio::test]

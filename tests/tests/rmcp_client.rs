@@ -315,3 +315,175 @@ async fn an_unknown_task_is_invalid_params() {
     assert_eq!(error.code.0, -32602);
     session.cancel().await.expect("client stops");
 }
+
+/// Elicitation on 2026-07-28, both ways Conveyor asks for it: (a) multi-round-trip requests (MRTR)
+/// on a synchronous `tools/call`, which answers `resultType: "input_required"` with
+/// `inputRequests` and a `requestState` and is called again with `inputResponses` and that state;
+/// (b) a task that waits in `input_required` until `tasks/update` carries the answer. The client
+/// declares form elicitation and the tasks extension in `get_info`, which rmcp sends in every
+/// request's `_meta` on this revision; a client that declares no elicitation is refused.
+///
+/// rmcp 3.11 drives (a) automatically: `RunningService::call_tool` hands each `inputRequests` entry
+/// to `ClientHandler::create_elicitation` and retries with the answers and the echoed
+/// `requestState` (up to `DEFAULT_MRTR_MAX_ROUNDS` rounds). It does not drive (b): `call_tool`
+/// refuses a task reply and nothing in rmcp polls a task or answers its `inputRequests`, so the
+/// test drives those rounds itself with rmcp's typed `call_tool_once`, `get_task` and
+/// `update_task`, and hands the task's request to the same handler's `create_elicitation`.
+#[tokio::test]
+async fn elicitation_answers_a_synchronous_call_by_mrtr_and_a_task_by_tasks_update() {
+    use rmcp::model::{
+        ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationCapability,
+        FormElicitationCapability, InputRequest, InputResponses, NumberOrString, UpdateTaskParams,
+    };
+    use rmcp::service::RequestContext;
+
+    /// Answers form elicitations as a person would (a name, a confirmation) and records each
+    /// message it was asked.
+    #[derive(Clone, Default)]
+    struct Answering {
+        asked: Arc<Mutex<Vec<String>>>,
+    }
+
+    impl Answering {
+        fn asked(&self) -> Vec<String> {
+            self.asked.lock().map(|a| a.clone()).unwrap_or_default()
+        }
+    }
+
+    impl ClientHandler for Answering {
+        async fn create_elicitation(
+            &self,
+            request: ElicitRequestParams,
+            _context: RequestContext<RoleClient>,
+        ) -> Result<ElicitResult, ErrorData> {
+            let ElicitRequestParams::FormElicitationParams { message, requested_schema, .. } = request else {
+                return Ok(ElicitResult::new(ElicitationAction::Decline));
+            };
+            if let Ok(mut asked) = self.asked.lock() {
+                asked.push(message);
+            }
+            let mut content = JsonObject::new();
+            for field in requested_schema.properties.keys() {
+                let answer = match field.as_str() {
+                    "name" => json!("Ferris"),
+                    "confirm" => json!(true),
+                    _ => return Ok(ElicitResult::new(ElicitationAction::Decline)),
+                };
+                content.insert(field.clone(), answer);
+            }
+            Ok(ElicitResult::new(ElicitationAction::Accept).with_content(Value::Object(content)))
+        }
+
+        fn get_info(&self) -> ClientConfig {
+            let mut capabilities = ClientCapabilities::default();
+            capabilities.elicitation =
+                Some(ElicitationCapability::new().with_form(FormElicitationCapability::new()));
+            capabilities.extensions =
+                Some(ExtensionCapabilities::from([(TASKS_EXTENSION_ID.to_owned(), JsonObject::new())]));
+            ClientConfig::new(capabilities, Implementation::new("conveyor-rmcp-e2e-elicitation", "1"))
+        }
+    }
+
+    let stack = stack();
+
+    // Without the elicitation capability in `_meta`, the tool may not ask, and the call says why.
+    let mute = connect(&stack, Client::with_tasks()).await;
+    let refused = mcp_error(
+        mute.call_tool_once(call("test_input_required_result_elicitation", json!({})))
+            .await
+            .expect_err("a client that cannot answer is not asked"),
+    );
+    assert_eq!(refused.code, ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY, "{refused:?}");
+    let data = refused.data.clone().unwrap_or_default();
+    assert!(data["requiredCapabilities"].get("elicitation").is_some(), "names elicitation: {refused:?}");
+    mute.cancel().await.expect("client stops");
+
+    let answering = Answering::default();
+    let session = answering
+        .clone()
+        .serve_with_lifecycle(
+            StreamableHttpClientTransport::from_uri(stack.conveyor.mcp_url()),
+            ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("rmcp connects: {e}\nconveyor log:\n{}", stack.conveyor.log_text()));
+    assert_eq!(session.peer_info().expect("server info").protocol_version, ProtocolVersion::V_2026_07_28);
+
+    // (a) One round by hand first, to see the wire: an elicitation under `user_name`, and a state.
+    let first = match session
+        .call_tool_once(call("test_input_required_result_elicitation", json!({})))
+        .await
+        .expect("tools/call answers")
+    {
+        CallToolResponse::InputRequired(first) => first,
+        other => panic!("expected input_required, got {other:?}"),
+    };
+    assert!(first.result_type.is_input_required());
+    assert!(first.request_state.as_deref().is_some_and(|s| !s.is_empty()), "a requestState: {first:?}");
+    let requests = first.input_requests.clone().expect("inputRequests");
+    assert_eq!(requests.keys().collect::<Vec<_>>(), ["user_name"]);
+    assert!(matches!(requests["user_name"], InputRequest::Elicitation(_)), "{requests:?}");
+    assert!(answering.asked().is_empty(), "call_tool_once answers nothing by itself");
+
+    // Then rmcp's own driver: the handler answers, the call is retried, and the greeting comes back.
+    let greeted = session
+        .call_tool(call("test_input_required_result_elicitation", json!({})))
+        .await
+        .unwrap_or_else(|e| panic!("call_tool drives the rounds: {e}\nlog:\n{}", stack.conveyor.log_text()));
+    assert_eq!(text_of(&greeted), "Hello, Ferris!");
+    assert_ne!(greeted.is_error, Some(true));
+    assert_eq!(answering.asked(), ["What is your name?"]);
+
+    // (b) rmcp's `call_tool` does not take tasks: a task-only tool is an unexpected response.
+    let not_driven = session.call_tool(call("confirm_delete", json!({"filename": "draft.md"}))).await;
+    assert!(matches!(not_driven, Err(ServiceError::UnexpectedResponse)), "{not_driven:?}");
+
+    let task = match session
+        .call_tool_once(call("confirm_delete", json!({"filename": "report.txt"})))
+        .await
+        .expect("tools/call answers")
+    {
+        CallToolResponse::Task(task) => task,
+        other => panic!("expected a task, got {other:?}"),
+    };
+    let id = task.task.task_id.clone();
+    let interval = Duration::from_millis(task.task.poll_interval_ms.unwrap_or(100).clamp(10, 200));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let waiting = loop {
+        let got = session.get_task(GetTaskParams::new(id.clone())).await.expect("tasks/get answers");
+        match got.task.payload {
+            TaskPayload::InputRequired { input_requests } => break input_requests,
+            TaskPayload::Working => {}
+            other => panic!("task {id} ended before it asked: {other:?}"),
+        }
+        assert!(tokio::time::Instant::now() < deadline, "task {id} never asked for input");
+        tokio::time::sleep(interval).await;
+    };
+    assert_eq!(waiting.keys().collect::<Vec<_>>(), ["confirm"]);
+    let mut responses = InputResponses::new();
+    for (key, request) in waiting {
+        let InputRequest::Elicitation(request) = request else { panic!("{key} is not an elicitation") };
+        let context =
+            RequestContext::new(NumberOrString::String(key.as_str().into()), session.peer().clone());
+        let answer = session.service().create_elicitation(request.params, context).await.expect("answers");
+        responses.insert(key, serde_json::to_value(answer).expect("an ElicitResult serializes"));
+    }
+    assert_eq!(responses["confirm"], json!({"action": "accept", "content": {"confirm": true}}));
+    session.update_task(UpdateTaskParams::new(id.clone(), responses)).await.expect("tasks/update acks");
+    assert_eq!(answering.asked(), ["What is your name?", "Delete report.txt?"]);
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let result = loop {
+        let got = session.get_task(GetTaskParams::new(id.clone())).await.expect("tasks/get answers");
+        match got.task.payload {
+            TaskPayload::Completed { .. } => break completed_result(got.task),
+            TaskPayload::Working | TaskPayload::InputRequired { .. } => {}
+            other => panic!("task {id} did not complete: {other:?}"),
+        }
+        assert!(tokio::time::Instant::now() < deadline, "task {id} never completed");
+        tokio::time::sleep(interval).await;
+    };
+    assert_eq!(text_of(&result), "Deleted report.txt");
+    assert_ne!(result.is_error, Some(true));
+    session.cancel().await.expect("client stops");
+}
