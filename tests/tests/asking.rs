@@ -473,3 +473,36 @@ async fn notifications_cancelled_stops_a_synchronous_call() {
     assert_eq!(s.redis.stream_entries(), 0);
     assert_eq!(s.redis.pending_entries(), 0);
 }
+
+#[tokio::test]
+async fn url_elicitation_is_sent_only_to_a_client_that_takes_it() {
+    let s = stack();
+    let _worker = start_worker(&s.redis, &["--fixtures"]).await;
+    let tool = "connect_account";
+    s.a.wait_for_tool(tool, Duration::from_secs(20)).await.expect("tool listed");
+    let call = |capabilities: Value, round: Option<(String, Value)>| {
+        let mut params = json!({"name": tool, "arguments": {"service": "git"}});
+        if let Some((state, responses)) = round {
+            params["requestState"] = json!(state);
+            params["inputResponses"] = responses;
+        }
+        let mcp = s.a.clone();
+        async move { mcp.call_2026("tools/call", params, capabilities).await.expect("tools/call") }
+    };
+
+    // A client that takes form elicitation only (`{}` means form) is refused, naming URL mode.
+    let refused = call(json!({"elicitation": {}}), None).await;
+    assert_eq!(refused.error_code(), Some(-32021), "{}", refused.raw);
+    assert_eq!(refused.message["error"]["data"]["requiredCapabilities"], json!({"elicitation": {"url": {}}}));
+
+    let asked = call(json!({"elicitation": {"url": {}}}), None).await;
+    let request = &asked.result()["inputRequests"]["sign_in"];
+    assert_eq!(request["params"]["mode"], "url", "{}", asked.raw);
+    assert_eq!(request["params"]["url"], "https://example.com/connect/git");
+    assert!(request["params"]["elicitationId"].as_str().is_some_and(|id| id.starts_with("connect-")));
+    let state = asked.result()["requestState"].as_str().expect("a requestState").to_owned();
+    let done =
+        call(json!({"elicitation": {"url": {}}}), Some((state, json!({"sign_in": {"action": "accept"}}))))
+            .await;
+    assert_eq!(done.result()["content"][0]["text"], "Connected to git", "{}", done.raw);
+}
