@@ -147,6 +147,12 @@ pub struct GatewayArgs {
     /// rebinding. `*` accepts any. localhost, 127.0.0.1 and ::1 are always accepted.
     #[arg(long, env = "CONVEYOR_ALLOWED_HOSTS", value_delimiter = ',')]
     pub allowed_hosts: Vec<String>,
+    /// Secret that signs what gateways hand clients and must recognise on any replica (session
+    /// ids, MRTR request states, stream event ids); every gateway of a deployment needs the same
+    /// one. Unset: a secret made once and kept in Redis. Changing it ends what was signed with
+    /// the old one (clients start a new session, a new call).
+    #[arg(long, env = "CONVEYOR_SIGNING_KEY", hide_env_values = true)]
+    pub signing_key: Option<String>,
     #[command(flatten)]
     pub auth: AuthArgs,
     #[command(flatten)]

@@ -128,6 +128,11 @@ async fn gateway(args: GatewayArgs, shutdown: CancellationToken) -> anyhow::Resu
     policy
         .allowed_hosts
         .extend(args.allowed_hosts.iter().map(|h| h.trim().to_owned()).filter(|h| !h.is_empty()));
+    if args.signing_key.as_ref().is_some_and(|k| k.len() < 32) {
+        anyhow::bail!(
+            "invalid configuration: CONVEYOR_SIGNING_KEY must be at least 32 characters (for example the output of `openssl rand -hex 32`)"
+        );
+    }
     let (auth, access) = authentication(&args.auth).await?;
     let jwt = auth.jwt.clone();
     let limits = &args.limits;
@@ -148,7 +153,8 @@ async fn gateway(args: GatewayArgs, shutdown: CancellationToken) -> anyhow::Resu
     let state = Arc::new(
         AppState::new(store.clone(), config, policy)
             .with_auth(auth, access)
-            .with_shared_limits(shared_limits),
+            .with_shared_limits(shared_limits)
+            .with_signing_key(args.signing_key.as_ref().map(|k| k.as_bytes().to_vec())),
     );
     if let Some(jwt) = jwt {
         // Keys are read again on schedule, so that a rotation needs no restart.

@@ -137,6 +137,14 @@ fn bad_flags_are_refused_with_the_reason() {
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("CONVEYOR_TASK_TTL_MS"), "{stderr}");
+
+    let output = Command::new(conveyor_bin())
+        .args(["gateway", "--no-auth", "--signing-key", "too-short"])
+        .output()
+        .expect("conveyor runs");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("CONVEYOR_SIGNING_KEY must be at least 32 characters"), "{stderr}");
 }
 
 #[test]
