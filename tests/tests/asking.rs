@@ -506,3 +506,33 @@ async fn url_elicitation_is_sent_only_to_a_client_that_takes_it() {
             .await;
     assert_eq!(done.result()["content"][0]["text"], "Connected to git", "{}", done.raw);
 }
+
+#[tokio::test]
+async fn progress_on_a_tasks_result_stream_names_its_task() {
+    let s = stack();
+    let _worker = start_worker(&s.redis, &["--fixtures"]).await;
+    s.a.wait_for_tool("slow_compute", Duration::from_secs(20)).await.expect("tool listed");
+    let created = s
+        .a
+        .call_2025(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": 1}, "task": {"ttl": 60_000}, "_meta": {"progressToken": "p1"}}),
+        )
+        .await
+        .expect("tools/call");
+    let task = created.result()["task"]["taskId"].as_str().expect("a task").to_owned();
+    let result = s.b.call_2025("tasks/result", json!({"taskId": task})).await.expect("tasks/result");
+    assert!(result.error_code().is_none(), "{}", result.raw);
+    let progress: Vec<&Value> =
+        result.notifications.iter().filter(|n| n["method"] == "notifications/progress").collect();
+    assert!(!progress.is_empty(), "progress reached the tasks/result stream: {}", result.raw);
+    for n in progress {
+        assert_eq!(n["params"]["progressToken"], "p1", "{n}");
+        assert_eq!(
+            n["params"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
+            task.as_str(),
+            "{n}"
+        );
+    }
+    assert_eq!(result.result()["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], task.as_str());
+}
