@@ -882,7 +882,16 @@ async fn a_dag_failed_by_one_node_gives_back_the_load_of_its_queued_nodes() {
     let x = h.start_node(&id, "x").await;
     let failed = h.store.complete(&x, Some(&tool_error()), false).await.expect("complete");
     assert_eq!(failed, CompleteOutcome::Settled, "x's failure fails the task");
-    assert_eq!(h.store.get_task(&id).await.expect("get").expect("exists").status, TaskStatus::Failed);
+    // A failed graph settles with a result that says which node failed (2026-07-28: completed,
+    // isError; 2025-11-25: failed).
+    let got = h.store.get_task(&id).await.expect("get").expect("exists");
+    assert_eq!(got.status, TaskStatus::Completed);
+    let result = got.result.expect("a result");
+    assert_eq!(
+        (result["isError"].as_bool(), result["structuredContent"]["failedNode"].as_str()),
+        (Some(true), Some("x"))
+    );
+    assert_eq!(result["structuredContent"]["nodes"]["y"]["status"], "dropped", "{result}");
 
     // No worker read y's entry before the failed task's keys expired; one reads it now.
     tokio::time::sleep(Duration::from_millis(400)).await;
