@@ -143,7 +143,6 @@ enum CompleteReply {
 #[serde(tag = "outcome", rename_all = "camelCase")]
 enum FencedReply {
     Recorded,
-    Waiting,
     Released,
     Refused,
     Stale,
