@@ -421,6 +421,9 @@ pub enum OfferKind {
     Prompt,
     Resource,
     ResourceTemplate,
+    /// A step of the graphs tools plan: it runs as a node of a tool's task and is never offered
+    /// to clients (not listed, not callable, not usable in `run_dag`).
+    Step,
 }
 
 impl OfferKind {
@@ -429,7 +432,7 @@ impl OfferKind {
     }
 
     /// The name the offer is known by inside Conveyor (catalog, queues, tasks): a tool's name, or
-    /// `prompt/NAME`, `resource/URI`, `template/URI-TEMPLATE` (no tool name contains `/`, so they
+    /// `prompt/NAME`, `resource/URI`, `template/URI-TEMPLATE`, `step/NAME` (no tool name contains `/`, so they
     /// never collide). `None` when the MCP definition lacks the field that names it.
     pub fn key(self, definition: &Value) -> Option<String> {
         let field = |name: &str| definition.get(name).and_then(Value::as_str);
@@ -438,6 +441,7 @@ impl OfferKind {
             Self::Prompt => format!("prompt/{}", field("name")?),
             Self::Resource => format!("resource/{}", field("uri")?),
             Self::ResourceTemplate => format!("template/{}", field("uriTemplate")?),
+            Self::Step => format!("step/{}", field("name")?),
         })
     }
 }

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use conveyor_shared::model::{NodeRecord, RpcError, ToolOutcome, WorkItem};
+use conveyor_shared::model::{NodeRecord, OfferKind, RpcError, ToolOutcome, WorkItem};
 use conveyor_shared::{Store, StoreError, dag};
 use serde_json::{Map, Value, json};
 
@@ -43,7 +43,7 @@ pub async fn check_plan(store: &Store, plan: &dag::DagSpec) -> Result<(), ToolOu
         if let Some(tool) = &node.tool
             && !published
                 .iter()
-                .any(|t| t.definition.get("name").and_then(Value::as_str) == Some(tool.as_str()))
+                .any(|t| (t.kind.is_tool() || t.kind == OfferKind::Step) && t.name() == Some(tool.as_str()))
         {
             return Err(invalid(format!("invalid plan: node `{}` calls unknown tool `{tool}`", node.id)));
         }
@@ -77,11 +77,29 @@ pub async fn finalize(store: &Store, item: &WorkItem) -> Result<(), StoreError> 
         (json!({"content": [], "isError": false}), String::new())
     } else {
         let nodes = store.get_nodes(&item.task_id).await?;
-        dag_result(&nodes, task.output_node.as_deref())
+        match planned_result(&task.tool, &nodes, task.output_node.as_deref()) {
+            Some(result) => result,
+            None => dag_result(&nodes, task.output_node.as_deref()),
+        }
     };
     store.settle_dag(item, &result, &message).await?;
     Ok(())
 }
+
+/// The result of a graph a tool planned, when its output node completed: that node's result as
+/// it is, so that the tool's caller gets what the tool declares (its `outputSchema`), not the
+/// graph's inner workings. `None` for `run_dag`, whose caller asked for the graph itself.
+fn planned_result(tool: &str, nodes: &[NodeRecord], output: Option<&str>) -> Option<(Value, String)> {
+    if tool == RUN_DAG {
+        return None;
+    }
+    let node = nodes.iter().find(|n| Some(n.node_id.as_str()) == output)?;
+    let result = node.output.clone().filter(|o| node.status == "completed" && o.is_object())?;
+    Some((result, format!("Completed ({} nodes)", nodes.len())))
+}
+
+/// The name of the gateway's built-in tool that runs a client's graph.
+const RUN_DAG: &str = "run_dag";
 
 /// The `CallToolResult` of a graph: every node's outcome in `structuredContent.nodes`, and the
 /// output node's content as the content.

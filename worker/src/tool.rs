@@ -89,6 +89,12 @@ where
         Self { kind: OfferKind::ResourceTemplate, ..Self::new(definition, run) }
     }
 
+    /// A step: a tool that runs only as a node of the graphs other tools plan, named in a plan as
+    /// `step/NAME` ([`OfferKind::Step`]); clients never see it.
+    pub fn step(definition: ToolDefinition, run: F) -> Self {
+        Self { kind: OfferKind::Step, ..Self::new(definition, run) }
+    }
+
     /// Puts the tool's nodes in `queue` instead of a queue of the tool's own name.
     pub fn on_queue(mut self, queue: impl Into<String>) -> Self {
         self.queue = Some(queue.into());
@@ -301,8 +307,21 @@ impl ToolRegistry {
                 self.order.iter().filter(|n| self.is_tool(n)).cloned().collect::<Vec<_>>().join(", ")
             ));
         }
+        // The steps of the kept tools' plans come along: a step shares its tool's queue.
+        let kept_queues: Vec<String> = names
+            .iter()
+            .filter_map(|n| self.tools.get(n))
+            .map(|t| {
+                t.queue().unwrap_or_else(|| t.definition()["name"].as_str().unwrap_or_default().to_owned())
+            })
+            .collect();
+        let is_kept_step = |name: &String| {
+            self.tools.get(name).is_some_and(|t| {
+                t.kind() == OfferKind::Step && t.queue().is_some_and(|q| kept_queues.contains(&q))
+            })
+        };
         let mut only = Self::new();
-        for name in self.order.iter().filter(|n| names.contains(n)) {
+        for name in self.order.iter().filter(|n| names.contains(n) || is_kept_step(n)) {
             if let Some(tool) = self.tools.get(name) {
                 only.tools.insert(name.clone(), tool.clone());
                 only.order.push(name.clone());

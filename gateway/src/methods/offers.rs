@@ -135,12 +135,17 @@ pub(super) fn match_template(template: &str, uri: &str) -> Option<Map<String, Va
                 rest_uri = rest_uri.strip_prefix(literal)?;
                 let close = after.find('}')?;
                 let name = &after[1..close];
+                // `{+name}` (RFC 6570 reserved expansion) may hold `/`: a path.
+                let (name, slashes) = match name.strip_prefix('+') {
+                    Some(name) => (name, true),
+                    None => (name, false),
+                };
                 rest_template = &after[close + 1..];
                 // The variable runs to the next literal character of the template (or a `/`).
                 let stop = rest_template.chars().next();
                 let end = rest_uri
                     .char_indices()
-                    .find(|&(_, c)| c == '/' || Some(c) == stop)
+                    .find(|&(_, c)| (c == '/' && !slashes) || Some(c) == stop)
                     .map_or(rest_uri.len(), |(i, _)| i);
                 if end == 0 || name.is_empty() {
                     return None;
@@ -163,6 +168,10 @@ mod tests {
     fn templates_bind_their_variables_and_refuse_what_does_not_fit() {
         let vars = match_template("test://template/{id}/data", "test://template/123/data").expect("a match");
         assert_eq!(vars["id"], "123");
+        let vars = match_template("conveyor://roots/{root}/{+path}", "conveyor://roots/repo/src/lib.rs")
+            .expect("a path may hold slashes");
+        assert_eq!((vars["root"].as_str(), vars["path"].as_str()), (Some("repo"), Some("src/lib.rs")));
+        assert!(match_template("test://template/{id}", "test://template/a/b").is_none());
         assert!(match_template("test://template/{id}/data", "test://template/123/other").is_none());
         assert!(match_template("test://template/{id}/data", "test://template//data").is_none());
         assert!(match_template("test://template/{id}/data", "test://template/1/2/data").is_none());

@@ -4,6 +4,8 @@
 //!   draft an ADR and as resources a client can read.
 
 pub mod adr_templates;
+pub mod process;
+pub mod roots;
 
 use crate::tool::ToolRegistry;
 
