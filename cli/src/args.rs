@@ -287,14 +287,8 @@ pub struct WorkerArgs {
     /// Nodes this worker runs at once.
     #[arg(long, env = "CONVEYOR_WORKER_CONCURRENCY", default_value_t = 16)]
     pub concurrency: usize,
-    /// Also offer the fixture tools (greet, slow_compute, failing_job, ... and the MCP
-    /// conformance suite's test_* tools). Off by default.
-    #[arg(long, env = "CONVEYOR_FIXTURES")]
-    pub fixtures: bool,
-    /// Offer only these tools of the worker's registry (comma-separated), so that one binary can
-    /// serve several pools: the worker reads only the queues of the tools it offers.
-    #[arg(long, env = "CONVEYOR_TOOLS", value_delimiter = ',')]
-    pub tools: Vec<String>,
+    #[command(flatten)]
+    pub offers: OfferArgs,
     /// On SIGINT/SIGTERM, how long running nodes may take to finish before they are stopped and
     /// handed back to the queue for another worker, in milliseconds.
     #[arg(long, env = "CONVEYOR_SHUTDOWN_GRACE_MS", default_value_t = 30_000)]
@@ -322,10 +316,28 @@ pub struct UpArgs {
     /// Nodes each worker runs at once.
     #[arg(long, env = "CONVEYOR_WORKER_CONCURRENCY", default_value_t = 16)]
     pub concurrency: usize,
-    /// Also offer the fixture tools (see `conveyor worker --help`).
+    #[command(flatten)]
+    pub offers: OfferArgs,
+}
+
+/// What a worker offers: its tools, what they may read, and the operator's own tools.
+#[derive(Debug, Clone, Args)]
+pub struct OfferArgs {
+    /// A directory tools may read, as NAME=PATH (repeatable; in CONVEYOR_ROOTS, comma-separated).
+    /// Tools take a root's name and paths relative to it; nothing outside a root is read.
+    #[arg(long = "root", env = "CONVEYOR_ROOTS", value_delimiter = ',', value_name = "NAME=PATH")]
+    pub roots: Vec<String>,
+    /// A TOML file of the operator's tools (commands run without a shell) and readiness profiles
+    /// (see the README).
+    #[arg(long, env = "CONVEYOR_TOOLS_FILE", value_name = "FILE")]
+    pub tools_file: Option<std::path::PathBuf>,
+    /// Also offer the fixture tools (greet, slow_compute, failing_job, ... and the MCP
+    /// conformance suite's test_* tools). Off by default.
     #[arg(long, env = "CONVEYOR_FIXTURES")]
     pub fixtures: bool,
-    /// Offer only these tools (comma-separated; see `conveyor worker --help`).
+    /// Offer only these tools of the worker's registry (comma-separated), so that one binary can
+    /// serve several pools: the worker reads only the queues of the tools it offers (and of the
+    /// steps their graphs use).
     #[arg(long, env = "CONVEYOR_TOOLS", value_delimiter = ',')]
     pub tools: Vec<String>,
 }

@@ -14,8 +14,8 @@ use conveyor_worker::{ToolRegistry, WorkerOptions};
 use tokio_util::sync::CancellationToken;
 
 use crate::args::{
-    AuthArgs, Cli, Command, DlqCommand, GatewayArgs, RedisArgs, TasksCommand, TokenCommand, UpArgs,
-    WorkerArgs,
+    AuthArgs, Cli, Command, DlqCommand, GatewayArgs, OfferArgs, RedisArgs, TasksCommand, TokenCommand,
+    UpArgs, WorkerArgs,
 };
 use crate::private_redis::PrivateRedis;
 
@@ -306,9 +306,13 @@ async fn wait_for_layout(store: &Store, shutdown: &CancellationToken) -> anyhow:
 /// that harm it (`crash_worker`).
 const TEST_PROCESS_ENV: &str = "CONVEYOR_TEST_PROCESS";
 
-fn registry(fixtures: bool, only: &[String]) -> anyhow::Result<Arc<ToolRegistry>> {
+fn registry(offers: &OfferArgs) -> anyhow::Result<Arc<ToolRegistry>> {
+    let (fixtures, only) = (offers.fixtures, &offers.tools);
+    let roots = conveyor_worker::tools::roots::Roots::parse(&offers.roots)
+        .map_err(|e| anyhow::anyhow!("--root (CONVEYOR_ROOTS): {e}"))?;
+    let settings = conveyor_worker::tools::Settings { roots };
     let mut registry = ToolRegistry::new();
-    conveyor_worker::tools::register(&mut registry);
+    conveyor_worker::tools::register(&mut registry, &settings);
     if fixtures {
         conveyor_worker::fixtures::register(&mut registry);
         // Fixtures that harm the process that runs them load only in a process that says it is
@@ -329,7 +333,7 @@ fn registry(fixtures: bool, only: &[String]) -> anyhow::Result<Arc<ToolRegistry>
 }
 
 async fn worker(store: Store, args: WorkerArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let registry = registry(args.fixtures, &args.tools)?;
+    let registry = registry(&args.offers)?;
     if !registry.has_tools() {
         tracing::warn!(
             "this worker offers no tools: start it with --fixtures, or build one with your own tools"
@@ -363,8 +367,7 @@ async fn up(mut args: UpArgs) -> anyhow::Result<()> {
     for _ in 0..args.workers {
         let worker_args = WorkerArgs {
             concurrency: args.concurrency,
-            fixtures: args.fixtures,
-            tools: args.tools.clone(),
+            offers: args.offers.clone(),
             shutdown_grace_ms: 30_000,
             lease_ms: 30_000,
             max_node_losses: 3,

@@ -2,14 +2,47 @@
 //!
 //! - [`adr_templates`]: architecture decision record templates (Nygard, MADR), as prompts that
 //!   draft an ADR and as resources a client can read.
+//! - [`roots`]: the directories tools may read (`--root NAME=PATH`), offered as resources.
+//! - [`research`]: ranked evidence for a question about a root, scanned in shards.
+//! - [`process`]: child processes for operators' commands (no shell, allowlisted environment,
+//!   capped output, the process group killed on timeout or cancellation).
 
 pub mod adr_templates;
 pub mod process;
+pub mod research;
 pub mod roots;
+
+use conveyor_shared::model::{RpcError, ToolOutcome};
+use serde_json::{Value, json};
 
 use crate::tool::ToolRegistry;
 
+/// What the operator gave the built-in tools.
+#[derive(Debug, Clone, Default)]
+pub struct Settings {
+    pub roots: roots::Roots,
+}
+
 /// Adds every built-in offer to `registry`.
-pub fn register(registry: &mut ToolRegistry) {
+pub fn register(registry: &mut ToolRegistry, settings: &Settings) {
     adr_templates::register(registry);
+    roots::register(registry, &settings.roots);
+    research::register(registry, &settings.roots);
+}
+
+/// The call's error for arguments a tool cannot use.
+pub(crate) fn invalid(message: impl Into<String>) -> ToolOutcome {
+    ToolOutcome::Error(RpcError { code: -32602, message: message.into(), data: None })
+}
+
+/// A tool's plan from its nodes (`run_dag`'s node shape) and output node.
+pub(crate) fn plan(nodes: Vec<Value>, output: &str) -> ToolOutcome {
+    match serde_json::from_value(json!({"nodes": nodes, "output": output})) {
+        Ok(plan) => ToolOutcome::Plan(plan),
+        Err(e) => ToolOutcome::Error(RpcError {
+            code: -32603,
+            message: format!("the tool planned an invalid graph: {e}"),
+            data: None,
+        }),
+    }
 }
