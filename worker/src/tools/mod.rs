@@ -5,6 +5,7 @@
 
 pub mod adr_templates;
 pub mod process;
+pub mod readiness;
 pub mod roots;
 
 use crate::tool::ToolRegistry;
