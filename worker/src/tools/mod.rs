@@ -4,6 +4,7 @@
 //!   draft an ADR and as resources a client can read.
 
 pub mod adr_templates;
+pub mod operator_config;
 pub mod process;
 pub mod readiness;
 pub mod roots;
