@@ -8,7 +8,9 @@
 //!   capped output, the process group killed on timeout or cancellation).
 
 pub mod adr_templates;
+pub mod operator_config;
 pub mod process;
+pub mod readiness;
 pub mod research;
 pub mod roots;
 
