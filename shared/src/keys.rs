@@ -155,6 +155,12 @@ pub fn log_level(scope: &str) -> String {
     format!("{PREFIX}:{{cv.meta}}:log-level:{scope}")
 }
 
+/// A list of a tool's past runs under one name (a readiness profile), newest first, trimmed to
+/// the number the tool keeps. Outside the shards: no task script touches it.
+pub fn run_history(tool: &str, name: &str) -> String {
+    format!("{PREFIX}:{{cv.history}}:{tool}:{name}")
+}
+
 /// Hash of worker name to its heartbeat record (queues, tools, running nodes, time).
 pub const WORKERS: &str = "cv:{cv.catalog}:workers";
 

@@ -10,10 +10,12 @@
 //! - [`catalog`]: live workers and the tools they offer;
 //! - [`dead_letters`]: nodes that failed for good, for operators;
 //! - [`listing`]: an owner's tasks (or every live task, for operators), page by page, across shards;
-//! - [`limits`]: limits every gateway shares: request rate per principal, poll gaps.
+//! - [`limits`]: limits every gateway shares: request rate per principal, poll gaps;
+//! - [`history`]: tools' run histories (a readiness profile's past runs).
 
 pub mod catalog;
 pub mod dead_letters;
+pub mod history;
 pub mod limits;
 pub mod listing;
 pub mod maintenance;

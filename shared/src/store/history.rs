@@ -1,0 +1,39 @@
+//! Tools' run histories: what a tool keeps of its past runs under a name (a readiness profile's
+//! outcomes), so that a run can be compared with the ones before it.
+
+use serde_json::Value;
+
+use super::Store;
+use crate::{StoreError, keys};
+
+impl Store {
+    /// Records `entry` as the newest run of `tool` under `name`, keeping the newest `keep`, and
+    /// returns the runs recorded before it, newest first. One round trip (a transaction), so that
+    /// two runs recorded at once each see the other or not, never half of it.
+    pub async fn record_run(&self, tool: &str, name: &str, entry: &Value, keep: usize) -> Result<Vec<Value>, StoreError> {
+        let key = keys::run_history(tool, name);
+        let keep = keep.max(1) as isize;
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .lrange(&key, 0, keep - 1)
+            .lpush(&key, entry.to_string())
+            .ignore()
+            .ltrim(&key, 0, keep - 1)
+            .ignore();
+        let (previous,): (Vec<String>,) = self.pipeline(&pipe).await?;
+        Ok(decode(previous))
+    }
+
+    /// The newest `count` runs of `tool` under `name`, newest first.
+    pub async fn runs(&self, tool: &str, name: &str, count: usize) -> Result<Vec<Value>, StoreError> {
+        let key = keys::run_history(tool, name);
+        let count = count.max(1) as isize;
+        let runs: Vec<String> = self.query(|| redis::cmd("LRANGE").arg(&key).arg(0).arg(count - 1).clone()).await?;
+        Ok(decode(runs))
+    }
+}
+
+/// Entries that are not JSON (written by something else) are left out rather than failing a run.
+fn decode(entries: Vec<String>) -> Vec<Value> {
+    entries.into_iter().filter_map(|e| serde_json::from_str(&e).ok()).collect()
+}
