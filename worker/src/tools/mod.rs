@@ -4,6 +4,7 @@
 //!   draft an ADR and as resources a client can read.
 
 pub mod adr_templates;
+pub mod adrs;
 
 use crate::tool::ToolRegistry;
 
