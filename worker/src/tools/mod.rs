@@ -8,6 +8,7 @@
 //!   capped output, the process group killed on timeout or cancellation).
 
 pub mod adr_templates;
+pub mod adrs;
 pub mod operator_config;
 pub mod process;
 pub mod readiness;
