@@ -310,7 +310,21 @@ fn registry(offers: &OfferArgs) -> anyhow::Result<Arc<ToolRegistry>> {
     let (fixtures, only) = (offers.fixtures, &offers.tools);
     let roots = conveyor_worker::tools::roots::Roots::parse(&offers.roots)
         .map_err(|e| anyhow::anyhow!("--root (CONVEYOR_ROOTS): {e}"))?;
-    let settings = conveyor_worker::tools::Settings { roots };
+    let operator = match &offers.tools_file {
+        Some(path) => {
+            conveyor_worker::tools::operator_config::load(path).map_err(|e| anyhow::anyhow!("{e}"))?
+        }
+        None => Default::default(),
+    };
+    for (name, root) in operator
+        .tools
+        .iter()
+        .filter_map(|t| t.root.as_ref().map(|r| (&t.name, r)))
+        .chain(operator.profiles.values().flat_map(|p| p.checks.iter().map(|c| (&c.name, &c.root))))
+    {
+        roots.get(root).map_err(|e| anyhow::anyhow!("tools file: `{name}` runs in root `{root}`: {e}"))?;
+    }
+    let settings = conveyor_worker::tools::Settings { roots, operator: Arc::new(operator) };
     let mut registry = ToolRegistry::new();
     conveyor_worker::tools::register(&mut registry, &settings);
     if fixtures {

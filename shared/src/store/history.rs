@@ -10,7 +10,13 @@ impl Store {
     /// Records `entry` as the newest run of `tool` under `name`, keeping the newest `keep`, and
     /// returns the runs recorded before it, newest first. One round trip (a transaction), so that
     /// two runs recorded at once each see the other or not, never half of it.
-    pub async fn record_run(&self, tool: &str, name: &str, entry: &Value, keep: usize) -> Result<Vec<Value>, StoreError> {
+    pub async fn record_run(
+        &self,
+        tool: &str,
+        name: &str,
+        entry: &Value,
+        keep: usize,
+    ) -> Result<Vec<Value>, StoreError> {
         let key = keys::run_history(tool, name);
         let keep = keep.max(1) as isize;
         let mut pipe = redis::pipe();
@@ -28,7 +34,8 @@ impl Store {
     pub async fn runs(&self, tool: &str, name: &str, count: usize) -> Result<Vec<Value>, StoreError> {
         let key = keys::run_history(tool, name);
         let count = count.max(1) as isize;
-        let runs: Vec<String> = self.query(|| redis::cmd("LRANGE").arg(&key).arg(0).arg(count - 1).clone()).await?;
+        let runs: Vec<String> =
+            self.query(|| redis::cmd("LRANGE").arg(&key).arg(0).arg(count - 1).clone()).await?;
         Ok(decode(runs))
     }
 }

@@ -4,11 +4,15 @@
 //!   draft an ADR and as resources a client can read.
 //! - [`roots`]: the directories tools may read (`--root NAME=PATH`), offered as resources.
 //! - [`research`]: ranked evidence for a question about a root, scanned in shards.
+//! - [`adrs`]: reading ADRs in the formats found in the wild and the rules `validate_adrs` applies.
+//! - [`readiness`]: `deployment_readiness`: operators' checks, test reports, run history.
+//! - [`configured`]: the operator's own tools, declared in the tools file ([`operator_config`]).
 //! - [`process`]: child processes for operators' commands (no shell, allowlisted environment,
 //!   capped output, the process group killed on timeout or cancellation).
 
 pub mod adr_templates;
 pub mod adrs;
+pub mod configured;
 pub mod operator_config;
 pub mod process;
 pub mod readiness;
@@ -24,6 +28,8 @@ use crate::tool::ToolRegistry;
 #[derive(Debug, Clone, Default)]
 pub struct Settings {
     pub roots: roots::Roots,
+    /// The tools file: the operator's tools and readiness profiles.
+    pub operator: std::sync::Arc<operator_config::OperatorConfig>,
 }
 
 /// Adds every built-in offer to `registry`.
@@ -31,6 +37,14 @@ pub fn register(registry: &mut ToolRegistry, settings: &Settings) {
     adr_templates::register(registry);
     roots::register(registry, &settings.roots);
     research::register(registry, &settings.roots);
+    adrs::tool::register(registry, &settings.roots);
+    readiness::tool::register(registry, &settings.roots, &settings.operator);
+    configured::register(registry, &settings.roots, &settings.operator);
+}
+
+/// The outcome of a node that stopped because it was cancelled.
+pub(crate) fn cancelled() -> ToolOutcome {
+    ToolOutcome::Error(RpcError { code: -32800, message: "cancelled".to_owned(), data: None })
 }
 
 /// The call's error for arguments a tool cannot use.

@@ -9,6 +9,9 @@
 //!   date, sections, links, relations to other records), without touching the filesystem.
 //! - [`rules`]: the checks on one record, the checks across a set of records, and the report
 //!   (JSON, its schema, and a text summary).
+//! - [`tool`]: `validate_adrs`, one node per batch of files, then a cross-check node, then (when
+//!   asked and the client samples) a review of each record by the client's model.
 
 pub mod parse;
 pub mod rules;
+pub mod tool;
