@@ -207,11 +207,8 @@ fn resolves_upward(root: &Root, joined: &Path) -> bool {
     let mut parts: Vec<String> = Vec::new();
     for component in joined.components() {
         match component {
-            std::path::Component::ParentDir => {
-                if parts.pop().is_none() {
-                    return false;
-                }
-            }
+            std::path::Component::ParentDir if parts.pop().is_none() => return false,
+            std::path::Component::ParentDir => {}
             std::path::Component::Normal(part) => parts.push(part.to_string_lossy().into_owned()),
             _ => {}
         }
