@@ -326,7 +326,6 @@ fn registry(offers: &OfferArgs) -> anyhow::Result<Arc<ToolRegistry>> {
     }
     let settings = conveyor_worker::tools::Settings { roots, operator: Arc::new(operator) };
     let mut registry = ToolRegistry::new();
-    conveyor_worker::tools::register(&mut registry, &settings);
     if fixtures {
         conveyor_worker::fixtures::register(&mut registry);
         // Fixtures that harm the process that runs them load only in a process that says it is
@@ -340,6 +339,8 @@ fn registry(offers: &OfferArgs) -> anyhow::Result<Arc<ToolRegistry>> {
             );
         }
     }
+    // After the fixtures, so that a probe that calls the first listed tool gets a quick one.
+    conveyor_worker::tools::register(&mut registry, &settings);
     if !only.is_empty() {
         registry = registry.only(only).map_err(|e| anyhow::anyhow!("CONVEYOR_TOOLS: {e}"))?;
     }

@@ -26,6 +26,18 @@ fn task_result_template() -> Value {
     })
 }
 
+/// The template of a resource a finished task's result embeds (a document a tool wrote).
+const TASK_EMBEDDED_TEMPLATE: &str = "conveyor://tasks/{taskId}/{+name}";
+
+fn task_embedded_template() -> Value {
+    json!({
+        "uriTemplate": TASK_EMBEDDED_TEMPLATE,
+        "name": "task-document",
+        "title": "A document in a finished task's result",
+        "description": "A resource one of your finished tasks embeds in its result (for example the ADR plan_adr writes), at the uri the result names.",
+    })
+}
+
 pub(super) async fn resources_list(state: &AppState, ctx: &RequestCtx) -> Result<Value, RpcFailure> {
     let resources: Vec<Value> =
         state.catalog.offers(OfferKind::Resource).await?.iter().map(|r| r.definition.clone()).collect();
@@ -41,6 +53,7 @@ pub(super) async fn resource_templates_list(state: &AppState, ctx: &RequestCtx) 
         .map(|r| r.definition.clone())
         .collect();
     templates.push(task_result_template());
+    templates.push(task_embedded_template());
     Ok(with_cache_hints(ctx.wire, json!({"resourceTemplates": templates}), LIST_TTL_MS))
 }
 
@@ -56,6 +69,10 @@ pub(super) async fn resources_read(state: Arc<AppState>, ctx: RequestCtx) -> Res
     if let Some(variables) = match_template(TASK_RESULT_TEMPLATE, &uri) {
         let task_id = variables.get("taskId").and_then(Value::as_str).unwrap_or_default();
         return task_result(&state, &ctx, &uri, task_id).await.map(Reply::Result);
+    }
+    if let Some(variables) = match_template(TASK_EMBEDDED_TEMPLATE, &uri) {
+        let task_id = variables.get("taskId").and_then(Value::as_str).unwrap_or_default();
+        return task_embedded(&state, &ctx, &uri, task_id).await.map(Reply::Result);
     }
     let wire = ctx.wire;
     let snapshot = state.catalog.snapshot().await?;
@@ -105,6 +122,34 @@ async fn task_result(
     // A finished task's result never changes: it may be cached until the task expires.
     let ttl = task.created_at_ms.saturating_add(task.ttl_ms).saturating_sub(conveyor_shared::model::now_ms());
     Ok(with_cache_hints(ctx.wire, json!({"contents": contents}), ttl))
+}
+
+/// A resource a finished task's result embeds under `uri`, for the task's owner (or an operator).
+async fn task_embedded(
+    state: &AppState,
+    ctx: &RequestCtx,
+    uri: &str,
+    task_id: &str,
+) -> Result<Value, RpcFailure> {
+    let task = match state.store.get_task(task_id).await? {
+        Some(task) if task.mode == TaskMode::Task && ctx.caller.may_see(&task.owner) => task,
+        _ => return Err(not_found(uri)),
+    };
+    let embedded = task
+        .result
+        .as_ref()
+        .and_then(|r| r.get("content"))
+        .and_then(Value::as_array)
+        .and_then(|items| {
+            items.iter().find_map(|item| {
+                let resource =
+                    item.get("resource").filter(|_| item.get("type") == Some(&json!("resource")))?;
+                (resource.get("uri").and_then(Value::as_str) == Some(uri)).then(|| resource.clone())
+            })
+        })
+        .ok_or_else(|| not_found(uri))?;
+    let ttl = task.created_at_ms.saturating_add(task.ttl_ms).saturating_sub(conveyor_shared::model::now_ms());
+    Ok(with_cache_hints(ctx.wire, json!({"contents": [embedded]}), ttl))
 }
 
 /// `resources/subscribe` and `unsubscribe` (2025-11-25): accepted for a resource this server

@@ -4,8 +4,10 @@
 //!   draft an ADR and as resources a client can read.
 //! - [`roots`]: the directories tools may read (`--root NAME=PATH`), offered as resources.
 //! - [`research`]: ranked evidence for a question about a root, scanned in shards.
+//! - [`plan_adr`]: the seven-phase guided ADR workflow, asking a person at each phase.
 //! - [`adrs`]: reading ADRs in the formats found in the wild and the rules `validate_adrs` applies.
 //! - [`readiness`]: `deployment_readiness`: operators' checks, test reports, run history.
+//! - [`troubleshoot`]: from a failure to related code, ADRs and failing tests, and a test plan.
 //! - [`configured`]: the operator's own tools, declared in the tools file ([`operator_config`]).
 //! - [`process`]: child processes for operators' commands (no shell, allowlisted environment,
 //!   capped output, the process group killed on timeout or cancellation).
@@ -14,10 +16,12 @@ pub mod adr_templates;
 pub mod adrs;
 pub mod configured;
 pub mod operator_config;
+pub mod plan_adr;
 pub mod process;
 pub mod readiness;
 pub mod research;
 pub mod roots;
+pub mod troubleshoot;
 
 use conveyor_shared::model::{RpcError, ToolOutcome};
 use serde_json::{Value, json};
@@ -32,12 +36,17 @@ pub struct Settings {
     pub operator: std::sync::Arc<operator_config::OperatorConfig>,
 }
 
-/// Adds every built-in offer to `registry`.
+/// Adds every built-in offer to `registry`. The tools that read a root come only with roots,
+/// readiness only with profiles: a worker offers nothing it could not run.
 pub fn register(registry: &mut ToolRegistry, settings: &Settings) {
     adr_templates::register(registry);
     roots::register(registry, &settings.roots);
-    research::register(registry, &settings.roots);
-    adrs::tool::register(registry, &settings.roots);
+    if !settings.roots.is_empty() {
+        research::register(registry, &settings.roots);
+        adrs::tool::register(registry, &settings.roots);
+        troubleshoot::register(registry, &settings.roots, &settings.operator);
+    }
+    plan_adr::register(registry, &settings.roots);
     readiness::tool::register(registry, &settings.roots, &settings.operator);
     configured::register(registry, &settings.roots, &settings.operator);
 }

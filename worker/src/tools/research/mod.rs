@@ -166,34 +166,10 @@ async fn plan_research(roots: &Roots, ctx: &ToolContext) -> ToolOutcome {
     if Query::parse(&args.question).is_empty() {
         return invalid(format!("research: the question `{}` has no word to search for", args.question));
     }
-    let paths = args.paths.clone();
-    let counted =
-        tokio::task::spawn_blocking(move || root.files_under(&paths).map(|files| files.len())).await;
-    let files = match counted {
-        Ok(Ok(files)) => files,
-        Ok(Err(e)) => return e.into_outcome(),
-        Err(e) => return invalid(format!("research: listing the root failed: {e}")),
+    let mut nodes = match plan_scans(&root, &args.paths, json!(args.question), args.max_results(), "").await {
+        Ok(nodes) => nodes,
+        Err(outcome) => return outcome,
     };
-    let shards = files.div_ceil(FILES_PER_SHARD).clamp(1, MAX_SHARDS);
-    let keep = args.max_results() * CANDIDATES_PER_RESULT;
-    let mut nodes: Vec<Value> = (0..shards)
-        .map(|shard| {
-            json!({
-                "id": format!("scan-{shard}"),
-                "tool": "step/research_scan",
-                "arguments": {"root": args.root, "question": args.question, "paths": args.paths, "shard": shard, "shards": shards, "keep": keep},
-                "retries": 2
-            })
-        })
-        .collect();
-    let scans: Vec<Value> =
-        (0..shards).map(|s| json!({"$from": format!("scan-{s}"), "pointer": "/structuredContent"})).collect();
-    nodes.push(json!({
-        "id": "merge",
-        "tool": "step/research_merge",
-        "arguments": {"question": args.question, "maxResults": args.max_results(), "root": args.root, "scans": scans},
-        "dependsOn": (0..shards).map(|s| format!("scan-{s}")).collect::<Vec<_>>()
-    }));
     let synthesize = args.synthesize.unwrap_or(true) && ctx.client_supports(&input::sample("", 1));
     if synthesize {
         nodes.push(json!({
@@ -204,6 +180,53 @@ async fn plan_research(roots: &Roots, ctx: &ToolContext) -> ToolOutcome {
         }));
     }
     plan(nodes, if synthesize { "answer" } else { "merge" })
+}
+
+/// The scan nodes of a search of `root` (one per shard, ids `{prefix}scan-N`) and the node that
+/// merges them (`{prefix}merge`), for a graph a tool plans. `question` is the question's text, or
+/// an upstream reference to it (a question another node asks the person).
+pub async fn plan_scans(
+    root: &Root,
+    paths: &[String],
+    question: Value,
+    max_results: usize,
+    prefix: &str,
+) -> Result<Vec<Value>, ToolOutcome> {
+    let (counted_root, counted_paths) = (root.clone(), paths.to_vec());
+    let counted = tokio::task::spawn_blocking(move || {
+        counted_root.files_under(&counted_paths).map(|files| files.len())
+    })
+    .await;
+    let files = match counted {
+        Ok(Ok(files)) => files,
+        Ok(Err(e)) => return Err(e.into_outcome()),
+        Err(e) => return Err(invalid(format!("research: listing the root failed: {e}"))),
+    };
+    let shards = files.div_ceil(FILES_PER_SHARD).clamp(1, MAX_SHARDS);
+    let max_results = max_results.clamp(1, MAX_MAX_RESULTS);
+    let keep = max_results * CANDIDATES_PER_RESULT;
+    let scan_ids: Vec<String> = (0..shards).map(|s| format!("{prefix}scan-{s}")).collect();
+    let mut nodes: Vec<Value> = scan_ids
+        .iter()
+        .enumerate()
+        .map(|(shard, id)| {
+            json!({
+                "id": id,
+                "tool": "step/research_scan",
+                "arguments": {"root": root.name, "question": question, "paths": paths, "shard": shard, "shards": shards, "keep": keep},
+                "retries": 2
+            })
+        })
+        .collect();
+    let scans: Vec<Value> =
+        scan_ids.iter().map(|id| json!({"$from": id, "pointer": "/structuredContent"})).collect();
+    nodes.push(json!({
+        "id": format!("{prefix}merge"),
+        "tool": "step/research_merge",
+        "arguments": {"question": question, "maxResults": max_results, "root": root.name, "scans": scans},
+        "dependsOn": scan_ids
+    }));
+    Ok(nodes)
 }
 
 #[derive(Deserialize)]
