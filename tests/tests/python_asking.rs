@@ -8,6 +8,10 @@
 //!   extension built on the SDK's extension hooks, `subscriptions/listen`, prompts and resources)
 //!   and, with `mode="legacy"`, on 2025-11-25.
 //!
+//! - `mcp==1.30.0` also runs `tests/python/plan_adr_client.py`: `plan_adr` driven through its
+//!   seven phases by a person the SDK's elicitation callback plays, to a MADR document read back
+//!   as a resource; and a workflow declined at its first question.
+//!
 //! Needs `python3` with the `venv` module, and PyPI reachable the first time: each SDK is
 //! installed into its own virtualenv under `<workspace>/target` (`py-venv` for 1.30.0, shared with
 //! `python_sdk.rs`; `py-venv-mcp2` for 2.3.0), which later runs reuse.
@@ -67,4 +71,79 @@ async fn the_python_sdk_1_answers_tools_that_ask_on_the_2025_wire() -> anyhow::R
 #[tokio::test]
 async fn the_python_sdk_2_answers_tools_that_ask_on_the_2026_wire() -> anyhow::Result<()> {
     run_script(&MCP_2, "asking_client_v2.py").await
+}
+
+#[tokio::test]
+async fn the_python_sdk_drives_plan_adr_through_its_seven_phases() -> anyhow::Result<()> {
+    let python = python_with(&MCP_1).await?;
+    let redis = RedisServer::start()?;
+    let root = format!("repo={}", conveyor_tests::process::workspace_root().display());
+    let conveyor = Conveyor::up(&redis.url(), &["--root", &root, "--workers", "2"])?;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python").join("plan_adr_client.py");
+    // Watches every plan_adr task's progress while the person answers (the script's person takes
+    // 0.3 s per question), so that each phase's step is seen.
+    let watching = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let watcher = {
+        let (watching, url) = (watching.clone(), redis.url());
+        tokio::task::spawn_blocking(move || -> anyhow::Result<std::collections::BTreeSet<u32>> {
+            let mut conn = redis::Client::open(url)?.get_connection()?;
+            let mut seen = std::collections::BTreeSet::new();
+            while watching.load(std::sync::atomic::Ordering::Relaxed) {
+                for key in conveyor_tests::process::scan(&mut conn, "cv:*:t:*")? {
+                    let (tool, progress, total): (Option<String>, Option<f64>, Option<f64>) =
+                        redis::cmd("HMGET")
+                            .arg(&key)
+                            .arg("tool")
+                            .arg("progress")
+                            .arg("total")
+                            .query(&mut conn)?;
+                    if let (Some("plan_adr"), Some(progress), Some(total)) =
+                        (tool.as_deref(), progress, total)
+                        && total > 7000.0
+                    {
+                        seen.insert((100.0 * progress / total).floor() as u32);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(25));
+            }
+            Ok(seen)
+        })
+    };
+    let run = Command::new(&python)
+        .arg(&script)
+        .arg(conveyor.mcp_url())
+        .arg("repo")
+        .env("PYTHONUNBUFFERED", "1")
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .kill_on_drop(true)
+        .output();
+    let output =
+        tokio::time::timeout(SCRIPT_TIMEOUT, run).await.context("plan_adr_client.py did not finish")??;
+    watching.store(false, std::sync::atomic::Ordering::Relaxed);
+    let seen = watcher.await??;
+    ensure!(
+        output.status.success(),
+        "plan_adr_client.py failed\n{}\n--- conveyor log ---\n{}",
+        output_text(&output),
+        conveyor.log_text()
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    print!("{stdout}");
+    let task_id =
+        stdout.lines().find_map(|l| l.strip_prefix("TASK ")).context("the script named no task")?.trim();
+    // Progress moved by phase to its end: every phase weighs the same, so the task's progress
+    // equals its total once the seventh phase is done.
+    let mut conn = redis.connection()?;
+    let (progress, total): (f64, f64) = redis::cmd("HMGET")
+        .arg(conveyor_tests::process::task_key(task_id))
+        .arg("progress")
+        .arg("total")
+        .query(&mut conn)?;
+    ensure!((progress - total).abs() < 1e-6 && total > 7000.0, "progress {progress} of {total}");
+    // The phases that ask start at 0, 28, 42, 57 and 71 %; the task ends at 100 %.
+    for step in [0, 28, 42, 57, 71, 100] {
+        ensure!(seen.contains(&step), "progress never showed {step} %: saw {seen:?}");
+    }
+    println!("progress seen (%): {seen:?}");
+    Ok(())
 }

@@ -105,10 +105,14 @@ local settled = redis.call('HINCRBY', KEYS[1], 'nodesSettled', 1)
 local weight_settled = redis.call('HINCRBYFLOAT', KEYS[1], 'weightSettled', n.weight)
 
 if failed and n.onFailure == 'fail' then
-  local reason = 'node ' .. node .. ' failed after ' .. r.attempt .. ' attempt(s)'
+  local reason = 'node ' .. node .. ' failed after ' .. tries .. ' attempt(s)'
   local ok, decoded = pcall(cjson.decode, payload)
   if ok and type(decoded) == 'table' and type(decoded.message) == 'string' then
     reason = reason .. ': ' .. decoded.message
+  elseif ok and type(decoded) == 'table' and type(decoded.content) == 'table' and type(decoded.content[1]) == 'table'
+      and type(decoded.content[1].text) == 'string' then
+    -- A tool error (isError): its first text says what went wrong.
+    reason = reason .. ': ' .. string.sub(decoded.content[1].text, 1, 500)
   end
   if dead_letter ~= '' then
     reason = reason .. ' (dead letter ' .. dead_letter .. ')'

@@ -173,6 +173,10 @@ async fn run_check(config: &OperatorConfig, roots: &Roots, ctx: &ToolContext) ->
         _ => CheckStatus::Failed,
     };
     let mut summary = run.describe(command.timeout);
+    if !tests.is_empty() {
+        let failed = tests.iter().filter(|t| t.outcome == TestOutcome::Failed).count();
+        summary.push_str(&format!("; {failed} of {} tests failed", tests.len()));
+    }
     if let Some(note) = &report_note {
         summary.push_str(&format!("; {note}"));
     }
