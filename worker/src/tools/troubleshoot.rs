@@ -13,7 +13,7 @@ use super::operator_config::OperatorConfig;
 use super::readiness::history::RunRecord;
 use super::readiness::reports::TestOutcome;
 use super::research::{self, sampled_text};
-use super::roots::{Roots, root_schema};
+use super::roots::{Root, Roots, root_schema};
 use super::{invalid, plan};
 use crate::tool::{FnTool, ToolContext, ToolRegistry};
 
@@ -89,6 +89,67 @@ fn definition(roots: &Roots) -> Value {
     })
 }
 
+/// Words every failure log is full of, which say nothing about where the fault is.
+const LOG_NOISE: &[&str] = &[
+    "thread",
+    "panicked",
+    "test",
+    "tests",
+    "failed",
+    "failure",
+    "failures",
+    "assertion",
+    "error",
+    "errors",
+    "ok",
+    "note",
+    "run",
+    "backtrace",
+    "environment",
+    "variable",
+    "display",
+    "stack",
+    "traceback",
+    "most",
+    "recent",
+    "call",
+    "last",
+    "line",
+    "file",
+    "result",
+    "caused",
+    "ignored",
+    "passed",
+    "finished",
+    "running",
+];
+
+/// The places a log names as `path:line` (a stack trace, a compiler message) that are files of
+/// the root: the first evidence to read. Absolute paths count when they lie inside the root.
+pub fn locations(root: &Root, failure: &str) -> Vec<Value> {
+    let mut found: Vec<Value> = Vec::new();
+    for token in failure.split(|c: char| c.is_whitespace() || "()[]{}'\"`,<>".contains(c)) {
+        let mut parts = token.split(':');
+        let (Some(path), Some(line)) = (parts.next(), parts.next()) else { continue };
+        let Ok(line) = line.parse::<u32>() else { continue };
+        if !path.contains('.') || line == 0 {
+            continue;
+        }
+        let relative = path.strip_prefix(&*root.path.to_string_lossy()).unwrap_or(path);
+        let relative = relative.trim_start_matches("./").trim_start_matches('/');
+        let Ok(resolved) = root.resolve(relative) else { continue };
+        let relative = root.relative(&resolved);
+        if found.iter().any(|f| f["path"] == relative.as_str() && f["line"] == line) || found.len() >= 5 {
+            continue;
+        }
+        let text = research::index::read_text(&resolved).unwrap_or_default();
+        let snippet: String =
+            text.lines().skip(line.saturating_sub(2) as usize).take(3).collect::<Vec<_>>().join("\n");
+        found.push(json!({"path": relative, "line": line, "snippet": snippet}));
+    }
+    found
+}
+
 /// The lines of a log that say what went wrong (errors, panics, assertions, failing tests, file
 /// positions), or its start when none stands out; what the search looks for.
 pub fn failure_question(failure: &str) -> String {
@@ -125,7 +186,18 @@ pub fn failure_question(failure: &str) -> String {
         question.push_str(line);
         question.push('\n');
     }
-    if question.trim().is_empty() { failure.chars().take(MAX_QUESTION_CHARS).collect() } else { question }
+    let question = if question.trim().is_empty() {
+        failure.chars().take(MAX_QUESTION_CHARS).collect()
+    } else {
+        question
+    };
+    // Quoted phrases would demand the log's exact wording: the search takes its words.
+    let words: Vec<&str> = question
+        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .filter(|w| !w.is_empty() && !w.chars().all(|c| c.is_ascii_digit()))
+        .filter(|w| !LOG_NOISE.contains(&w.to_lowercase().as_str()))
+        .collect();
+    words.join(" ")
 }
 
 async fn plan_troubleshooting(roots: &Roots, ctx: &ToolContext) -> ToolOutcome {
@@ -138,6 +210,12 @@ async fn plan_troubleshooting(roots: &Roots, ctx: &ToolContext) -> ToolOutcome {
         return invalid("troubleshoot: `failure` is empty; give the error message or log");
     }
     let question = failure_question(&failure);
+    let located = locations(&root, &failure);
+    if question.trim().is_empty() && located.is_empty() {
+        return invalid(
+            "troubleshoot: the failure names nothing to search for; give its error message or log",
+        );
+    }
     let mut nodes = match research::plan_scans(&root, &[], json!(question), 10, "code-").await {
         Ok(nodes) => nodes,
         Err(outcome) => return outcome,
@@ -170,6 +248,7 @@ async fn plan_troubleshooting(roots: &Roots, ctx: &ToolContext) -> ToolOutcome {
             "failure": failure.chars().take(4_000).collect::<String>(),
             "root": root.name,
             "adrFolders": adr_folders,
+            "locations": located,
             "code": {"$from": "code-merge", "pointer": "/structuredContent/evidence"},
             "adrs": adrs,
             "history": {"$from": "history", "pointer": "/structuredContent"},
@@ -282,7 +361,13 @@ fn test_plan(ctx: &ToolContext) -> ToolOutcome {
             }));
         }
     }
-    for item in code.iter().take(3) {
+    let located = list("locations");
+    for item in &located {
+        if let Some(at) = cite(item) {
+            steps.push(json!({"step": "inspect", "action": format!("Read {at}, where the failure points (`{}`), and write a test that fails the same way.", first_line(item)), "cites": [at]}));
+        }
+    }
+    for item in code.iter().filter(|c| !located.iter().any(|l| l["path"] == c["path"])).take(3) {
         if let Some(at) = cite(item) {
             steps.push(json!({"step": "inspect", "action": format!("Read {at} (`{}`) and write a test that pins its behaviour for the failing input.", first_line(item)), "cites": [at]}));
         }
@@ -353,6 +438,7 @@ fn plan_text(structured: &Value) -> String {
             out.push_str(&format!("\n{title}:\n{}\n", cited.join("\n")));
         }
     };
+    section("Where the failure points", &structured["locations"], &mut out);
     section("Related code", &structured["code"], &mut out);
     section("Related decisions", &structured["adrs"], &mut out);
     if let Some(hypothesis) = structured.get("hypothesis").and_then(Value::as_str) {
@@ -369,8 +455,8 @@ mod tests {
     fn the_search_takes_the_lines_that_say_what_failed() {
         let log = "running 3 tests\ntest a ... ok\nthread 'b' panicked at src/retry.rs:42:9:\nassertion failed: backoff < max\ntest b ... FAILED\n";
         let question = failure_question(log);
-        assert!(question.contains("src/retry.rs:42") && question.contains("backoff < max"));
-        assert!(!question.contains("running 3 tests"));
+        assert!(question.contains("retry") && question.contains("backoff") && question.contains("max"));
+        assert!(!question.contains("running") && !question.contains("panicked"), "{question}");
         assert_eq!(failure_question("just words").trim(), "just words");
     }
 }

@@ -139,6 +139,7 @@ pub fn scan_shard(
     let mut paths: Vec<String> = Vec::new();
     let mut absolute: Vec<PathBuf> = Vec::new();
     let mut records: Vec<Record> = Vec::new();
+    let mut buffer = String::new();
     for (relative, path) in files {
         if stop() {
             break;
@@ -162,21 +163,17 @@ pub fn scan_shard(
                 }
             }
             let (mut best_line, mut best_hits) = (0usize, 0usize);
-            let mut chunk_words: Vec<String> = Vec::new();
             for (offset, line) in chunk.iter().enumerate() {
                 let mut hits_on_line = 0;
-                for term in text::terms(line) {
+                text::visit_terms(line, &mut buffer, |term| {
                     length += 1;
-                    if let Some(&i) = positions.get(term.as_str()) {
+                    if let Some(&i) = positions.get(term) {
                         term_frequency[i] += 1;
                         hits_on_line += 1;
                     }
-                }
+                });
                 if hits_on_line > best_hits {
                     (best_line, best_hits) = (offset, hits_on_line);
-                }
-                if !query.pairs.is_empty() || !query.phrases.is_empty() {
-                    chunk_words.extend(text::words(line));
                 }
             }
             stats.chunks += 1;
@@ -192,12 +189,20 @@ pub fn scan_shard(
                 stats.truncated = true;
                 continue;
             }
-            let pairs = query
-                .pairs
-                .iter()
-                .filter(|(a, b)| chunk_words.windows(2).any(|w| &w[0] == a && &w[1] == b))
-                .count();
-            let phrases = query.phrases.iter().filter(|p| text::contains_run(&chunk_words, p)).count();
+            // Word order matters only where two query words meet: read the chunk again for it.
+            let (mut pairs, mut phrases) = (0, 0);
+            if distinct >= 2 && (!query.pairs.is_empty() || !query.phrases.is_empty()) {
+                let mut chunk_words: Vec<String> = Vec::new();
+                for line in chunk {
+                    text::visit_words(line, &mut buffer, |w| chunk_words.push(w.to_owned()));
+                }
+                pairs = query
+                    .pairs
+                    .iter()
+                    .filter(|(a, b)| chunk_words.windows(2).any(|w| &w[0] == a && &w[1] == b))
+                    .count();
+                phrases = query.phrases.iter().filter(|p| text::contains_run(&chunk_words, p)).count();
+            }
             records.push(Record {
                 file: file_index,
                 line: u32::try_from(chunk_index * CHUNK_LINES + best_line + 1).unwrap_or(u32::MAX),

@@ -19,46 +19,93 @@ fn identifiers(text: &str) -> impl Iterator<Item = &str> {
     text.split(|c: char| !(c.is_alphanumeric() || c == '_')).filter(|w| !w.is_empty())
 }
 
-/// The parts of one identifier, lowercased: split at `_`, at a lower-to-upper change, before the
-/// last capital of a run of capitals followed by a lower-case letter (`HTTPServer` → `http`,
-/// `server`), and between letters and digits.
+/// Calls `part` with the byte range of each part of one identifier: split at `_`, at a
+/// lower-to-upper change, before the last capital of a run of capitals followed by a lower-case
+/// letter (`HTTPServer` → `HTTP`, `Server`), and between letters and digits.
+fn identifier_parts(word: &str, mut part: impl FnMut(&str)) {
+    for piece in word.split('_').filter(|p| !p.is_empty()) {
+        let mut start = 0;
+        let mut chars = piece.char_indices().peekable();
+        let mut prev: Option<char> = None;
+        while let Some((i, here)) = chars.next() {
+            if let Some(prev) = prev {
+                let next_is_lower = chars.peek().is_some_and(|(_, c)| c.is_lowercase());
+                let boundary = (prev.is_lowercase() && here.is_uppercase())
+                    || (prev.is_uppercase() && here.is_uppercase() && next_is_lower)
+                    || (prev.is_alphabetic() && here.is_numeric())
+                    || (prev.is_numeric() && here.is_alphabetic());
+                if boundary {
+                    part(&piece[start..i]);
+                    start = i;
+                }
+            }
+            prev = Some(here);
+        }
+        part(&piece[start..]);
+    }
+}
+
+/// `text` lowercased into `buffer` (reused, so that scanning a tree allocates almost nothing).
+fn lowercase_into<'b>(text: &str, buffer: &'b mut String) -> &'b str {
+    buffer.clear();
+    if text.is_ascii() {
+        buffer.push_str(text);
+        buffer.make_ascii_lowercase();
+    } else {
+        buffer.extend(text.chars().flat_map(char::to_lowercase));
+    }
+    buffer.as_str()
+}
+
+/// The parts of one identifier, lowercased (see [`identifier_parts`]).
 pub fn split_identifier(word: &str) -> Vec<String> {
     let mut parts = Vec::new();
-    for piece in word.split('_').filter(|p| !p.is_empty()) {
-        let chars: Vec<char> = piece.chars().collect();
-        let mut start = 0;
-        for i in 1..chars.len() {
-            let (prev, here) = (chars[i - 1], chars[i]);
-            let next_is_lower = chars.get(i + 1).is_some_and(|c| c.is_lowercase());
-            let boundary = (prev.is_lowercase() && here.is_uppercase())
-                || (prev.is_uppercase() && here.is_uppercase() && next_is_lower)
-                || (prev.is_alphabetic() && here.is_numeric())
-                || (prev.is_numeric() && here.is_alphabetic());
-            if boundary {
-                parts.push(chars[start..i].iter().collect::<String>().to_lowercase());
-                start = i;
-            }
-        }
-        parts.push(chars[start..].iter().collect::<String>().to_lowercase());
-    }
+    identifier_parts(word, |p| parts.push(p.to_lowercase()));
     parts
 }
 
-/// The sequence of word parts of `text`, in order, without stop words: what phrases match on.
-pub fn words(text: &str) -> Vec<String> {
-    identifiers(text).flat_map(split_identifier).filter(|w| !is_stopword(w)).collect()
+/// Calls `term` with each index term of `text`, lowercased, without allocating per term: every
+/// part of an identifier that is not a stop word, and every compound identifier whole.
+pub fn visit_terms(text: &str, buffer: &mut String, mut term: impl FnMut(&str)) {
+    for identifier in identifiers(text) {
+        let mut parts = 0;
+        identifier_parts(identifier, |part| {
+            parts += 1;
+            let lower = lowercase_into(part, buffer);
+            if !is_stopword(lower) {
+                term(lower);
+            }
+        });
+        if parts > 1 {
+            term(lowercase_into(identifier, buffer));
+        }
+    }
 }
 
-/// The index terms of `text`: every part, and every compound identifier whole.
+/// Calls `word` with each word part of `text` in order, lowercased, without stop words: what
+/// phrases match on.
+pub fn visit_words(text: &str, buffer: &mut String, mut word: impl FnMut(&str)) {
+    for identifier in identifiers(text) {
+        identifier_parts(identifier, |part| {
+            let lower = lowercase_into(part, buffer);
+            if !is_stopword(lower) {
+                word(lower);
+            }
+        });
+    }
+}
+
+/// The sequence of word parts of `text` (see [`visit_words`]).
+pub fn words(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    visit_words(text, &mut String::new(), |w| out.push(w.to_owned()));
+    out
+}
+
+/// The index terms of `text` (see [`visit_terms`]).
 pub fn terms(text: &str) -> Vec<String> {
     let mut out = Vec::new();
-    for identifier in identifiers(text) {
-        let parts = split_identifier(identifier);
-        if parts.len() > 1 {
-            out.push(identifier.to_lowercase());
-        }
-        out.extend(parts.into_iter().filter(|p| !is_stopword(p)));
-    }
+    visit_terms(text, &mut String::new(), |t| out.push(t.to_owned()));
     out
 }
 
@@ -113,7 +160,8 @@ mod tests {
         assert_eq!(split_identifier("HTTPServer"), ["http", "server"]);
         assert_eq!(split_identifier("sha256Digest"), ["sha", "256", "digest"]);
         assert_eq!(split_identifier("__init__"), ["init"]);
-        assert_eq!(terms("fn verify_signature(x)"), ["fn", "verify_signature", "verify", "signature", "x"]);
+        assert_eq!(terms("fn verify_signature(x)"), ["fn", "verify", "signature", "verify_signature", "x"]);
+        assert_eq!(terms("HTTPServer ÉCOLE"), ["http", "server", "httpserver", "école"]);
     }
 
     #[test]
