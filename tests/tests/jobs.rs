@@ -1072,7 +1072,28 @@ async fn every_way_out_of_a_root_is_refused() {
     write(&root, "notes.txt", &format!("nothing secret here, not even {}\n", "TOP"));
     std::os::unix::fs::symlink(&outside, root.join("leak")).expect("symlink");
     std::os::unix::fs::symlink(outside.join("secret.txt"), root.join("leak-file.md")).expect("symlink");
+    // A link in docs/ whose name is also a harmless file at the root's top.
+    std::os::unix::fs::symlink(outside.join("secret.txt"), root.join("docs/notes.txt")).expect("symlink");
     let tools = grep_tools_file("repo");
+    // A tool that runs in a folder of the root: its path arguments are read from there.
+    let mut text = std::fs::read_to_string(&tools).expect("tools file");
+    text.push_str(
+        r#"
+[[tool]]
+name = "show_doc"
+description = "Prints a file of the root's docs folder"
+argv = ["cat", "{path}"]
+root = "repo"
+cwd = "docs"
+path_arguments = ["path"]
+[tool.input_schema]
+type = "object"
+required = ["path"]
+[tool.input_schema.properties.path]
+type = "string"
+"#,
+    );
+    std::fs::write(&tools, text).expect("tools file");
     let s = stack(
         &["--root", &root_arg("repo", &root), "--tools-file", &tools.display().to_string()],
         "grep_code",
@@ -1138,6 +1159,14 @@ async fn every_way_out_of_a_root_is_refused() {
         &refusal(&s.mcp, "grep_code", json!({"pattern": "TOP", "path": "leak-file.md"})).await,
         &["outside root"],
     );
+    // A path argument is checked where the command reads it: in the tool's working directory.
+    let doc =
+        run_ok(&s.mcp, "show_doc", json!({"path": "adr/0001-record-decisions.md"}), Duration::from_secs(30))
+            .await;
+    assert!(text_of(&doc).starts_with("# 1. Record decisions"), "{doc}");
+    refused(&refusal(&s.mcp, "show_doc", json!({"path": "notes.txt"})).await, &["outside root `repo`"]);
+    refused(&refusal(&s.mcp, "show_doc", json!({"path": "../leak-file.md"})).await, &["holds `..`"]);
+    refused(&refusal(&s.mcp, "show_doc", json!({"path": "/etc/passwd"})).await, &["absolute"]);
     // Searching the whole root with grep -r does not follow the links either.
     let task = start(&s.mcp, "grep_code", json!({"pattern": "TOP"}), tasks_client_capabilities())
         .await
