@@ -38,10 +38,11 @@ async fn call(spec: &ConfiguredTool, roots: &Roots, ctx: &ToolContext) -> ToolOu
         },
         None => None,
     };
-    // Path arguments must name something inside the root (checked through symlinks).
+    // Path arguments must name something inside the root (checked through symlinks), where the
+    // command reads them: from its working directory.
     for name in &spec.path_arguments {
         if let (Some(root), Some(value)) = (root, arguments.get(name).and_then(Value::as_str))
-            && let Err(e) = root.resolve(value)
+            && let Err(e) = root.resolve(&from_cwd(&spec.cwd, value))
         {
             return invalid(format!("{}: argument `{name}`: {e}", spec.name));
         }
@@ -89,4 +90,14 @@ async fn call(spec: &ConfiguredTool, roots: &Roots, ctx: &ToolContext) -> ToolOu
     let mut failed = result::structured(text, structured);
     failed["isError"] = json!(true);
     ToolOutcome::Result(failed)
+}
+
+/// A path argument relative to the root, for a command that reads it relative to `cwd` (itself
+/// relative to the root). An absolute path is left as it is, so that it is refused as absolute.
+fn from_cwd(cwd: &str, value: &str) -> String {
+    if cwd == "." || value.starts_with(['/', '\\']) {
+        value.to_owned()
+    } else {
+        format!("{}/{value}", cwd.trim_end_matches('/'))
+    }
 }
