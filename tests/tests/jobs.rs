@@ -1225,3 +1225,151 @@ type = "string"
         );
     }
 }
+
+/// A cargo test run in which one test fails at `src/retry.rs:3`, as a check prints it.
+const FAILING_UNIT_RUN: &str = "cat <<'OUT'
+running 2 tests
+test retry::tests::backoff_doubles ... FAILED
+test retry::tests::first_delay ... ok
+
+failures:
+
+---- retry::tests::backoff_doubles stdout ----
+
+thread 'retry::tests::backoff_doubles' panicked at src/retry.rs:3:5:
+assertion failed: backoff grew too fast
+
+failures:
+    retry::tests::backoff_doubles
+
+test result: FAILED. 1 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out
+OUT
+exit 101
+";
+
+#[tokio::test]
+async fn troubleshoot_cites_the_failing_test_the_code_and_the_decision() {
+    let tree = TempTree::new("troubleshoot");
+    let app = &tree.0;
+    write(
+        app,
+        "src/retry.rs",
+        "/// The delay before a retry.\npub fn backoff_ms(attempt: u32) -> u64 {\n    200 << attempt\n}\n",
+    );
+    write(app, "src/queue.rs", "/// Queues hold work.\npub struct Queue;\n");
+    for i in 0..20 {
+        write(app, &format!("src/filler{i}.rs"), &format!("pub fn helper{i}() -> u32 {{ {i} }}\n"));
+    }
+    write(
+        app,
+        "docs/adr/0001-retry-with-exponential-backoff.md",
+        "# 1. Retry with exponential backoff\n\nDate: 2024-01-01\n\n## Status\n\nAccepted\n\n## Context\n\nFixed delays made retries hammer the queue.\n\n## Decision\n\nA retry waits an exponential backoff that grows with each attempt.\n\n## Consequences\n\nRecovery is slower.\n",
+    );
+    write(app, "unit.sh", FAILING_UNIT_RUN);
+    let tools = app.join("conveyor-tools.toml");
+    std::fs::write(
+        &tools,
+        "[readiness.ci]\n[[readiness.ci.check]]\nname = \"unit\"\nargv = [\"sh\", \"unit.sh\"]\nroot = \"app\"\nreport = \"cargo\"\n",
+    )
+    .expect("tools file");
+    let s = stack(
+        &["--root", &root_arg("app", app), "--tools-file", &tools.display().to_string()],
+        "troubleshoot",
+    )
+    .await;
+    let run = run_ok(&s.mcp, "deployment_readiness", json!({"profile": "ci"}), Duration::from_secs(60)).await;
+    assert_eq!(run["structuredContent"]["ready"], false, "{run}");
+
+    let failure = "thread 'retry::tests::backoff_doubles' panicked at src/retry.rs:3:5:\nassertion failed: backoff grew too fast";
+    let result =
+        run_ok(&s.mcp, "troubleshoot", json!({"root": "app", "failure": failure}), Duration::from_secs(60))
+            .await;
+    let found = &result["structuredContent"];
+    // Where the log points, read from the root.
+    assert_eq!(found["locations"][0]["path"], "src/retry.rs", "{found}");
+    assert_eq!(found["locations"][0]["line"], 3, "{found}");
+    // The failing test from the readiness history, named by the log.
+    let failing = &found["failingTests"][0];
+    assert_eq!(failing["test"], "retry::tests::backoff_doubles", "{found}");
+    assert_eq!(
+        (failing["check"].as_str(), failing["profile"].as_str()),
+        (Some("unit"), Some("ci")),
+        "{found}"
+    );
+    assert_eq!(failing["mentioned"], true, "{found}");
+    // The decision that bears on it, from the ADR folder.
+    let adrs: Vec<&str> =
+        found["adrs"].as_array().into_iter().flatten().filter_map(|e| e["path"].as_str()).collect();
+    assert_eq!(adrs.first(), Some(&"docs/adr/0001-retry-with-exponential-backoff.md"), "{found}");
+    // The plan: reproduce the test, read the code it points at, keep to the decision, verify.
+    let plan = found["plan"].as_array().expect("a plan");
+    let steps: Vec<&str> = plan.iter().filter_map(|p| p["step"].as_str()).collect();
+    assert_eq!(steps.first(), Some(&"reproduce"), "{found}");
+    assert_eq!(steps.last(), Some(&"verify"), "{found}");
+    assert_eq!(plan[0]["cites"], json!(["unit::retry::tests::backoff_doubles"]), "{found}");
+    assert!(
+        plan.iter().any(|p| p["step"] == "inspect" && p["cites"] == json!(["src/retry.rs:3"])),
+        "{found}"
+    );
+    assert!(
+        plan.iter().any(|p| p["step"] == "check-decision"
+            && p["cites"][0]
+                .as_str()
+                .is_some_and(|c| c.starts_with("docs/adr/0001-retry-with-exponential-backoff.md:"))),
+        "{found}"
+    );
+    assert!(plan.last().is_some_and(|p| p["action"].as_str().is_some_and(|a| a.contains("`ci`"))), "{found}");
+    let text = text_of(&result);
+    assert!(text.contains("src/retry.rs:3") && text.contains("retry::tests::backoff_doubles"), "{text}");
+
+    // A log that names nothing searchable is refused with a clear error.
+    let refused = refusal(&s.mcp, "troubleshoot", json!({"root": "app", "failure": "  12 34 "})).await;
+    assert!(refused.contains("names nothing to search for"), "{refused}");
+}
+
+#[tokio::test]
+async fn validate_adrs_asks_the_clients_model_to_review_each_record() {
+    let repo = workspace_root();
+    let s = stack(&["--root", &root_arg("repo", &repo)], "validate_adrs").await;
+    let capabilities = sampling_client();
+    let task = start(
+        &s.mcp,
+        "validate_adrs",
+        json!({"root": "repo", "path": "tests/fixtures/adrs", "review": true}),
+        capabilities.clone(),
+    )
+    .await
+    .unwrap_or_else(|reply| panic!("refused: {}", reply.raw));
+    let asked = wait_status(&s.mcp, &task, "input_required", &capabilities, Duration::from_secs(60)).await;
+    let requests = asked["inputRequests"].as_object().expect("input requests");
+    // One review per ADR of the fixture set (README.md is not one).
+    assert_eq!(requests.len(), 16, "{asked}");
+    let mut answers = serde_json::Map::new();
+    for (key, request) in requests {
+        assert_eq!(request["method"], "sampling/createMessage", "{asked}");
+        let prompt = request["params"]["messages"][0]["content"]["text"].as_str().expect("a prompt");
+        let path =
+            prompt.split('(').nth(1).and_then(|p| p.split(')').next()).expect("the prompt names its file");
+        answers.insert(
+            key.clone(),
+            json!({"role": "assistant", "content": {"type": "text", "text": format!("- {path} reads clearly.")}, "model": "reviewer"}),
+        );
+    }
+    let reply = s
+        .mcp
+        .call_2026("tasks/update", json!({"taskId": task, "inputResponses": answers}), capabilities.clone())
+        .await
+        .expect("tasks/update");
+    assert!(reply.error_code().is_none(), "{}", reply.raw);
+    let done = wait_status(&s.mcp, &task, "completed", &capabilities, Duration::from_secs(60)).await;
+    let report = &done["result"]["structuredContent"];
+    let reviews = report["reviews"].as_array().expect("reviews");
+    assert_eq!(reviews.len(), 16, "{report}");
+    for review in reviews {
+        let path = review["path"].as_str().expect("a path");
+        assert_eq!(review["review"], format!("- {path} reads clearly."), "{report}");
+    }
+    // The findings are the same as without a review.
+    assert_eq!(report["summary"]["errors"], 8, "{report}");
+    assert!(text_of(&done["result"]).contains("Review by the client's model"), "{done}");
+}

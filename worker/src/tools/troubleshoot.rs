@@ -77,6 +77,7 @@ fn definition(roots: &Roots) -> Value {
             "type": "object",
             "properties": {
                 "failure": {"type": "string"},
+                "locations": {"type": "array"},
                 "code": {"type": "array"},
                 "adrs": {"type": "array"},
                 "failingTests": {"type": "array"},
@@ -335,7 +336,15 @@ fn first_line(item: &Value) -> String {
 fn test_plan(ctx: &ToolContext) -> ToolOutcome {
     let failure = ctx.str_arg("failure").unwrap_or_default().to_owned();
     let list = |name: &str| ctx.arguments.get(name).and_then(Value::as_array).cloned().unwrap_or_default();
-    let code = list("code");
+    // Decisions are cited as decisions, not as code.
+    let adr_folders: Vec<String> =
+        list("adrFolders").iter().filter_map(|f| f.as_str().map(|f| format!("{f}/"))).collect();
+    let code: Vec<Value> = list("code")
+        .into_iter()
+        .filter(|c| {
+            !adr_folders.iter().any(|f| c["path"].as_str().is_some_and(|p| p.starts_with(f.as_str())))
+        })
+        .collect();
     let adrs = list("adrs");
     let failing: Vec<Value> =
         ctx.arguments.pointer("/history/failingTests").and_then(Value::as_array).cloned().unwrap_or_default();
@@ -391,8 +400,14 @@ fn test_plan(ctx: &ToolContext) -> ToolOutcome {
         },
         "cites": []
     }));
-    let mut structured =
-        json!({"failure": failure, "code": code, "adrs": adrs, "failingTests": failing, "plan": steps});
+    let mut structured = json!({
+        "failure": failure,
+        "locations": located,
+        "code": code,
+        "adrs": adrs,
+        "failingTests": failing,
+        "plan": steps
+    });
     let sample = ctx.arguments.get("sample").and_then(Value::as_bool).unwrap_or(false);
     if sample && !code.is_empty() {
         match ctx.input("hypothesis") {
