@@ -325,12 +325,9 @@ fn cite(item: &Value) -> Option<String> {
 }
 
 fn first_line(item: &Value) -> String {
-    item.get("snippet")
-        .and_then(Value::as_str)
-        .and_then(|s| s.lines().find(|l| !l.trim().is_empty()))
-        .unwrap_or("")
-        .trim()
-        .to_owned()
+    let snippet = item.get("snippet").and_then(Value::as_str).unwrap_or_default();
+    let line = item.get("line").and_then(Value::as_u64).unwrap_or(1) as u32;
+    research::index::cited_line(snippet, line).to_owned()
 }
 
 fn test_plan(ctx: &ToolContext) -> ToolOutcome {

@@ -329,6 +329,11 @@ pub fn read_text(path: &Path) -> Option<String> {
     Some(String::from_utf8_lossy(&bytes).into_owned())
 }
 
+/// The cited line itself, out of a snippet made by [`snippet`] (which starts a line before it).
+pub fn cited_line(snippet: &str, line: u32) -> &str {
+    snippet.lines().nth(usize::from(line > 1)).unwrap_or_default().trim()
+}
+
 /// The line and its neighbours, trimmed to [`MAX_SNIPPET_CHARS`].
 fn snippet(content: &str, line: u32) -> String {
     let index = line.saturating_sub(1) as usize;

@@ -332,15 +332,8 @@ pub fn report(question: &str, root: &str, evidence: &[Evidence], answer: Option<
     }
     out.push_str(&format!("Evidence in root `{root}` for: {question}\n"));
     for (i, item) in evidence.iter().enumerate() {
-        let first = item.snippet.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
-        out.push_str(&format!(
-            "{}. {}:{} (score {:.2}) {}\n",
-            i + 1,
-            item.path,
-            item.line,
-            item.score,
-            first
-        ));
+        let cited = index::cited_line(&item.snippet, item.line);
+        out.push_str(&format!("{}. {}:{} (score {:.2}) {cited}\n", i + 1, item.path, item.line, item.score));
     }
     out
 }
