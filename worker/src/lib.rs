@@ -11,7 +11,9 @@
 //!   cancellation over sharded pub/sub, the maintenance of the shards whose lease it holds,
 //!   heartbeats, graceful shutdown.
 //! - [`dag`]: upstream values in a node's arguments, built-in nodes, a finished graph's result.
-//! - [`tools`]: what every worker offers: ADR templates as prompts and resources.
+//! - [`tools`]: the built-in tools (research, ADR validation, deployment readiness, guided ADR
+//!   planning, troubleshooting), roots, tools from the operator's tools file, and the ADR
+//!   templates; each heavy tool plans its work as a graph of steps.
 //! - [`fixtures`]: the tools the MCP conformance suite and Conveyor's own tests call
 //!   (`--fixtures`; off by default).
 

@@ -1434,4 +1434,17 @@ root = "repo"
         assert!(pieces("{a").is_err());
         assert!(pieces("a}").is_err());
     }
+
+    #[test]
+    fn the_readme_example_is_a_valid_tools_file() {
+        let readme =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).expect("README");
+        let start =
+            readme.find("```toml\n# conveyor-tools.toml").expect("the README has a tools file example");
+        let body = &readme[start + "```toml\n".len()..];
+        let example = &body[..body.find("```").expect("the example ends")];
+        let config = parse(example, "README.md").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(config.tools.len(), 1);
+        assert_eq!(config.profiles["release"].checks.len(), 2);
+    }
 }
