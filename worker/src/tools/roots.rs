@@ -128,18 +128,26 @@ impl Root {
             .map(ignore::DirEntry::into_path)
     }
 
-    /// The files under each of `paths` (relative to the root; all of it when empty), each once.
-    pub fn files_under(&self, paths: &[String]) -> Result<Vec<PathBuf>, RootError> {
+    /// The files under each of `paths` (relative to the root; all of it when empty), each once,
+    /// walked lazily: a tree of any size costs the memory of one directory at a time. A path
+    /// that is not in the root fails before anything is walked.
+    pub fn walk_under(&self, paths: &[String]) -> Result<impl Iterator<Item = PathBuf> + use<>, RootError> {
         let starts = if paths.is_empty() {
             vec![self.path.clone()]
         } else {
             paths.iter().map(|p| self.resolve(p)).collect::<Result<Vec<_>, _>>()?
         };
-        let mut seen = std::collections::BTreeSet::new();
-        for start in &starts {
-            seen.extend(self.files(start));
-        }
-        Ok(seen.into_iter().collect())
+        let root = self.clone();
+        Ok(starts.clone().into_iter().enumerate().flat_map(move |(i, start)| {
+            // A file under an earlier start was walked already.
+            let earlier: Vec<PathBuf> = starts[..i].to_vec();
+            root.files(&start).filter(move |f| !earlier.iter().any(|e| f.starts_with(e)))
+        }))
+    }
+
+    /// [`Root::walk_under`], collected.
+    pub fn files_under(&self, paths: &[String]) -> Result<Vec<PathBuf>, RootError> {
+        Ok(self.walk_under(paths)?.collect())
     }
 }
 
@@ -365,6 +373,9 @@ mod tests {
         assert_eq!(files, vec!["src/lib.rs"], "target/ is ignored, links and hidden files skipped");
         let under = root.files_under(&["src".to_owned()]).expect("files");
         assert_eq!(under.len(), 1);
+        let twice =
+            root.files_under(&["src".to_owned(), "src/lib.rs".to_owned(), ".".to_owned()]).expect("files");
+        assert_eq!(twice.len(), 1, "a file under two of the paths is listed once: {twice:?}");
     }
 
     #[test]

@@ -260,8 +260,8 @@ async fn scan(roots: &Roots, ctx: &ToolContext) -> ToolOutcome {
     let query = Query::parse(&args.research.question);
     let (flag, count) = (stop.clone(), scanned.clone());
     let work = tokio::task::spawn_blocking(move || -> Result<ShardScan, RootError> {
-        let files = root.files_under(&args.research.paths)?;
-        let mine = files.into_iter().filter_map(|path| {
+        let files = root.walk_under(&args.research.paths)?;
+        let mine = files.filter_map(|path| {
             let relative = root.relative(&path);
             (index::shard_of(&relative, args.shards) == args.shard).then_some((relative, path))
         });
