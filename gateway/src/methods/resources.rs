@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use conveyor_shared::model::{OfferKind, TaskMode};
+use conveyor_shared::model::{OfferKind, TaskMode, TaskRecord};
 use serde_json::{Value, json};
 
 use super::offers::{LIST_TTL_MS, match_template, reply_with_cache_hints, run_offer, with_cache_hints};
@@ -102,10 +102,7 @@ async fn task_result(
     uri: &str,
     task_id: &str,
 ) -> Result<Value, RpcFailure> {
-    let task = match state.store.get_task(task_id).await? {
-        Some(task) if task.mode == TaskMode::Task && ctx.caller.may_see(&task.owner) => task,
-        _ => return Err(not_found(uri)),
-    };
+    let task = visible_task(state, ctx, uri, task_id).await?;
     let body = match (&task.result, &task.error) {
         (Some(result), _) => result.clone(),
         (None, Some(error)) => json!({"error": error}),
@@ -119,9 +116,26 @@ async fn task_result(
         }
     };
     let contents = json!([{"uri": uri, "mimeType": "application/json", "text": body.to_string()}]);
-    // A finished task's result never changes: it may be cached until the task expires.
-    let ttl = task.created_at_ms.saturating_add(task.ttl_ms).saturating_sub(conveyor_shared::model::now_ms());
-    Ok(with_cache_hints(ctx.wire, json!({"contents": contents}), ttl))
+    Ok(with_cache_hints(ctx.wire, json!({"contents": contents}), cacheable_for(&task)))
+}
+
+/// A client's own task (or any, for an operator); any other is not found, so that task ids of
+/// others are not confirmed.
+async fn visible_task(
+    state: &AppState,
+    ctx: &RequestCtx,
+    uri: &str,
+    task_id: &str,
+) -> Result<TaskRecord, RpcFailure> {
+    match state.store.get_task(task_id).await? {
+        Some(task) if task.mode == TaskMode::Task && ctx.caller.may_see(&task.owner) => Ok(task),
+        _ => Err(not_found(uri)),
+    }
+}
+
+/// How long what a finished task holds may be cached: it never changes until the task expires.
+fn cacheable_for(task: &TaskRecord) -> u64 {
+    task.created_at_ms.saturating_add(task.ttl_ms).saturating_sub(conveyor_shared::model::now_ms())
 }
 
 /// A resource a finished task's result embeds under `uri`, for the task's owner (or an operator).
@@ -131,10 +145,7 @@ async fn task_embedded(
     uri: &str,
     task_id: &str,
 ) -> Result<Value, RpcFailure> {
-    let task = match state.store.get_task(task_id).await? {
-        Some(task) if task.mode == TaskMode::Task && ctx.caller.may_see(&task.owner) => task,
-        _ => return Err(not_found(uri)),
-    };
+    let task = visible_task(state, ctx, uri, task_id).await?;
     let embedded = task
         .result
         .as_ref()
@@ -148,8 +159,7 @@ async fn task_embedded(
             })
         })
         .ok_or_else(|| not_found(uri))?;
-    let ttl = task.created_at_ms.saturating_add(task.ttl_ms).saturating_sub(conveyor_shared::model::now_ms());
-    Ok(with_cache_hints(ctx.wire, json!({"contents": [embedded]}), ttl))
+    Ok(with_cache_hints(ctx.wire, json!({"contents": [embedded]}), cacheable_for(&task)))
 }
 
 /// `resources/subscribe` and `unsubscribe` (2025-11-25): accepted for a resource this server

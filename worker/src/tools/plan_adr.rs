@@ -138,6 +138,20 @@ async fn plan_workflow(roots: &Roots, ctx: &ToolContext) -> ToolOutcome {
     plan(nodes, "adr")
 }
 
+/// What the research phase found, as `path:line`, best first.
+fn research_citations(context: &Value) -> Vec<String> {
+    context
+        .pointer("/research/evidence")
+        .and_then(Value::as_array)
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|e| Some(format!("{}:{}", e.get("path")?.as_str()?, e.get("line")?)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Lines of a free-text answer, as a list.
 fn lines(value: Option<&Value>) -> Vec<String> {
     value
@@ -204,17 +218,7 @@ async fn phase(ctx: &ToolContext) -> ToolOutcome {
             ToolOutcome::Result(result::structured(text, json!({"evidence": evidence, "found": count})))
         }
         "options" => {
-            let cited: Vec<String> = context
-                .pointer("/research/evidence")
-                .and_then(Value::as_array)
-                .map(|items| {
-                    items
-                        .iter()
-                        .take(5)
-                        .filter_map(|e| Some(format!("{}:{}", e.get("path")?.as_str()?, e.get("line")?)))
-                        .collect()
-                })
-                .unwrap_or_default();
+            let cited: Vec<String> = research_citations(&context).into_iter().take(5).collect();
             let found = if cited.is_empty() {
                 String::new()
             } else {
@@ -355,16 +359,7 @@ fn write_adr(ctx: &ToolContext, context: &Value) -> ToolOutcome {
         .iter()
         .enumerate()
         .for_each(|(i, s)| md.push_str(&format!("{}. {s}\n", i + 1)));
-    let cited: Vec<String> = context
-        .pointer("/research/evidence")
-        .and_then(Value::as_array)
-        .map(|items| {
-            items
-                .iter()
-                .filter_map(|e| Some(format!("* `{}:{}`", e.get("path")?.as_str()?, e.get("line")?)))
-                .collect()
-        })
-        .unwrap_or_default();
+    let cited: Vec<String> = research_citations(context).iter().map(|c| format!("* `{c}`")).collect();
     if !cited.is_empty() {
         md.push_str(&format!(
             "\n## More Information\n\nWhat the code says, found by research:\n\n{}\n",
