@@ -72,3 +72,29 @@ pub(crate) fn plan(nodes: Vec<Value>, output: &str) -> ToolOutcome {
         }),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pool_of_one_tool_keeps_the_steps_of_its_queue_and_offers_no_other_tool() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let roots = roots::Roots::parse(&[format!("repo={}", dir.path().display())]).expect("roots");
+        let mut registry = ToolRegistry::new();
+        register(&mut registry, &Settings { roots, ..Settings::default() });
+        let pool = registry.only(&["research".to_owned()]).expect("research is offered");
+        let names = pool.names();
+        assert!(
+            names.iter().any(|n| n == "step/research_scan")
+                && names.iter().any(|n| n == "step/research_merge")
+        );
+        assert!(!names.iter().any(|n| n == "step/adrs_batch" || n == "validate_adrs"), "{names:?}");
+        // Steps are never offered to clients as tools.
+        assert!(pool.published().iter().filter(|t| t.kind.is_tool()).all(|t| t.name() == Some("research")));
+        assert_eq!(
+            pool.queues(),
+            vec![conveyor_shared::keys::BUILTIN_QUEUE.to_owned(), research::QUEUE.to_owned()]
+        );
+    }
+}

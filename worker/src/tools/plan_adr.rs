@@ -40,12 +40,14 @@ pub fn register(registry: &mut ToolRegistry, roots: &Roots) {
             let roots = planner.clone();
             async move { plan_workflow(&roots, &ctx).await }
         })
-        .requiring(json!({"elicitation": {}})),
+        .requiring(json!({"elicitation": {}}))
+        // Its research phase runs research's steps: one pool serves both.
+        .on_queue(research::QUEUE),
     );
     registry.register(FnTool::step(
         json!({"name": "plan_adr_phase", "description": "One phase of plan_adr.", "inputSchema": {"type": "object"}}),
         |ctx| async move { phase(&ctx).await },
-    ).on_queue(TOOL));
+    ).on_queue(research::QUEUE));
 }
 
 fn definition(roots: &Roots) -> Value {
