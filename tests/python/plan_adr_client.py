@@ -2,7 +2,8 @@
 tool runs as a task, each phase's question reaches the SDK's elicitation callback on the
 `tasks/result` stream, and the person's answers shape the MADR document it returns, which is then
 read back as a resource. A second run is declined at its first question and must end in a tool
-error that says where.
+error that says where. Last, `research` over paths that leave the root is refused with an error that
+says why, and the session goes on.
 
 Usage: plan_adr_client.py MCP_URL ROOT_NAME
 """
@@ -20,6 +21,7 @@ from typing import Any
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.context import RequestContext
+from mcp.shared.exceptions import McpError
 from mcp.types import (
     CallToolResult,
     ElicitRequestParams,
@@ -132,6 +134,18 @@ async def main_async(url: str, root: str) -> int:
             assert "problem" in text or "phase 1" in text.lower() or "Phase 1" in text, f"the error does not say where: {text!r}"
             assert len(person.messages) == 1, f"asked {person.messages!r} after declining"
             print(f"ok   a declined first question ends the workflow: {text[:120]!r}")
+            # A path out of the root is refused with a clear error, and the session goes on.
+            for paths in (["../"], ["/etc"]):
+                try:
+                    refused = await session.call_tool("research", {"root": root, "question": "passwd", "paths": paths})
+                except McpError as e:
+                    message = e.error.message
+                else:
+                    assert refused.isError, f"research over {paths} was not refused: {refused!r}"
+                    message = " ".join(c.text for c in refused.content if isinstance(c, TextContent))
+                assert ".." in message or "absolute" in message, f"the refusal of {paths} does not say why: {message!r}"
+            assert (await session.call_tool("research", {"root": root, "question": "signing key", "maxResults": 1})).structuredContent
+            print("ok   paths out of the root are refused, and the session goes on")
     print(f"all plan_adr checks passed with mcp 1.30.0 in {time.monotonic() - started:.1f} s", flush=True)
     return 0
 
