@@ -9,11 +9,30 @@ use clap::{Args, Parser, Subcommand};
     name = "conveyor",
     version,
     about = "Conveyor: a hosted MCP endpoint whose long-running tools run as durable tasks on a worker cluster backed by Redis",
-    after_help = "Redis comes from REDIS_URL (default redis://127.0.0.1:6379). Logs go to stderr; set CONVEYOR_LOG (e.g. debug, conveyor_worker=debug) to change their level."
+    after_help = "Redis comes from REDIS_URL (default redis://127.0.0.1:6379). Logs go to stderr; set RUST_LOG (e.g. debug, conveyor_worker=debug) to change their level. Traces are exported over OTLP once OTEL_EXPORTER_OTLP_ENDPOINT is set (OTEL_EXPORTER_OTLP_PROTOCOL grpc or http/protobuf, OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER); see docs/observability.md."
 )]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// How log lines look: `human` (one readable line) or `json` (one object per line, for a log
+    /// pipeline). Lines written inside a span carry its `trace_id` and `span_id` either way.
+    #[arg(long, global = true, env = "CONVEYOR_LOG_FORMAT", default_value = "human", value_parser = parse_log_format)]
+    pub log_format: conveyor_shared::telemetry::LogFormat,
+}
+
+fn parse_log_format(value: &str) -> Result<conveyor_shared::telemetry::LogFormat, String> {
+    value.parse()
+}
+
+impl Cli {
+    /// The name this process has in traces unless `OTEL_SERVICE_NAME` says otherwise.
+    pub fn service_name(&self) -> &'static str {
+        match self.command {
+            Command::Gateway(_) => "conveyor-gateway",
+            Command::Worker(_) => "conveyor-worker",
+            _ => "conveyor",
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]

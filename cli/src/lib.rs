@@ -18,9 +18,6 @@ use clap::Parser;
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
     let cli = args::Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_env("CONVEYOR_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -28,7 +25,18 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run::run(cli)) {
+    let outcome = runtime.block_on(async {
+        // Inside the runtime: the gRPC exporter needs one.
+        let telemetry = conveyor_shared::telemetry::init(cli.log_format, cli.service_name())?;
+        if let Some(target) = telemetry.exporting() {
+            tracing::info!(%target, "exporting traces over OTLP");
+        }
+        let outcome = run::run(cli).await;
+        // Flushing waits on the exporter; keep it off the runtime's threads.
+        let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
+        outcome
+    });
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("conveyor: {e:#}");

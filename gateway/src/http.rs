@@ -22,6 +22,7 @@ use conveyor_shared::json_limits::{self, JsonCost, JsonLimits, JsonRefusal};
 use futures::StreamExt;
 use rmcp::model::ErrorCode;
 use serde_json::{Value, json};
+use tracing::Instrument;
 
 use crate::access::Caller;
 use crate::auth::AuthError;
@@ -267,7 +268,7 @@ async fn post_mcp(
     {
         return failure_response(&id, failure);
     }
-    let traceparent = traceparent(&headers, &params);
+    let span = crate::telemetry::request_span(&headers, &params, &method, &id, wire);
     let client_capabilities = match (wire, &session) {
         (Wire::V2026, _) => {
             input::kept_capabilities(params.get("_meta").and_then(|m| m.get(wire::META_CLIENT_CAPABILITIES)))
@@ -284,14 +285,17 @@ async fn post_mcp(
         wire,
         accepts_sse: accepts.sse,
         caller,
-        traceparent,
         budget: Some(budget),
         client_capabilities,
         session: session.map(|s| s.nonce),
         param_headers: if wire == Wire::V2026 { wire::param_headers(&headers) } else { Vec::new() },
     };
     let signer = state.clone();
-    match methods::handle(state, ctx).await {
+    let handled = methods::handle(state, ctx).instrument(span.clone()).await;
+    if let Err(failure) = &handled {
+        crate::telemetry::record_error(&span, failure.error.code.0, &failure.error.message);
+    }
+    match handled {
         Ok(Reply::Result(result)) if new_session.is_some() => {
             // A 2025-11-25 session id carries what the gateway must remember of the session (its
             // client's capabilities), signed, so that every gateway reads it and none stores it.
@@ -677,55 +681,9 @@ async fn resource_metadata(State(state): State<Arc<AppState>>, headers: HeaderMa
     json_response(StatusCode::OK, state.auth.metadata(&resource))
 }
 
-/// The request's W3C trace context: `_meta.traceparent` (SEP-414) first, then the HTTP header;
-/// a new trace when neither is valid, so that every task carries a trace context from the start.
-fn traceparent(headers: &HeaderMap, params: &Value) -> Option<String> {
-    let from_meta = params.pointer("/_meta/traceparent").and_then(Value::as_str);
-    let from_header = headers.get("traceparent").and_then(|v| v.to_str().ok());
-    from_meta
-        .filter(|t| valid_traceparent(t))
-        .or(from_header.filter(|t| valid_traceparent(t)))
-        .map(str::to_owned)
-        .or_else(|| Some(new_traceparent()))
-}
-
-/// `00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>`, ids not all zero.
-fn valid_traceparent(value: &str) -> bool {
-    let parts: Vec<&str> = value.split('-').collect();
-    let hex = |s: &str, len: usize| {
-        s.len() == len && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    };
-    parts.len() == 4
-        && hex(parts[0], 2)
-        && parts[0] != "ff"
-        && hex(parts[1], 32)
-        && parts[1].bytes().any(|b| b != b'0')
-        && hex(parts[2], 16)
-        && parts[2].bytes().any(|b| b != b'0')
-        && hex(parts[3], 2)
-}
-
-fn new_traceparent() -> String {
-    let trace = conveyor_shared::model::random_id();
-    let span = &conveyor_shared::model::random_id()[..16];
-    format!("00-{trace}-{span}-01")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn trace_context_is_kept_when_valid_and_made_when_not() {
-        let given = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-        let params = serde_json::json!({"_meta": {"traceparent": given}});
-        assert_eq!(traceparent(&HeaderMap::new(), &params).as_deref(), Some(given));
-        let bad = serde_json::json!({"_meta": {"traceparent": "00-zz-01"}});
-        let made = traceparent(&HeaderMap::new(), &bad).expect("a new trace");
-        assert!(valid_traceparent(&made), "{made}");
-        assert_ne!(made, given);
-        assert!(!valid_traceparent("00-00000000000000000000000000000000-00f067aa0ba902b7-01"));
-    }
 
     #[test]
     fn ports_are_stripped_from_hosts() {

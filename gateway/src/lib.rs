@@ -16,6 +16,7 @@
 //!   states.
 //! - [`serve`]: the accept loop: connection limit, header deadline and idle close, graceful drain.
 //! - [`state`]: [`AppState`], shared by all handlers.
+//! - [`telemetry`]: the span of each MCP request, continuing the caller's trace.
 //!
 //! Why a dispatcher of our own rather than rmcp's `StreamableHttpService`: see
 //! `docs/architecture.md`. MCP shapes come from `rmcp::model` wherever rmcp has them.
@@ -29,6 +30,7 @@ pub mod rpc;
 pub mod serve;
 pub mod signing;
 pub mod state;
+pub mod telemetry;
 pub mod wire;
 
 pub use http::router;

@@ -22,6 +22,8 @@
 //! - [`json_limits`]: bounds on outside JSON: a body measured before it is parsed, a result's
 //!   depth before it is stored.
 //! - [`config`]: [`Config`], the settings of a deployment.
+//! - [`telemetry`]: logs and OpenTelemetry traces of a process, and a task's trace context as Redis
+//!   keeps it.
 //! - [`error`] holds [`StoreError`], what a failed store operation tells its caller.
 
 pub mod config;
@@ -35,6 +37,7 @@ pub mod keys;
 pub mod model;
 pub mod scripts;
 pub mod store;
+pub mod telemetry;
 
 pub use config::Config;
 pub use error::StoreError;

@@ -6,6 +6,7 @@
 //!
 //! - [`process`]: [`RedisServer`], [`Conveyor`], free ports, and the `conveyor` binary built once.
 //! - [`python`]: the official MCP Python SDKs, each in a virtualenv of its own.
+//! - [`otlp`]: an OTLP receiver (gRPC and HTTP/protobuf) that keeps the spans it is sent.
 //! - [`trees`]: generated source trees and ADR folders for the heavy tools' tests and benchmarks.
 //! - [`mcp`]: [`Mcp`], a plain HTTP JSON-RPC client that speaks 2025-11-25 and 2026-07-28 and reads
 //!   SSE replies, for checks that need the raw wire.
@@ -13,6 +14,7 @@
 pub mod bullmq;
 pub mod mcp;
 pub mod monitor;
+pub mod otlp;
 pub mod process;
 pub mod python;
 pub mod redis_cluster;

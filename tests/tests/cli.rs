@@ -111,7 +111,10 @@ fn every_subcommand_documents_its_flags_and_environment() {
             ],
         ),
         (&["tasks", "show"], &["--json", "REDIS_URL"]),
-        (&[], &["up", "gateway", "worker", "tasks", "CONVEYOR_LOG"]),
+        (
+            &[],
+            &["up", "gateway", "worker", "tasks", "RUST_LOG", "--log-format", "OTEL_EXPORTER_OTLP_ENDPOINT"],
+        ),
     ];
     for (command, words) in expectations {
         let output =

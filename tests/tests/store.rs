@@ -767,7 +767,12 @@ async fn a_worker_whose_node_was_taken_over_learns_it_lost_the_node() {
         h.store.claim_abandoned(shard, &stream, "maint", lease, "0-0", 100).await.expect("claim");
     assert_eq!(claimed.iter().map(|i| &i.entry_id).collect::<Vec<_>>(), vec![&attempt.entry_id]);
     let reclaimed = h.store.reclaim(&claimed[0]).await.expect("reclaim");
-    assert_eq!(reclaimed, ReclaimOutcome::Requeued { losses: 1 });
+    let ReclaimOutcome::Requeued { losses: 1, lost: Some(lost) } = reclaimed else {
+        panic!("not requeued after one loss: {reclaimed:?}")
+    };
+    // What the lost worker was running, for the span the taking-over worker writes for it.
+    assert_eq!((lost.tool.as_str(), lost.attempt, lost.worker.as_str()), ("slow_compute", 1, "w1"));
+    assert!(lost.started_ms > 0);
 
     let held = [(stream.clone(), attempt.entry_id.clone())];
     assert_eq!(h.store.renew_leases("w1", &held).await.expect("renew"), vec![attempt.entry_id.clone()]);

@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use conveyor_shared::events::CancelNotice;
 use conveyor_shared::input::{self, InputRequired};
@@ -24,10 +24,13 @@ use conveyor_shared::store::{
     Attempt, CompleteOutcome, ExpandOutcome, MaintainOutcome, ParkOutcome, ReclaimOutcome, RunningNode,
     StartOutcome, WorkReader, WorkerRecord,
 };
+use conveyor_shared::telemetry::context::{self, TaskTrace, attr};
 use conveyor_shared::{Store, StoreError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::tool::{ToolContext, ToolRegistry};
 
@@ -473,11 +476,12 @@ async fn dispatch(
         free -= *run;
     }
     let starts = futures::future::join_all(by_shard.into_iter().map(|(shard, (items, run))| async move {
+        let begun = SystemTime::now();
         let outcomes = worker.store.start_batch(shard, &items, run, &worker.options.name).await;
-        (items, outcomes)
+        (items, outcomes, (begun, SystemTime::now()))
     }))
     .await;
-    for (items, outcomes) in starts {
+    for (items, outcomes, round_trip) in starts {
         let outcomes = match outcomes {
             Ok(outcomes) => outcomes,
             Err(e) => {
@@ -503,7 +507,16 @@ async fn dispatch(
                     ..
                 } => {
                     let Some(permit) = permits.pop() else { continue };
+                    let span = node_span(&attempt, &tool, &worker.options.name, losses, !answers.is_empty());
+                    context::finished_span(
+                        &span.context(),
+                        "EVALSHA start_nodes".into(),
+                        round_trip.0,
+                        round_trip.1,
+                        context::redis_attributes("EVALSHA", "start_nodes"),
+                    );
                     let job = NodeJob {
+                        span,
                         worker: worker.clone(),
                         attempt: *attempt,
                         tool,
@@ -708,7 +721,12 @@ async fn reclaim_shard(worker: &Worker, shard: Shard, cursors: &mut HashMap<Stri
                 continue;
             }
             match store.reclaim(&item).await {
-                Ok(ReclaimOutcome::Requeued { losses }) => {
+                Ok(ReclaimOutcome::Requeued { losses, lost }) => {
+                    if let (Some(lost), Some(trace)) =
+                        (lost, item.traceparent.as_deref().and_then(TaskTrace::decode))
+                    {
+                        trace.lost_attempt_span(&lost, &item.task_id, &item.node_id);
+                    }
                     tracing::info!(task = %item.task_id, node = %item.node_id, losses, "took over a node whose lease ran out");
                 }
                 Ok(ReclaimOutcome::Dropped(reason)) => {
@@ -720,8 +738,59 @@ async fn reclaim_shard(worker: &Worker, shard: Shard, cursors: &mut HashMap<Stri
     }
 }
 
+/// The span of one attempt of a node: a child of its task's span, on whatever worker runs it.
+fn node_span(attempt: &Attempt, tool: &str, worker: &str, losses: u32, resumed: bool) -> tracing::Span {
+    let reason = match (attempt.attempt, resumed, losses) {
+        (1, false, _) => "first",
+        (_, true, _) => "resumed",
+        (_, false, 0) => "retry",
+        _ => "reclaimed",
+    };
+    let queue = attempt.stream.rsplit_once(":q:").map_or("", |(_, queue)| queue);
+    let span = tracing::info_span!(
+        "node",
+        otel.name = %format!("node {tool}"),
+        otel.kind = "consumer",
+        otel.status_code = tracing::field::Empty,
+        otel.status_description = tracing::field::Empty,
+        { attr::TASK_ID } = %attempt.task_id,
+        { attr::NODE_ID } = %attempt.node_id,
+        { attr::TOOL } = %tool,
+        { attr::ATTEMPT } = attempt.attempt,
+        { attr::QUEUE } = %queue,
+        { attr::WORKER } = %worker,
+        { attr::RUN_REASON } = reason,
+        conveyor.node.losses = losses,
+        { attr::OUTCOME } = tracing::field::Empty,
+    );
+    if let Some(trace) = attempt.traceparent.as_deref().and_then(TaskTrace::decode) {
+        trace.adopt_node_span(&span, &attempt.node_id, attempt.attempt);
+    }
+    span
+}
+
+/// The W3C `traceparent` of a span, for a tool to hand on (to a child process, a remote call).
+fn w3c_traceparent(span: &tracing::Span) -> String {
+    use opentelemetry::trace::TraceContextExt;
+    let cx = span.context();
+    let sc = cx.span().span_context().clone();
+    format!("00-{}-{}-{:02x}", sc.trace_id(), sc.span_id(), sc.trace_flags().to_u8())
+}
+
+/// Records how an attempt ended on its span; a failure also sets the span's status.
+fn record_outcome(outcome: &'static str, error: Option<&str>) {
+    let span = tracing::Span::current();
+    span.record(attr::OUTCOME, outcome);
+    if let Some(error) = error {
+        span.record("otel.status_code", "ERROR");
+        span.record("otel.status_description", error);
+    }
+}
+
 /// One started attempt, from the tool call to its completion.
 struct NodeJob {
+    /// The attempt's span, entered while it runs.
+    span: tracing::Span,
     worker: Worker,
     attempt: Attempt,
     tool: String,
@@ -737,6 +806,11 @@ struct NodeJob {
 
 impl NodeJob {
     async fn run(self) {
+        let span = self.span.clone();
+        self.run_in_span().instrument(span).await
+    }
+
+    async fn run_in_span(self) {
         let store = &self.worker.store;
         let attempt = &self.attempt;
         let max_losses = self.worker.options.max_losses;
@@ -777,7 +851,7 @@ impl NodeJob {
                     attempt: attempt.attempt,
                     arguments,
                     cancel: token.clone(),
-                    traceparent: attempt.traceparent.clone(),
+                    traceparent: Some(w3c_traceparent(&self.span)),
                     store: store.clone(),
                     lease: attempt.clone(),
                     answers: self.answers.clone(),
@@ -817,20 +891,35 @@ impl NodeJob {
         match reason_of(&reason) {
             StopReason::Lost => {
                 // Another worker runs the node now; this attempt's completion would be refused.
+                record_outcome("lost", Some("another worker took the node over"));
                 tracing::info!(task = %attempt.task_id, node = %attempt.node_id, "stopped a node another worker took over");
             }
             StopReason::Shutdown if !cancelled_by_task(store, &attempt.task_id).await => {
+                record_outcome("handed_back", None);
                 self.hand_back().await
             }
-            StopReason::Task | StopReason::Shutdown => self.settle(None, false).await,
+            StopReason::Task | StopReason::Shutdown => {
+                record_outcome("cancelled", None);
+                tracing::info!(task = %attempt.task_id, node = %attempt.node_id, "node stopped: its task was cancelled");
+                self.settle(None, false).await
+            }
             StopReason::Running | StopReason::Timeout => match outcome {
                 ToolOutcome::Plan(plan) => match crate::dag::check_plan(store, &plan).await {
-                    Ok(()) => self.expand(&plan).await,
+                    Ok(()) => {
+                        record_outcome("planned", None);
+                        self.expand(&plan).await
+                    }
                     Err(invalid) => self.settle(Some(invalid), false).await,
                 },
                 ToolOutcome::InputRequired(input) => match self.askable(&input) {
-                    Ok(()) => self.park(&input).await,
-                    Err(refused) => self.refuse(refused).await,
+                    Ok(()) => {
+                        record_outcome("parked", None);
+                        self.park(&input).await
+                    }
+                    Err(refused) => {
+                        record_outcome("failed", Some(&refused.message));
+                        self.refuse(refused).await
+                    }
                 },
                 outcome => self.settle(Some(outcome), false).await,
             },
@@ -868,7 +957,18 @@ impl NodeJob {
     async fn settle(&self, outcome: Option<ToolOutcome>, final_failure: bool) {
         let attempt = &self.attempt;
         let store = &self.worker.store;
+        match &outcome {
+            Some(ToolOutcome::Result(result)) if conveyor_shared::model::result::is_error(result) => {
+                record_outcome("tool_error", None)
+            }
+            Some(ToolOutcome::Result(_)) => record_outcome("completed", None),
+            Some(ToolOutcome::Error(error)) => record_outcome("failed", Some(&error.message)),
+            _ => {}
+        }
         match self.persist("outcome", || store.complete(attempt, outcome.as_ref(), final_failure)).await {
+            Some(CompleteOutcome::Retry { delay_ms }) => {
+                tracing::info!(task = %attempt.task_id, node = %attempt.node_id, attempt = attempt.attempt, delay_ms, "attempt failed; retry scheduled");
+            }
             Some(CompleteOutcome::Stale) => {
                 tracing::info!(task = %attempt.task_id, attempt = attempt.attempt, "completion refused: attempt is stale");
             }

@@ -62,7 +62,6 @@ pub struct RequestCtx {
     pub wire: Wire,
     pub accepts_sse: bool,
     pub caller: Caller,
-    pub traceparent: Option<String>,
     /// The request's share of the gateway's memory budget; a handler that keeps running after it
     /// has let go of the request's JSON (a synchronous call waiting for its task) gives it back.
     pub budget: Option<BudgetPermit>,

@@ -83,9 +83,11 @@ pub(super) async fn run_offer(
     }
     let shard = state.store.pick_shard();
     let task_id = new_task_id(shard);
+    crate::telemetry::record_task(&task_id);
     let hub = state.store.events().await?;
     let waiter = hub.waiter(&task_id);
     let catalog = state.catalog.snapshot().await?;
+    let created_at_ms = now_ms();
     let new = NewTask {
         task_id,
         owner: ctx.caller.principal.clone(),
@@ -95,10 +97,10 @@ pub(super) async fn run_offer(
         poll_interval_ms: state.config.poll_interval_ms,
         wire: ctx.wire.as_str().to_owned(),
         progress_token: None,
-        traceparent: ctx.traceparent.clone(),
+        traceparent: Some(conveyor_shared::telemetry::context::TaskTrace::here(created_at_ms).encode()),
         mode: TaskMode::Sync,
         status_message: format!("Queued: {}", offer.name),
-        created_at_ms: now_ms(),
+        created_at_ms,
         graph: None,
         idempotency_key: None,
         queues: catalog.queues.clone(),

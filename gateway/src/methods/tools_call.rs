@@ -155,6 +155,7 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
         (None, None) => state.store.pick_shard(),
     };
     let task_id = new_task_id(shard);
+    crate::telemetry::record_task(&task_id);
     let log_level = super::logging::level_of_call(&state, &ctx).await?;
     let catalog = state.catalog.snapshot().await?;
     let idle = idle_tools(&tool, graph.as_ref(), &catalog.tools);
@@ -171,6 +172,7 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
         let hub = state.store.events().await?;
         (Some(hub.waiter(&task_id)), Some(hub.inbox(shard)))
     };
+    let created_at_ms = now_ms();
     let mut new = NewTask {
         task_id,
         owner: ctx.caller.principal.clone(),
@@ -180,10 +182,10 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
         poll_interval_ms: state.config.poll_interval_ms,
         wire: ctx.wire.as_str().to_owned(),
         progress_token: progress_token.clone(),
-        traceparent: ctx.traceparent.clone(),
+        traceparent: Some(conveyor_shared::telemetry::context::TaskTrace::here(created_at_ms).encode()),
         mode,
         status_message,
-        created_at_ms: now_ms(),
+        created_at_ms,
         graph,
         idempotency_key,
         queues: catalog.queues.clone(),

@@ -5,7 +5,8 @@
 --
 -- KEYS[1] task hash   KEYS[2] nodes hash   KEYS[3] load hash   KEYS[4] the entry's work stream
 -- ARGV[1] the record (JSON): task, node, entry, trace
--- Returns JSON: {"outcome": "requeued" (with losses) | "dropped" (with reason)}
+-- Returns JSON: {"outcome": "requeued" (with losses, and for a node that was running, lost: the
+-- attempt its worker was running: tool, attempt, worker, startedMs) | "dropped" (with reason)}
 local r = cjson.decode(ARGV[1])
 local status = redis.call('HGET', KEYS[1], 'status')
 local n = node_state(KEYS[2], r.node)
@@ -23,7 +24,10 @@ if not is_live(status) then
   return cjson.encode({outcome = 'dropped', reason = 'task is ' .. status})
 end
 local losses = n.losses
+local lost = nil
 if n.status == 'running' then
+  local was = redis.call('HMGET', KEYS[2], nf(r.node, 'worker'), nf(r.node, 'startedAt'))
+  lost = {tool = n.tool, attempt = n.attempt, worker = was[1] or '', startedMs = tonumber(was[2] or '0')}
   losses = redis.call('HINCRBY', KEYS[2], nf(r.node, 'losses'), 1)
   redis.call('HDEL', KEYS[2], nf(r.node, 'worker'))
   enqueue(KEYS[2], KEYS[4], KEYS[3], r.task, r.node, n.tool, r.trace)
@@ -32,4 +36,4 @@ else
   local entry = redis.call('XADD', KEYS[4], '*', 'task', r.task, 'node', r.node, 'trace', r.trace or '')
   redis.call('HSET', KEYS[2], nf(r.node, 'entry'), entry)
 end
-return cjson.encode({outcome = 'requeued', losses = losses})
+return cjson.encode({outcome = 'requeued', losses = losses, lost = lost})

@@ -12,6 +12,7 @@ use crate::error::StoreError;
 use crate::keys::Shard;
 use crate::model::{WorkItem, now_ms};
 use crate::scripts;
+use crate::telemetry::context::LostAttempt;
 
 /// What the maintenance lease holder must do now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,8 +26,9 @@ pub enum MaintainOutcome {
 /// What became of an entry taken over from a lost worker.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReclaimOutcome {
-    /// The node was queued again; its worker has now been lost this many times.
-    Requeued { losses: u32 },
+    /// The node was queued again; its worker has now been lost this many times. `lost` is the
+    /// attempt the lost worker was running (none when the entry was read but never started).
+    Requeued { losses: u32, lost: Option<LostAttempt> },
     /// The entry was not its node's current one (or its task is gone); it was dropped.
     Dropped(String),
 }
@@ -46,8 +48,14 @@ struct MaintainReply {
 #[derive(Deserialize)]
 #[serde(tag = "outcome", rename_all = "camelCase")]
 enum ReclaimReply {
-    Requeued { losses: u32 },
-    Dropped { reason: String },
+    Requeued {
+        losses: u32,
+        #[serde(default)]
+        lost: Option<LostAttempt>,
+    },
+    Dropped {
+        reason: String,
+    },
 }
 
 #[derive(Deserialize)]
@@ -122,7 +130,7 @@ impl Store {
         });
         let reply: ReclaimReply = self.script(&scripts::RECLAIM_NODE, &keys, &record).await?;
         Ok(match reply {
-            ReclaimReply::Requeued { losses } => ReclaimOutcome::Requeued { losses },
+            ReclaimReply::Requeued { losses, lost } => ReclaimOutcome::Requeued { losses, lost },
             ReclaimReply::Dropped { reason } => ReclaimOutcome::Dropped(reason),
         })
     }
