@@ -64,6 +64,7 @@ async fn call(spec: &ConfiguredTool, roots: &Roots, ctx: &ToolContext) -> ToolOu
         env: spec.env.clone(),
         timeout: Duration::from_secs(spec.timeout_s),
         max_output_bytes: usize::try_from(spec.max_output_bytes).unwrap_or(usize::MAX),
+        traceparent: ctx.traceparent.clone(),
     };
     let run = process::run(&command, &ctx.cancel).await;
     if run.ending == Ending::Cancelled {

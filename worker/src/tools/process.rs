@@ -32,6 +32,9 @@ pub struct Command {
     pub timeout: Duration,
     /// Most bytes kept of stdout and of stderr each: the first and the last half of it.
     pub max_output_bytes: usize,
+    /// The W3C trace context of the node that runs the command, handed on as `TRACEPARENT` (the
+    /// OpenTelemetry convention for processes), so that an instrumented command joins the trace.
+    pub traceparent: Option<String>,
 }
 
 /// How a command ended.
@@ -122,6 +125,9 @@ pub async fn run(command: &Command, cancel: &CancellationToken) -> Finished {
         if let Some(value) = std::env::var_os(name) {
             child.env(name, value);
         }
+    }
+    if let Some(traceparent) = &command.traceparent {
+        child.env("TRACEPARENT", traceparent);
     }
     let mut child = match child.spawn() {
         Ok(child) => child,
@@ -224,6 +230,7 @@ mod tests {
             env: vec![],
             timeout: Duration::from_millis(timeout_ms),
             max_output_bytes: 64,
+            traceparent: None,
         }
     }
 
@@ -269,6 +276,12 @@ mod tests {
         assert_eq!(done.stdout.text, "[]\n");
         let named = Command { env: vec!["CARGO_PKG_NAME".into()], ..echo };
         assert_eq!(run(&named, &CancellationToken::new()).await.stdout.text, "[conveyor-worker]\n");
+        let traced = Command {
+            traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
+            ..sh("echo \"$TRACEPARENT\"", 5_000)
+        };
+        let handed_on = run(&traced, &CancellationToken::new()).await.stdout.text;
+        assert_eq!(handed_on, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\n");
         let missing = run(
             &Command { argv: vec!["/no/such/program".into()], ..sh("", 1000) },
             &CancellationToken::new(),

@@ -156,6 +156,7 @@ async fn run_check(config: &OperatorConfig, roots: &Roots, ctx: &ToolContext) ->
         env: check.env.clone(),
         timeout: Duration::from_secs(check.timeout_s),
         max_output_bytes: usize::try_from(check.max_output_bytes).unwrap_or(usize::MAX),
+        traceparent: ctx.traceparent.clone(),
     };
     let run = process::run(&command, &ctx.cancel).await;
     if run.ending == Ending::Cancelled {
