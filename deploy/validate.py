@@ -27,6 +27,11 @@ import tempfile
 import time
 from pathlib import Path
 
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
+
 import dockerfile
 import jsonschema
 import kubernetes_validate
@@ -172,7 +177,7 @@ def _version(package):
 
 # ---- syntax -------------------------------------------------------------------------------------
 
-@check("yaml and json parse (duplicate keys refused)")
+@check("yaml, json and toml parse (duplicate keys refused)")
 def _():
     files = [COMPOSE] + sorted(p for p in DEPLOY.rglob("*") if p.suffix in (".yml", ".yaml"))
     problems = []
@@ -186,6 +191,18 @@ def _():
             json.loads(path.read_text(encoding="utf-8"))
         except ValueError as e:
             problems.append(f"{rel(path)}: {e}")
+    tomls = [(rel(p), p.read_text(encoding="utf-8")) for p in sorted(DEPLOY.rglob("*.toml"))]
+    if not problems:
+        # The TOML files the Kubernetes manifests carry (the tools file, the tokens file).
+        for path, doc in k8s_docs():
+            for key, value in (doc.get("data") or doc.get("stringData") or {}).items():
+                if key.endswith(".toml"):
+                    tomls.append((f"{path} ({doc['metadata']['name']}: {key})", value))
+    for where, text in tomls:
+        try:
+            tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            problems.append(f"{where}: {e}")
     ensure(not problems, "\n".join(problems))
 
 

@@ -117,7 +117,7 @@ fn broken_copies_of_the_deployment_files_are_refused() {
             "deploy/grafana/dashboards/conveyor.json",
             "\"panels\": [",
             "\"panels\": [[",
-            "FAIL yaml and json parse",
+            "FAIL yaml, json and toml parse",
         ),
         (
             "dockerfile-user",
@@ -159,15 +159,55 @@ fn broken_copies_of_the_deployment_files_are_refused() {
             let text = output_text(&output);
             assert!(!output.status.success(), "{name}: the broken copy passed:\n{text}");
             assert!(text.contains(expected), "{name}: expected `{expected}` among the failures:\n{text}");
-            let failed: Vec<_> = text
+            let failed: Vec<String> = text
                 .lines()
                 .filter(|l| l.starts_with("FAIL"))
-                .map(|l| l.split(':').next().unwrap_or(l))
+                .map(|l| l.chars().take(110).collect())
                 .collect();
-            println!("{name}: refused by {} check(s): {}", failed.len(), failed.join(" | "));
+            println!("{name}: refused by {} check(s):\n  {}", failed.len(), failed.join("\n  "));
         }
     }
     println!("{} broken copies checked in {:.1?}", breakages.len(), started.elapsed());
+}
+
+/// The tools file the Kubernetes ConfigMap carries: a real worker loads it, and offers the
+/// readiness tool it declares.
+#[tokio::test]
+async fn the_kubernetes_tools_file_loads_in_a_worker() {
+    let manifest =
+        std::fs::read_to_string(workspace_root().join("deploy/k8s/configmap.yaml")).expect("configmap");
+    let mut lines = manifest.lines().skip_while(|l| l.trim() != "tools.toml: |").skip(1);
+    let mut toml = String::new();
+    for line in lines.by_ref().take_while(|l| l.is_empty() || l.starts_with("    ")) {
+        toml.push_str(line.strip_prefix("    ").unwrap_or(line));
+        toml.push('\n');
+    }
+    assert!(toml.contains("[readiness."), "configmap.yaml's tools.toml: {toml}");
+    let dir = scratch_dir("deploy-k8s-tools");
+    std::fs::write(dir.join("tools.toml"), &toml).expect("write");
+    std::fs::create_dir_all(dir.join("repo/docs/adr")).expect("mkdir");
+    let redis = conveyor_tests::RedisServer::start().expect("redis");
+    let tools_file = dir.join("tools.toml");
+    let root = format!("repo={}", dir.join("repo").display());
+    let env = [
+        ("CONVEYOR_TOOLS", CHECKS_POOL),
+        ("CONVEYOR_TOOLS_FILE", tools_file.to_str().expect("utf-8 path")),
+        ("CONVEYOR_ROOTS", root.as_str()),
+    ];
+    let worker = Conveyor::with_env("worker", &redis.url(), &[], &env).expect("worker");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let workers = conveyor_json(&redis.url(), &["workers"]);
+        if workers.to_string().contains("\"deployment_readiness\"") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the worker never offered deployment_readiness:\n{}",
+            worker.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 // ---- the topology, with real processes ---------------------------------------------------------
