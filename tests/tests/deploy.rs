@@ -92,6 +92,13 @@ fn broken_copies_of_the_deployment_files_are_refused() {
             "FAIL deploy/k8s: built-in kinds",
         ),
         (
+            "kustomization",
+            "deploy/k8s/kustomization.yaml",
+            "  - keda-trigger-auth.yaml",
+            "  - keda-trigger-authentication.yaml",
+            "kubectl kustomize refused it",
+        ),
+        (
             "keda-metadata",
             "deploy/k8s/worker-research.yaml",
             "pendingEntriesCount: \"12\"",
