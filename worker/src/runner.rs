@@ -508,13 +508,15 @@ async fn dispatch(
                 } => {
                     let Some(permit) = permits.pop() else { continue };
                     let span = node_span(&attempt, &tool, &worker.options.name, losses, !answers.is_empty());
-                    context::finished_span(
-                        &span.context(),
-                        "EVALSHA start_nodes".into(),
-                        round_trip.0,
-                        round_trip.1,
-                        context::redis_attributes("EVALSHA", "start_nodes"),
-                    );
+                    if conveyor_shared::telemetry::exporting() {
+                        context::finished_span(
+                            &span.context(),
+                            "EVALSHA start_nodes".into(),
+                            round_trip.0,
+                            round_trip.1,
+                            context::redis_attributes("EVALSHA", "start_nodes"),
+                        );
+                    }
                     let job = NodeJob {
                         span,
                         worker: worker.clone(),

@@ -220,6 +220,9 @@ impl TaskTrace {
     /// lost worker could not, so the worker that takes the node over writes it, from the attempt's
     /// start to the takeover, as an error.
     pub fn lost_attempt_span(&self, lost: &LostAttempt, task_id: &str, node_id: &str) {
+        if !super::exporting() {
+            return;
+        }
         let tracer = opentelemetry::global::tracer(TRACER);
         let start = SystemTime::UNIX_EPOCH + Duration::from_millis(lost.started_ms);
         let builder = tracer

@@ -16,6 +16,7 @@ mod logs;
 
 use std::cell::Cell;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use opentelemetry::trace::{SpanId, TraceId, TracerProvider as _};
 use opentelemetry_sdk::Resource;
@@ -33,6 +34,14 @@ pub const TRACER: &str = "conveyor";
 
 /// Crates whose spans become OpenTelemetry spans, whatever the log level says.
 const TRACED_CRATES: [&str; 3] = ["conveyor_shared", "conveyor_gateway", "conveyor_worker"];
+
+static EXPORTING: AtomicBool = AtomicBool::new(false);
+
+/// Whether this process exports spans. Spans that serve only a trace (Redis round trips, spans
+/// written on another's behalf) are not made when it does not; those that logs need are.
+pub fn exporting() -> bool {
+    EXPORTING.load(Ordering::Relaxed)
+}
 
 /// What [`init`] set up; [`Telemetry::shutdown`] exports the spans still buffered.
 pub struct Telemetry {
@@ -91,6 +100,7 @@ pub fn init(format: LogFormat, service: &str) -> Result<Telemetry, TelemetryErro
         }
         None => None,
     };
+    EXPORTING.store(exporting.is_some(), Ordering::Relaxed);
     let provider = builder.build();
     opentelemetry::global::set_tracer_provider(provider.clone());
     let traced = TRACED_CRATES.iter().fold(Targets::new(), |t, name| t.with_target(*name, Level::INFO));
