@@ -249,10 +249,11 @@ async fn every_counter_matches_a_known_workload() {
     assert_eq!(reply.error_code(), Some(-32020), "the Mcp-Method header disagrees: {}", reply.raw);
     client.count("tools/list", &reply);
 
-    // The worker: every node attempt, once both stopped nodes (the cancelled task's and the
-    // expired one's) have ended.
+    // The worker: every node attempt and every task it settles, once both stopped nodes (the
+    // cancelled task's and the expired one's) have ended.
     let worker = scrape_until(&worker_base, "saw every node end", |m| {
         m.sum("conveyor_nodes_run_total", &[]) >= 12.0
+            && m.sum("conveyor_tasks_settled_total", &[]) >= 9.0
             && m.get("conveyor_worker_nodes_running", &[]) == Some(0.0)
             && m.get("conveyor_tasks_settled_total", &[("tool", "slow_compute"), ("status", "expired")])
                 .is_some()
@@ -503,4 +504,62 @@ async fn the_worker_that_takes_over_a_killed_workers_node_counts_the_reclaim() {
         [(strings(&["slow_compute", "completed"]), 1.0)].into()
     );
     assert_eq!(redis.node_field(&task, "root", "attempt").as_deref(), Some("2"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_gauges_are_read_from_every_shard_of_a_redis_cluster() {
+    let cluster = tokio::task::block_in_place(|| conveyor_tests::redis_cluster::RedisCluster::start(3, 0))
+        .expect("cluster");
+    let url = cluster.seed_url();
+    let gateway = Conveyor::gateway(&url, &["--shards", "6"]).expect("gateway");
+    let (_worker, worker_base) = worker_with_metrics(&url, &["--shards", "6"]).await;
+    let mut client = Counted { mcp: Mcp::new(gateway.mcp_url()), sent: BTreeMap::new() };
+    client.wait_for_tools(&["greet"]).await;
+    let greeting =
+        client.call("tools/call", json!({"name": "greet", "arguments": {"name": "cluster"}})).await;
+    assert_eq!(greeting.result()["content"][0]["text"], "Hello, cluster!", "{}", greeting.raw);
+
+    let metrics = scrape(&gateway.base).await;
+    assert_eq!(metrics.get("conveyor_redis_up", &[]), Some(1.0), "{}", metrics.text);
+    assert_eq!(metrics.get("conveyor_workers_live", &[("queue", "greet")]), Some(1.0));
+    for shard in ["0", "1", "2", "3", "4", "5"] {
+        let labels = [("queue", "greet"), ("shard", shard)];
+        for gauge in
+            ["conveyor_queue_stream_entries", "conveyor_queue_pending_entries", "conveyor_queue_consumer_lag"]
+        {
+            assert_eq!(metrics.get(gauge, &labels), Some(0.0), "{gauge} {labels:?}: {}", metrics.text);
+        }
+        assert_eq!(metrics.get("conveyor_dead_letter_stream_entries", &[("shard", shard)]), Some(0.0));
+    }
+    assert_eq!(metrics.get("conveyor_tasks_created_total", &[("tool", "greet")]), Some(1.0));
+    let worker = scrape(&worker_base).await;
+    let labels = [("queue", "greet"), ("tool", "greet"), ("outcome", "completed")];
+    assert_eq!(worker.get("conveyor_nodes_run_total", &labels), Some(1.0), "{}", worker.text);
+    assert_eq!(worker.sum("conveyor_redis_errors_total", &[]), 0.0, "{}", worker.text);
+}
+
+#[tokio::test]
+async fn conveyor_up_shows_its_workers_metrics_beside_its_gateways() {
+    let redis = RedisServer::start().expect("redis");
+    let up = Conveyor::up(&redis.url(), &["--fixtures"]).expect("conveyor up");
+    let mut client = Counted { mcp: Mcp::new(up.mcp_url()), sent: BTreeMap::new() };
+    client.wait_for_tools(&["greet"]).await;
+    client.call("tools/call", json!({"name": "greet", "arguments": {"name": "up"}})).await;
+    let metrics = scrape_until(&up.base, "counted the greeting", |m| {
+        m.get("conveyor_tasks_settled_total", &[("tool", "greet"), ("status", "completed")]).is_some()
+    })
+    .await;
+    assert_eq!(
+        metrics.get("conveyor_mcp_requests_total", &[("method", "tools/call"), ("outcome", "ok")]),
+        Some(1.0)
+    );
+    assert_eq!(metrics.get("conveyor_tasks_created_total", &[("tool", "greet")]), Some(1.0));
+    let labels = [("queue", "greet"), ("tool", "greet"), ("outcome", "completed")];
+    assert_eq!(metrics.get("conveyor_nodes_run_total", &labels), Some(1.0), "{}", metrics.text);
+    assert_eq!(
+        metrics.get("conveyor_tasks_settled_total", &[("tool", "greet"), ("status", "completed")]),
+        Some(1.0)
+    );
+    assert_eq!(metrics.get("conveyor_workers_live", &[("queue", "greet")]), Some(1.0));
+    assert_eq!(metrics.get("conveyor_redis_up", &[]), Some(1.0));
 }
