@@ -54,7 +54,7 @@ impl McpOutcome {
 /// How a node attempt ended on the worker that ran it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NodeOutcome {
-    /// The tool returned a result (or a plan that joined its task).
+    /// The tool returned a result.
     Completed,
     /// The tool returned a result with `isError: true`.
     ToolError,
@@ -63,6 +63,8 @@ pub enum NodeOutcome {
     Failed,
     /// The node was stopped because its task was cancelled, failed or expired.
     Cancelled,
+    /// The tool planned its work as a graph, which joined its task.
+    Planned,
     /// The tool asked the client for input; the node waits without a worker.
     Parked,
     /// The attempt ended without an outcome this worker could record: another worker took the
@@ -80,7 +82,8 @@ impl NodeOutcome {
         match outcome {
             None => Self::Cancelled,
             Some(ToolOutcome::Result(result)) if crate::model::result::is_error(result) => Self::ToolError,
-            Some(ToolOutcome::Result(_) | ToolOutcome::Plan(_)) => Self::Completed,
+            Some(ToolOutcome::Result(_)) => Self::Completed,
+            Some(ToolOutcome::Plan(_)) => Self::Planned,
             Some(ToolOutcome::InputRequired(_)) => Self::Parked,
             Some(ToolOutcome::Error(_)) => Self::Failed,
         }
@@ -92,6 +95,7 @@ impl NodeOutcome {
             Self::ToolError => "tool_error",
             Self::Failed => "failed",
             Self::Cancelled => "cancelled",
+            Self::Planned => "planned",
             Self::Parked => "parked",
             Self::Lost => "lost",
             Self::HandedBack => "handed_back",

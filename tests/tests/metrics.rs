@@ -205,7 +205,16 @@ async fn every_counter_matches_a_known_workload() {
     let gateway = Conveyor::gateway(&redis.url(), &[]).expect("gateway");
     let (_worker, worker_base) = worker_with_metrics(&redis.url(), &[]).await;
     let mut client = Counted { mcp: Mcp::new(gateway.mcp_url()), sent: BTreeMap::new() };
-    client.wait_for_tools(&["slow_compute", "failing_job", "protocol_error_job", "greet", "flaky"]).await;
+    client
+        .wait_for_tools(&[
+            "slow_compute",
+            "failing_job",
+            "protocol_error_job",
+            "greet",
+            "flaky",
+            "plan_fanout",
+        ])
+        .await;
 
     // The workload.
     let mut settle = Vec::new();
@@ -226,10 +235,13 @@ async fn every_counter_matches_a_known_workload() {
         "output": "b"
     });
     settle.push(client.task("run_dag", graph, 600_000).await);
+    settle.push(client.task("plan_fanout", json!({"width": 2, "seconds": 0}), 600_000).await);
     let greeting = client.call("tools/call", json!({"name": "greet", "arguments": {"name": "Ada"}})).await;
     assert_eq!(greeting.result()["content"][0]["text"], "Hello, Ada!", "{}", greeting.raw);
     let cancelled = client.task("slow_compute", json!({"seconds": 60, "label": "cancelled"}), 600_000).await;
-    let expiring = client.task("slow_compute", json!({"seconds": 60, "label": "expiring"}), 1_500).await;
+    // Its TTL runs out while it runs: the worker's maintenance expires it and its node stops.
+    let expiring = client.task("slow_compute", json!({"seconds": 60, "label": "expiring"}), 4_000).await;
+    redis.wait_node_status(&expiring, "root", "running", Duration::from_secs(4)).await.expect("running");
     for task in &settle {
         client.call("tasks/result", json!({"taskId": task})).await;
     }
@@ -252,8 +264,8 @@ async fn every_counter_matches_a_known_workload() {
     // The worker: every node attempt and every task it settles, once both stopped nodes (the
     // cancelled task's and the expired one's) have ended.
     let worker = scrape_until(&worker_base, "saw every node end", |m| {
-        m.sum("conveyor_nodes_run_total", &[]) >= 12.0
-            && m.sum("conveyor_tasks_settled_total", &[]) >= 9.0
+        m.sum("conveyor_nodes_run_total", &[]) >= 16.0
+            && m.sum("conveyor_tasks_settled_total", &[]) >= 10.0
             && m.get("conveyor_worker_nodes_running", &[]) == Some(0.0)
             && m.get("conveyor_tasks_settled_total", &[("tool", "slow_compute"), ("status", "expired")])
                 .is_some()
@@ -265,13 +277,15 @@ async fn every_counter_matches_a_known_workload() {
 
     let nodes = worker.series("conveyor_nodes_run_total", &["queue", "tool", "outcome"]);
     let expected_nodes: BTreeMap<Vec<String>, f64> = [
-        (["slow_compute", "slow_compute", "completed"], 3.0),
+        (["slow_compute", "slow_compute", "completed"], 5.0),
         (["slow_compute", "slow_compute", "cancelled"], 2.0),
         (["failing_job", "failing_job", "tool_error"], 2.0),
         (["protocol_error_job", "protocol_error_job", "failed"], 1.0),
         (["greet", "greet", "completed"], 2.0),
         (["flaky", "flaky", "tool_error"], 1.0),
         (["flaky", "flaky", "completed"], 1.0),
+        (["plan_fanout", "plan_fanout", "planned"], 1.0),
+        (["$builtin", "$collect", "completed"], 1.0),
     ]
     .into_iter()
     .map(|(labels, n)| (strings(&labels), n))
@@ -315,6 +329,7 @@ async fn every_counter_matches_a_known_workload() {
         ("protocol_error_job", 1.0),
         ("run_dag", 1.0),
         ("greet", 1.0),
+        ("plan_fanout", 1.0),
     ]
     .into_iter()
     .map(|(tool, n)| (strings(&[tool]), n))
@@ -333,6 +348,7 @@ async fn every_counter_matches_a_known_workload() {
         (["protocol_error_job", "failed"], 1.0),
         (["run_dag", "completed"], 1.0),
         (["greet", "completed"], 1.0),
+        (["plan_fanout", "completed"], 1.0),
     ]
     .into_iter()
     .map(|(labels, n)| (strings(&labels), n))

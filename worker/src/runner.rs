@@ -1114,7 +1114,7 @@ impl NodeJob {
         };
         match store.expand_plan(attempt, plan, &queues).await {
             Ok(ExpandOutcome::Expanded(n)) => {
-                self.metrics.finish(NodeOutcome::Completed);
+                self.metrics.finish(NodeOutcome::Planned);
                 tracing::info!(task = %attempt.task_id, nodes = n, "expanded a planned graph")
             }
             Ok(ExpandOutcome::Refused(reason)) => {
