@@ -321,6 +321,10 @@ pub struct WorkerArgs {
     /// the dead-letter stream.
     #[arg(long, env = "CONVEYOR_MAX_NODE_LOSSES", default_value_t = 3)]
     pub max_node_losses: u32,
+    /// Address of this worker's own HTTP listener, for Prometheus and probes: /metrics, /healthz
+    /// (the process runs) and /readyz (Redis answers). Unset: no listener.
+    #[arg(long, env = "CONVEYOR_METRICS_LISTEN", value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
     #[command(flatten)]
     pub redis: RedisArgs,
 }

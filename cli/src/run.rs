@@ -359,6 +359,19 @@ async fn worker(store: Store, args: WorkerArgs, shutdown: CancellationToken) -> 
     anyhow::ensure!(args.lease_ms >= 300, "CONVEYOR_LEASE_MS must be at least 300 ms");
     options.lease = Duration::from_millis(args.lease_ms);
     options.max_losses = args.max_node_losses;
+    if let Some(address) = args.metrics_listen {
+        let listener = tokio::net::TcpListener::bind(address)
+            .await
+            .with_context(|| format!("cannot listen on {address}"))?;
+        let address = listener.local_addr()?;
+        tracing::info!(%address, "worker metrics at http://{address}/metrics");
+        let (store, shutdown) = (store.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            if let Err(e) = conveyor_worker::http::serve(listener, store, shutdown).await {
+                tracing::warn!(error = %e, "the metrics listener stopped");
+            }
+        });
+    }
     conveyor_worker::run(store, registry, options, shutdown).await.context("the worker stopped with an error")
 }
 
@@ -386,6 +399,8 @@ async fn up(mut args: UpArgs) -> anyhow::Result<()> {
             shutdown_grace_ms: 30_000,
             lease_ms: 30_000,
             max_node_losses: 3,
+            // The gateway's /metrics shows these workers' metrics: one registry per process.
+            metrics_listen: None,
             redis: args.gateway.redis.clone(),
         };
         workers.push(tokio::spawn(worker(store.clone(), worker_args, shutdown.clone())));

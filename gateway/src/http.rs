@@ -1,4 +1,4 @@
-//! Streamable HTTP at `/mcp`, plus `/healthz` and `/readyz`. This module owns everything that is
+//! Streamable HTTP at `/mcp`, plus `/healthz`, `/readyz` and `/metrics`. This module owns everything that is
 //! about HTTP: Host and Origin checks, authentication and its challenge, the resource metadata,
 //! content negotiation, body limits and deadlines, measuring a body before it is parsed, the MCP
 //! request headers, and turning a handler's reply into a JSON body or an SSE stream.
@@ -38,6 +38,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(MCP_PATH, get(get_mcp).post(post_mcp).delete(delete_mcp))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(crate::metrics::serve))
         .route("/.well-known/oauth-protected-resource", get(resource_metadata))
         .route("/.well-known/oauth-protected-resource/mcp", get(resource_metadata))
         .with_state(state)
@@ -266,6 +267,7 @@ async fn post_mcp(
     if wire == Wire::V2026
         && let Err(failure) = wire::check_2026(&method, &params, &headers)
     {
+        crate::metrics::refused(&method);
         return failure_response(&id, failure);
     }
     let span = crate::telemetry::request_span(&headers, &params, &method, &id, wire);

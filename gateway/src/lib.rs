@@ -11,6 +11,8 @@
 //! - [`methods`]: one module per JSON-RPC method, and the wait on a task through the gateway's
 //!   inbox that relays progress and ends with the result.
 //! - [`catalog`]: the tools workers publish, cached, with compiled input schemas.
+//! - [`metrics`]: MCP requests counted and timed by method and reply; `/metrics` with the
+//!   deployment's gauges.
 //! - [`rpc`]: JSON-RPC envelopes and [`rpc::RpcFailure`], the one error type handlers return.
 //! - [`signing`]: signed tokens any replica recognises: 2025-11-25 session ids, MRTR request
 //!   states.
@@ -26,6 +28,7 @@ pub mod auth;
 pub mod catalog;
 pub mod http;
 pub mod methods;
+pub mod metrics;
 pub mod rpc;
 pub mod serve;
 pub mod signing;

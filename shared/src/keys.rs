@@ -119,6 +119,15 @@ impl Shard {
     }
 }
 
+/// The queue a stream key of [`Shard::queue`] belongs to, for labels and reports; `None` for a
+/// key that is no queue stream.
+pub fn queue_of_stream(stream: &str) -> Option<&str> {
+    let rest = stream.strip_prefix(PREFIX)?.strip_prefix(":{cv.")?;
+    let (shard, rest) = rest.split_once("}:q:")?;
+    shard.parse::<u16>().ok()?;
+    Some(rest)
+}
+
 /// A principal's request rate, shared by every gateway (a GCRA arrival time). One key per
 /// principal, outside the shards: the script that reads it touches nothing else.
 pub fn rate(principal: &str) -> String {
@@ -198,6 +207,15 @@ mod tests {
         assert_eq!(Shard(0).task("x"), "cv:{cv.0}:t:x");
         assert_eq!(Shard(0).nodes("x"), Shard(0).task("x"), "a task's nodes live in its hash");
         assert_eq!(Shard(12).queue("research"), "cv:{cv.12}:q:research");
+    }
+
+    #[test]
+    fn a_queue_stream_names_its_queue() {
+        assert_eq!(queue_of_stream(&Shard(7).queue("research")), Some("research"));
+        assert_eq!(queue_of_stream(&Shard(0).queue(BUILTIN_QUEUE)), Some(BUILTIN_QUEUE));
+        assert_eq!(queue_of_stream(&Shard(0).queue("a:b")), Some("a:b"), "a queue name may hold a colon");
+        assert_eq!(queue_of_stream(&Shard(0).dead_letters()), None);
+        assert_eq!(queue_of_stream("cv:{cv.x}:q:research"), None);
     }
 
     #[test]

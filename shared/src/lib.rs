@@ -5,8 +5,8 @@
 //! # Layout
 //!
 //! - [`keys`]: every Redis key and channel name, in one place; the shards of the keyspace.
-//! - [`scripts`]: one static `redis::Script` per file in `src/lua/`, one file per atomic transition,
-//!   each behind the shared helpers of `lua/prelude.lua`.
+//! - [`scripts`]: one static script per file in `src/lua/` (a `redis::Script` and its file's name),
+//!   one file per atomic transition, each behind the shared helpers of `lua/prelude.lua`.
 //! - [`model`]: task status, task and node records as stored, events, work items, tool outcomes,
 //!   and builders for `CallToolResult` JSON so that tools need no MCP library.
 //! - [`conn`]: one server or a Redis Cluster, told apart once; the shared command connection and
@@ -24,6 +24,8 @@
 //! - [`config`]: [`Config`], the settings of a deployment.
 //! - [`telemetry`]: logs and OpenTelemetry traces of a process, and a task's trace context as Redis
 //!   keeps it.
+//! - [`metrics`]: the process's Prometheus registry, the typed functions that record into it, and
+//!   its OpenMetrics text with the deployment's gauges read from Redis at scrape time.
 //! - [`error`] holds [`StoreError`], what a failed store operation tells its caller.
 
 pub mod config;
@@ -34,6 +36,7 @@ pub mod events;
 pub mod input;
 pub mod json_limits;
 pub mod keys;
+pub mod metrics;
 pub mod model;
 pub mod scripts;
 pub mod store;

@@ -3,36 +3,58 @@
 //! acknowledged, how a task settles and who hears of it).
 //!
 //! Every script takes the keys it touches in `KEYS`, all of one shard, and its arguments as one
-//! JSON record in `ARGV[1]`; it answers with JSON that decodes to a Rust enum in `store`.
+//! JSON record in `ARGV[1]`; it answers with JSON that decodes to a Rust enum in `store`. Each
+//! carries the name of its file, which names its round trips in the metrics.
 //! `redis::Script` sends `EVALSHA` and loads the script on `NOSCRIPT`, so a restarted or
 //! failed-over Redis gets the scripts back without anyone noticing.
 
+use std::ops::Deref;
 use std::sync::LazyLock;
 
 use redis::Script;
 
+/// A script and the name of its file, which names its round trips in the metrics
+/// (`conveyor_redis_round_trip_seconds{op="complete_node"}`).
+pub struct NamedScript {
+    pub name: &'static str,
+    pub script: Script,
+}
+
+impl Deref for NamedScript {
+    type Target = Script;
+
+    fn deref(&self) -> &Script {
+        &self.script
+    }
+}
+
 macro_rules! script {
     ($name:ident, $file:literal) => {
-        pub static $name: LazyLock<Script> =
-            LazyLock::new(|| Script::new(concat!(include_str!("lua/prelude.lua"), include_str!($file))));
+        pub static $name: LazyLock<NamedScript> = LazyLock::new(|| NamedScript {
+            name: $file,
+            script: Script::new(concat!(
+                include_str!("lua/prelude.lua"),
+                include_str!(concat!("lua/", $file, ".lua"))
+            )),
+        });
     };
 }
 
-script!(CREATE_TASK, "lua/create_task.lua");
-script!(RATE_LIMIT, "lua/rate_limit.lua");
-script!(START_NODES, "lua/start_nodes.lua");
-script!(REPORT_PROGRESS, "lua/report_progress.lua");
-script!(NOTIFY_WAITERS, "lua/notify_waiters.lua");
-script!(COMPLETE_NODE, "lua/complete_node.lua");
-script!(CANCEL_TASK, "lua/cancel_task.lua");
-script!(PARK_NODE, "lua/park_node.lua");
-script!(ESCALATE_TASK, "lua/escalate_task.lua");
-script!(ANSWER_INPUT, "lua/answer_input.lua");
-script!(RELEASE_NODE, "lua/release_node.lua");
-script!(RECLAIM_NODE, "lua/reclaim_node.lua");
-script!(PROMOTE_RETRY, "lua/promote_retry.lua");
-script!(EXPIRE_TASK, "lua/expire_task.lua");
-script!(SETTLE_DAG, "lua/settle_dag.lua");
-script!(EXPAND_PLAN, "lua/expand_plan.lua");
-script!(MAINTAIN, "lua/maintain.lua");
-script!(WATCH_TASK, "lua/watch_task.lua");
+script!(CREATE_TASK, "create_task");
+script!(RATE_LIMIT, "rate_limit");
+script!(START_NODES, "start_nodes");
+script!(REPORT_PROGRESS, "report_progress");
+script!(NOTIFY_WAITERS, "notify_waiters");
+script!(COMPLETE_NODE, "complete_node");
+script!(CANCEL_TASK, "cancel_task");
+script!(PARK_NODE, "park_node");
+script!(ESCALATE_TASK, "escalate_task");
+script!(ANSWER_INPUT, "answer_input");
+script!(RELEASE_NODE, "release_node");
+script!(RECLAIM_NODE, "reclaim_node");
+script!(PROMOTE_RETRY, "promote_retry");
+script!(EXPIRE_TASK, "expire_task");
+script!(SETTLE_DAG, "settle_dag");
+script!(EXPAND_PLAN, "expand_plan");
+script!(MAINTAIN, "maintain");
+script!(WATCH_TASK, "watch_task");

@@ -107,6 +107,8 @@ fn every_subcommand_documents_its_flags_and_environment() {
                 "CONVEYOR_WORKER_CONCURRENCY",
                 "--fixtures",
                 "CONVEYOR_SHUTDOWN_GRACE_MS",
+                "--metrics-listen",
+                "CONVEYOR_METRICS_LISTEN",
                 "REDIS_URL",
             ],
         ),

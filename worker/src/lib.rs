@@ -16,9 +16,12 @@
 //!   templates; each heavy tool plans its work as a graph of steps.
 //! - [`fixtures`]: the tools the MCP conformance suite and Conveyor's own tests call
 //!   (`--fixtures`; off by default).
+//! - [`http`]: the worker's own small HTTP listener (`--metrics-listen`): `/metrics`, `/healthz`,
+//!   `/readyz`.
 
 pub mod dag;
 pub mod fixtures;
+pub mod http;
 pub mod runner;
 pub mod tool;
 pub mod tools;

@@ -19,6 +19,7 @@ use std::time::{Duration, SystemTime};
 use conveyor_shared::events::CancelNotice;
 use conveyor_shared::input::{self, InputRequired};
 use conveyor_shared::keys::{self, Shard};
+use conveyor_shared::metrics::{self, NodeOutcome, NodeRun};
 use conveyor_shared::model::{RpcError, TaskStatus, ToolOutcome, WorkItem, now_ms};
 use conveyor_shared::store::{
     Attempt, CompleteOutcome, ExpandOutcome, MaintainOutcome, ParkOutcome, ReclaimOutcome, RunningNode,
@@ -106,10 +107,14 @@ struct Run {
     started_at_ms: u64,
     token: CancellationToken,
     reason: Arc<AtomicU8>,
+    metrics: NodeRun,
 }
 
 impl Run {
     fn stop(&self, reason: StopReason) {
+        if reason == StopReason::Task {
+            self.metrics.stop_requested();
+        }
         // The first reason wins: a node stopped for its task stays stopped for its task.
         let _ = self.reason.compare_exchange(
             StopReason::Running as u8,
@@ -518,6 +523,7 @@ async fn dispatch(
                         );
                     }
                     let job = NodeJob {
+                        metrics: NodeRun::start(&attempt, &tool),
                         span,
                         worker: worker.clone(),
                         attempt: *attempt,
@@ -724,6 +730,7 @@ async fn reclaim_shard(worker: &Worker, shard: Shard, cursors: &mut HashMap<Stri
             }
             match store.reclaim(&item).await {
                 Ok(ReclaimOutcome::Requeued { losses, lost }) => {
+                    metrics::node_reclaimed(&queue);
                     if let (Some(lost), Some(trace)) =
                         (lost, item.traceparent.as_deref().and_then(TaskTrace::decode))
                     {
@@ -793,6 +800,8 @@ fn record_outcome(outcome: &'static str, error: Option<&str>) {
 struct NodeJob {
     /// The attempt's span, entered while it runs.
     span: tracing::Span,
+    /// Counts the attempt as running until the job ends, and records how it ended.
+    metrics: NodeRun,
     worker: Worker,
     attempt: Attempt,
     tool: String,
@@ -837,6 +846,7 @@ impl NodeJob {
                 started_at_ms: now_ms(),
                 token: token.clone(),
                 reason: reason.clone(),
+                metrics: self.metrics.clone(),
             },
         );
         let arguments = if self.in_graph {
@@ -894,6 +904,7 @@ impl NodeJob {
             StopReason::Lost => {
                 // Another worker runs the node now; this attempt's completion would be refused.
                 record_outcome("lost", Some("another worker took the node over"));
+                self.metrics.finish(NodeOutcome::Lost);
                 tracing::info!(task = %attempt.task_id, node = %attempt.node_id, "stopped a node another worker took over");
             }
             StopReason::Shutdown if !cancelled_by_task(store, &attempt.task_id).await => {
@@ -967,8 +978,10 @@ impl NodeJob {
             Some(ToolOutcome::Error(error)) => record_outcome("failed", Some(&error.message)),
             _ => {}
         }
+        self.metrics.finish(NodeOutcome::of(outcome.as_ref()));
         match self.persist("outcome", || store.complete(attempt, outcome.as_ref(), final_failure)).await {
             Some(CompleteOutcome::Retry { delay_ms }) => {
+                metrics::node_retried(&self.tool);
                 tracing::info!(task = %attempt.task_id, node = %attempt.node_id, attempt = attempt.attempt, delay_ms, "attempt failed; retry scheduled");
             }
             Some(CompleteOutcome::Stale) => {
@@ -1046,6 +1059,7 @@ impl NodeJob {
 
     /// Fails the attempt with a refusal that is the client's to fix (no retry, no dead letter).
     async fn refuse(&self, error: RpcError) {
+        self.metrics.finish(NodeOutcome::Failed);
         let attempt = &self.attempt;
         let store = &self.worker.store;
         if let Some(done) = self.persist("refusal", || store.complete_refused(attempt, error.clone())).await {
@@ -1055,6 +1069,7 @@ impl NodeJob {
 
     /// Parks the node until the client answers; like a completion, tried again while Redis is away.
     async fn park(&self, input: &InputRequired) {
+        self.metrics.finish(NodeOutcome::Parked);
         let attempt = &self.attempt;
         let store = &self.worker.store;
         match self.persist("request for input", || store.park(attempt, input)).await {
@@ -1073,6 +1088,7 @@ impl NodeJob {
 
     /// Hands the node back so that another worker starts it at once.
     async fn hand_back(&self) {
+        self.metrics.finish(NodeOutcome::HandedBack);
         let attempt = &self.attempt;
         match self.worker.store.release(attempt).await {
             Ok(true) => {
@@ -1100,6 +1116,7 @@ impl NodeJob {
         };
         match store.expand_plan(attempt, plan, &queues).await {
             Ok(ExpandOutcome::Expanded(n)) => {
+                self.metrics.finish(NodeOutcome::Planned);
                 tracing::info!(task = %attempt.task_id, nodes = n, "expanded a planned graph")
             }
             Ok(ExpandOutcome::Refused(reason)) => {

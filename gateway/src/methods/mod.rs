@@ -119,7 +119,8 @@ pub enum Reply {
 }
 
 pub async fn handle(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, RpcFailure> {
-    match ctx.wire {
+    let request = conveyor_shared::metrics::McpRequest::start(crate::metrics::method_label(&ctx.method));
+    let reply = match ctx.wire {
         Wire::V2025 => handle_2025(state, ctx).await,
         Wire::V2026 => handle_2026(state, ctx).await.map(|reply| match reply {
             // Every 2026-07-28 result says what it is; a plain result is "complete".
@@ -133,7 +134,8 @@ pub async fn handle(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, RpcF
                     .boxed(),
             ),
         }),
-    }
+    };
+    crate::metrics::measured(request, reply)
 }
 
 async fn handle_2025(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, RpcFailure> {

@@ -16,12 +16,13 @@
 --   no retry whatever is left), deadLetter (bool: a failure that settles the node is recorded in
 --   the dead-letter stream), cancelChannel, inlineMax (largest result carried by the event)
 -- Returns JSON: {"outcome": "stale" | "retry" (with delayMs) | "dropped" (task already over) |
---   "settled" | "released" (with count) | "finalize"}
+--   "settled" (with settled: the task's status, and tool: the task's tool) | "released" (with count)
+--   | "finalize"}, and deadLetter (the entry's id) with nodeTool when a dead letter was written
 local r = cjson.decode(ARGV[1])
 local keys = {task = KEYS[1], nodes = KEYS[2], load = KEYS[3], expiring = KEYS[5]}
 local node = r.node
 local n = node_state(KEYS[2], node, {'status', 'kind', 'wire', 'ttlMs', 'nodeCount', 'owner', 'createdAt',
-  'traceparent', 'waiters', nf(node, 'rounds')})
+  'traceparent', 'waiters', 'tool', nf(node, 'rounds')})
 if n.status ~= 'running' or n.attempt ~= r.attempt then
   return cjson.encode({outcome = 'stale'})
 end
@@ -61,6 +62,16 @@ end
 -- The node's fields, written with the task's when the task settles now (one command).
 local node_fields = {nf(node, 'status'), node_status, nf(node, 'finishedAt'), now}
 local dead_letter = ''
+-- A reply after this point also says whether a dead letter was written, for the worker's metrics.
+local function reply(outcome, fields)
+  fields = fields or {}
+  fields.outcome = outcome
+  if dead_letter ~= '' then
+    fields.deadLetter = dead_letter
+    fields.nodeTool = n.tool
+  end
+  return cjson.encode(fields)
+end
 if failed then
   node_fields[#node_fields + 1] = nf(node, 'error')
   node_fields[#node_fields + 1] = payload
@@ -78,7 +89,7 @@ if not live or dag then
   redis.call('HSET', KEYS[2], unpack(node_fields))
 end
 if not live then
-  return cjson.encode({outcome = 'dropped'})
+  return reply('dropped')
 end
 
 if not dag then
@@ -98,7 +109,7 @@ if not dag then
     message = message .. ' (dead letter ' .. dead_letter .. ')'
   end
   settle(keys, r.task, task, status, field, payload, message, now, r.inlineMax, node_fields)
-  return cjson.encode({outcome = 'settled'})
+  return reply('settled', {settled = status, tool = t.tool})
 end
 
 local settled = redis.call('HINCRBY', KEYS[1], 'nodesSettled', 1)
@@ -131,7 +142,7 @@ if failed and n.onFailure == 'fail' then
   settle(keys, r.task, task, status, 'result', result, 'Failed: ' .. reason, now, r.inlineMax)
   -- Stop the task's other running nodes on every worker.
   redis.call('SPUBLISH', r.cancelChannel, r.task)
-  return cjson.encode({outcome = 'settled'})
+  return reply('settled', {settled = status, tool = t.tool})
 end
 
 local released = 0
@@ -173,6 +184,6 @@ notify(KEYS[1], cjson.encode({task = r.task, type = 'progress', progress = tonum
 if settled >= tonumber(t.nodeCount) then
   -- The built-in queue is always the task's first queue.
   redis.call('XADD', stream(1), '*', 'task', r.task, 'node', '$finalize', 'trace', t.traceparent or '')
-  return cjson.encode({outcome = 'finalize'})
+  return reply('finalize')
 end
-return cjson.encode({outcome = 'released', count = released})
+return reply('released', {count = released})

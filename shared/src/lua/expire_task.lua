@@ -5,9 +5,10 @@
 -- KEYS[1] task hash   KEYS[2] nodes hash   KEYS[3] load hash   KEYS[4] expiring zset
 -- KEYS[5] the owner's task index
 -- ARGV[1] the record (JSON): task, now, cancelChannel
--- Returns JSON: {"outcome": "expired" | "notYet" | "gone"}
+-- Returns JSON: {"outcome": "expired" (with settled: "expired" and tool when the task was unsettled)
+--   | "notYet" | "gone"}
 local r = cjson.decode(ARGV[1])
-local t = redis.call('HMGET', KEYS[1], 'status', 'owner', 'createdAt', 'ttlMs')
+local t = redis.call('HMGET', KEYS[1], 'status', 'owner', 'createdAt', 'ttlMs', 'tool')
 if not t[1] then
   redis.call('ZREM', KEYS[4], r.task)
   redis.call('ZREM', KEYS[5], r.task)
@@ -18,7 +19,10 @@ if expires > r.now then
   redis.call('ZADD', KEYS[4], expires, r.task)
   return cjson.encode({outcome = 'notYet'})
 end
+local reply = {outcome = 'expired'}
 if is_live(t[1]) then
+  reply.settled = 'expired'
+  reply.tool = t[5]
   redis.call('HINCRBY', KEYS[3], 'live:' .. t[2], -1)
   drop_queued(KEYS[2], KEYS[3], nil)
   notify(KEYS[1], cjson.encode({task = r.task, type = 'expired'}))
@@ -27,4 +31,4 @@ end
 redis.call('DEL', KEYS[1], KEYS[2])
 redis.call('ZREM', KEYS[4], r.task)
 redis.call('ZREM', KEYS[5], r.task)
-return cjson.encode({outcome = 'expired'})
+return cjson.encode(reply)

@@ -115,7 +115,8 @@ impl Store {
             shard.owner_tasks(owner.as_deref().unwrap_or_default()),
         ];
         let record = json!({"task": task_id, "now": now_ms(), "cancelChannel": shard.cancel_channel()});
-        let reply: DueReply = self.script(&scripts::EXPIRE_TASK, &keys, &record).await?;
+        let reply: serde_json::Value = self.script(&scripts::EXPIRE_TASK, &keys, &record).await?;
+        let reply: DueReply = super::effects::recorded(reply)?;
         Ok(matches!(reply, DueReply::Expired))
     }
 

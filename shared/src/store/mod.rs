@@ -11,16 +11,24 @@
 //! - [`dead_letters`]: nodes that failed for good, for operators;
 //! - [`listing`]: an owner's tasks (or every live task, for operators), page by page, across shards;
 //! - [`limits`]: limits every gateway shares: request rate per principal, poll gaps;
-//! - [`history`]: tools' run histories (a readiness profile's past runs).
+//! - [`history`]: tools' run histories (a readiness profile's past runs);
+//! - [`stats`]: queue depths, dead letters and live workers, read for a metrics scrape;
+//! - [`effects`]: what a transition's reply says it settled or dead-lettered, counted in the
+//!   process's metrics.
+//!
+//! Every round trip is timed and its failures counted in [`crate::metrics`], by script, command
+//! or pipeline name.
 
 pub mod catalog;
 pub mod dead_letters;
+mod effects;
 pub mod history;
 pub mod limits;
 pub mod listing;
 pub mod maintenance;
 pub mod nodes;
 pub mod queues;
+pub mod stats;
 pub mod tasks;
 
 use std::future::Future;
@@ -37,12 +45,14 @@ pub use listing::{TaskIndex, TaskPage};
 pub use maintenance::{MaintainOutcome, ReclaimOutcome};
 pub use nodes::{Attempt, CompleteOutcome, ExpandOutcome, ParkOutcome, StartOutcome};
 pub use queues::WorkReader;
+pub use stats::{ClusterStats, QueueDepth};
 pub use tasks::{AnswerOutcome, CancelOutcome, Created, LimitHit, Limits, NewTask, task_error, task_summary};
 
 use crate::conn::{Backend, Conn};
 use crate::error::StoreError;
 use crate::events::EventHub;
 use crate::keys::{self, Shard};
+use crate::scripts::NamedScript;
 
 /// Default number of shards of a new deployment.
 pub const DEFAULT_SHARDS: u16 = 4;
@@ -190,16 +200,16 @@ impl Store {
     /// tries again while Redis is briefly out of reach, up to the outage budget. Every operation
     /// passed here is safe to repeat: scripts are guarded by status and attempt, so a repeat
     /// after a lost reply finds its work done and changes nothing.
-    pub(crate) async fn run<T, F, Fut>(&self, op: F) -> Result<T, StoreError>
+    pub(crate) async fn run<T, F, Fut>(&self, name: &'static str, op: F) -> Result<T, StoreError>
     where
         F: Fn(Conn) -> Fut,
         Fut: Future<Output = Result<T, redis::RedisError>>,
     {
-        self.run_within(self.inner.options.timeout, op).await
+        self.run_within(Op::Named(name), self.inner.options.timeout, op).await
     }
 
     /// [`Store::run`] with a round trip allowed `timeout` (longer for one that waits for replicas).
-    async fn run_within<T, F, Fut>(&self, timeout: Duration, op: F) -> Result<T, StoreError>
+    async fn run_within<T, F, Fut>(&self, name: Op<'_>, timeout: Duration, op: F) -> Result<T, StoreError>
     where
         F: Fn(Conn) -> Fut,
         Fut: Future<Output = Result<T, redis::RedisError>>,
@@ -207,14 +217,17 @@ impl Store {
         let give_up = tokio::time::Instant::now() + self.inner.options.outage_wait;
         let mut delay = Duration::from_millis(25);
         loop {
+            let started = std::time::Instant::now();
             let attempt = async {
                 let conn = self.conn().await?;
                 op(conn).await.map_err(StoreError::from)
             };
-            let error = match tokio::time::timeout(timeout, attempt).await {
-                Ok(Ok(value)) => return Ok(value),
-                Ok(Err(e)) => e,
-                Err(_) => StoreError::Timeout(timeout),
+            let result =
+                tokio::time::timeout(timeout, attempt).await.unwrap_or(Err(StoreError::Timeout(timeout)));
+            name.record(started.elapsed(), result.is_ok());
+            let error = match result {
+                Ok(value) => return Ok(value),
+                Err(e) => e,
             };
             if !error.is_transient() || tokio::time::Instant::now() + delay > give_up {
                 return Err(error);
@@ -229,7 +242,8 @@ impl Store {
         &self,
         make: impl Fn() -> redis::Cmd,
     ) -> Result<T, StoreError> {
-        self.run(|mut c| {
+        let command = make();
+        self.run_within(Op::Command(&command), self.inner.options.timeout, |mut c| {
             let cmd = make();
             async move { cmd.query_async(&mut c).await }
         })
@@ -239,7 +253,7 @@ impl Store {
     /// Runs a script over `keys` with `record` as its one argument, and decodes its JSON reply.
     pub(crate) async fn script<T: DeserializeOwned>(
         &self,
-        script: &'static redis::Script,
+        script: &'static NamedScript,
         keys: &[String],
         record: &impl Serialize,
     ) -> Result<T, StoreError> {
@@ -250,7 +264,7 @@ impl Store {
         }
         invocation.arg(&record);
         let reply: String = self
-            .run(|mut c| {
+            .run(script.name, |mut c| {
                 let invocation = &invocation;
                 async move { invocation.invoke_async(&mut c).await }
             })
@@ -264,7 +278,7 @@ impl Store {
     /// write; too few within the timeout is a retryable error (repeating the script is safe).
     pub(crate) async fn durable_script<T: DeserializeOwned>(
         &self,
-        script: &'static redis::Script,
+        script: &'static NamedScript,
         keys: &[String],
         record: &impl Serialize,
     ) -> Result<T, StoreError> {
@@ -277,7 +291,7 @@ impl Store {
         pipe.cmd("EVALSHA").arg(script.get_hash()).arg(keys.len()).arg(keys).arg(&record);
         pipe.cmd("WAIT").arg(replicas).arg(timeout.as_millis() as u64);
         let run = || async {
-            self.run_within(self.inner.options.timeout + timeout, |mut c| {
+            self.run_within(Op::Named(script.name), self.inner.options.timeout + timeout, |mut c| {
                 let pipe = &pipe;
                 async move {
                     match pipe.query_async::<(String, u32)>(&mut c).await {
@@ -305,12 +319,12 @@ impl Store {
         &self,
         pipe: &redis::Pipeline,
     ) -> Result<T, StoreError> {
-        self.run(|mut c| async move { pipe.query_async(&mut c).await }).await
+        self.run("pipeline", |mut c| async move { pipe.query_async(&mut c).await }).await
     }
 
     /// Whether Redis answers.
     pub async fn ping(&self) -> Result<(), StoreError> {
-        self.run(|mut c| async move { redis::cmd("PING").query_async::<()>(&mut c).await }).await
+        self.run("PING", |mut c| async move { redis::cmd("PING").query_async::<()>(&mut c).await }).await
     }
 
     /// Records this process's shard count as the deployment's, or checks it against the one
@@ -318,7 +332,7 @@ impl Store {
     pub async fn check_layout(&self) -> Result<(), StoreError> {
         let shards = self.shards();
         let recorded: (bool, u16) = self
-            .run(|mut c| async move {
+            .run("check_layout", |mut c| async move {
                 redis::pipe()
                     .cmd("HSETNX")
                     .arg(keys::LAYOUT)
@@ -349,7 +363,7 @@ impl Store {
     pub async fn signing_secret(&self, candidate: &str) -> Result<String, StoreError> {
         let candidate = candidate.to_owned();
         let recorded: (bool, String) = self
-            .run(|mut c| {
+            .run("signing_secret", |mut c| {
                 let candidate = candidate.clone();
                 async move {
                     redis::pipe()
@@ -372,5 +386,23 @@ impl Store {
     pub(crate) async fn dedicated_backend(&self) -> Result<Backend, StoreError> {
         self.conn().await?;
         Ok(self.backend())
+    }
+}
+
+/// What a round trip is named by in the metrics.
+#[derive(Clone, Copy)]
+enum Op<'a> {
+    /// A script, or an operation named by its caller.
+    Named(&'static str),
+    /// A command, named by its first argument.
+    Command(&'a redis::Cmd),
+}
+
+impl Op<'_> {
+    fn record(self, took: Duration, ok: bool) {
+        match self {
+            Op::Named(name) => crate::metrics::redis_round_trip(name, took, ok),
+            Op::Command(cmd) => crate::metrics::redis_command(cmd, took, ok),
+        }
     }
 }

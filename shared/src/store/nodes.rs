@@ -482,7 +482,8 @@ impl Store {
             "deadLetter": dead_letter,
             "cancelChannel": shard.cancel_channel(), "inlineMax": INLINE_MAX,
         });
-        let reply: CompleteReply = self.script(&scripts::COMPLETE_NODE, &keys, &record).await?;
+        let reply: Value = self.script(&scripts::COMPLETE_NODE, &keys, &record).await?;
+        let reply: CompleteReply = super::effects::recorded(reply)?;
         Ok(match reply {
             CompleteReply::Stale => CompleteOutcome::Stale,
             CompleteReply::Retry { delay_ms } => CompleteOutcome::Retry { delay_ms },
@@ -560,7 +561,8 @@ impl Store {
             "isError": crate::model::result::is_error(result), "message": message, "entry": item.entry_id,
             "inlineMax": INLINE_MAX,
         });
-        let reply: SettleReply = self.script(&scripts::SETTLE_DAG, &keys, &record).await?;
+        let reply: Value = self.script(&scripts::SETTLE_DAG, &keys, &record).await?;
+        let reply: SettleReply = super::effects::recorded(reply)?;
         Ok(matches!(reply, SettleReply::Settled))
     }
 

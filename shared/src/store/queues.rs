@@ -190,7 +190,7 @@ impl Store {
         count: usize,
     ) -> Result<(Vec<WorkItem>, String), StoreError> {
         let reply: StreamAutoClaimReply = self
-            .run(|mut c| async move {
+            .run("XAUTOCLAIM", |mut c| async move {
                 redis::AsyncCommands::xautoclaim_options(
                     &mut c,
                     stream,

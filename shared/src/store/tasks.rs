@@ -381,7 +381,7 @@ impl Store {
             "limits": limits.per_shard(self.shards()),
         });
         let reply: CreateReply = self.durable_script(&scripts::CREATE_TASK, &keys, &record).await?;
-        Ok(match reply {
+        let created = match reply {
             CreateReply::Created => Created::Created,
             CreateReply::Exists => {
                 // Either a 112-bit collision, or this very create retried after its reply was
@@ -405,7 +405,11 @@ impl Store {
                 max,
                 tool: Some(tool).filter(|t| !t.is_empty()),
             }),
-        })
+        };
+        if created == Created::Created {
+            crate::metrics::task_created(&new.tool);
+        }
+        Ok(created)
     }
 
     /// Keeps the log level a session asked for (`logging/setLevel`) for a day after it last did.
@@ -453,7 +457,7 @@ impl Store {
         let key = shard.task(task_id);
         let inbox = inbox.to_owned();
         let values: Vec<Option<String>> = self
-            .run(|mut c| {
+            .run(scripts::WATCH_TASK.name, |mut c| {
                 let (key, inbox) = (key.clone(), inbox.clone());
                 async move {
                     let mut invocation = scripts::WATCH_TASK.prepare_invoke();
@@ -487,7 +491,8 @@ impl Store {
             "task": task_id, "now": now_ms(), "owner": owner, "message": message,
             "cancelChannel": shard.cancel_channel(),
         });
-        let reply: CancelReply = self.durable_script(&scripts::CANCEL_TASK, &keys, &record).await?;
+        let reply: Value = self.durable_script(&scripts::CANCEL_TASK, &keys, &record).await?;
+        let reply: CancelReply = super::effects::recorded(reply)?;
         Ok(match reply {
             CancelReply::Cancelled => CancelOutcome::Cancelled,
             CancelReply::Terminal { status } => CancelOutcome::AlreadyTerminal(status),
