@@ -16,7 +16,8 @@
 --   no retry whatever is left), deadLetter (bool: a failure that settles the node is recorded in
 --   the dead-letter stream), cancelChannel, inlineMax (largest result carried by the event)
 -- Returns JSON: {"outcome": "stale" | "retry" (with delayMs) | "dropped" (task already over) |
---   "settled" (with settled: the task's status, and tool: the task's tool) | "released" (with count)
+--   "settled" (with settled: the task's status, tool: the task's tool, task, and trace: its stored
+--   trace context, for the task span the worker writes) | "released" (with count)
 --   | "finalize"}, and deadLetter (the entry's id) with nodeTool when a dead letter was written
 local r = cjson.decode(ARGV[1])
 local keys = {task = KEYS[1], nodes = KEYS[2], load = KEYS[3], expiring = KEYS[5]}
@@ -109,7 +110,7 @@ if not dag then
     message = message .. ' (dead letter ' .. dead_letter .. ')'
   end
   settle(keys, r.task, task, status, field, payload, message, now, r.inlineMax, node_fields)
-  return reply('settled', {settled = status, tool = t.tool})
+  return reply('settled', {settled = status, tool = t.tool, task = r.task, trace = t.traceparent})
 end
 
 local settled = redis.call('HINCRBY', KEYS[1], 'nodesSettled', 1)
@@ -142,7 +143,7 @@ if failed and n.onFailure == 'fail' then
   settle(keys, r.task, task, status, 'result', result, 'Failed: ' .. reason, now, r.inlineMax)
   -- Stop the task's other running nodes on every worker.
   redis.call('SPUBLISH', r.cancelChannel, r.task)
-  return reply('settled', {settled = status, tool = t.tool})
+  return reply('settled', {settled = status, tool = t.tool, task = r.task, trace = t.traceparent})
 end
 
 local released = 0

@@ -8,7 +8,7 @@
 -- Returns JSON: {"outcome": "settled" (with settled: the task's status, and tool) | "dropped"}
 local r = cjson.decode(ARGV[1])
 ack(KEYS[5], r.entry)
-local t = redis.call('HMGET', KEYS[1], 'status', 'ttlMs', 'wire', 'owner', 'createdAt', 'tool')
+local t = redis.call('HMGET', KEYS[1], 'status', 'ttlMs', 'wire', 'owner', 'createdAt', 'tool', 'traceparent')
 if not is_live(t[1]) then
   return cjson.encode({outcome = 'dropped'})
 end
@@ -19,4 +19,4 @@ if r.isError and t[3] == '2025-11-25' then
 end
 settle({task = KEYS[1], nodes = KEYS[2], load = KEYS[3], expiring = KEYS[4]}, r.task,
   {owner = t[4] or '', createdAt = t[5], ttlMs = t[2]}, status, 'result', r.result, r.message, r.now, r.inlineMax)
-return cjson.encode({outcome = 'settled', settled = status, tool = t[6]})
+return cjson.encode({outcome = 'settled', settled = status, tool = t[6], task = r.task, trace = t[7]})

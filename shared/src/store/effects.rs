@@ -1,12 +1,14 @@
 //! What a transition's reply says it did beyond its outcome: the task it settled (the task's tool
 //! and final status) and the dead letter it wrote. Only the script knows; the process that ran it
-//! counts it in its metrics, so that each transition is counted once, by whoever made it.
+//! counts it in its metrics, so that each transition is counted once, by whoever made it, and
+//! writes the span of a task it settled (`telemetry::context`).
 
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::error::StoreError;
+use crate::telemetry::context::TaskTrace;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -23,13 +25,22 @@ struct Effects {
     /// The tool of the dead-lettered node.
     #[serde(default)]
     node_tool: Option<String>,
+    /// The settled task, and its stored trace context: the settler writes the task's span.
+    #[serde(default)]
+    task: Option<String>,
+    #[serde(default)]
+    trace: Option<String>,
 }
 
 /// Counts what a script's `reply` says it did, then decodes the reply's outcome.
 pub(crate) fn recorded<T: DeserializeOwned>(reply: Value) -> Result<T, StoreError> {
     let effects = Effects::deserialize(&reply).unwrap_or_default();
     if let Some(status) = &effects.settled {
-        crate::metrics::task_settled(effects.tool.as_deref().unwrap_or_default(), status);
+        let tool = effects.tool.as_deref().unwrap_or_default();
+        crate::metrics::task_settled(tool, status);
+        if let (Some(task), Some(trace)) = (&effects.task, effects.trace.as_deref().and_then(TaskTrace::decode)) {
+            trace.end_task_span(task, tool, status, None, std::time::SystemTime::now());
+        }
     }
     if effects.dead_letter.is_some() {
         crate::metrics::dead_lettered(effects.node_tool.as_deref().unwrap_or_default());

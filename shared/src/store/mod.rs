@@ -53,6 +53,8 @@ use crate::error::StoreError;
 use crate::events::EventHub;
 use crate::keys::{self, Shard};
 use crate::scripts::NamedScript;
+use crate::telemetry::context::attr;
+use tracing::Instrument;
 
 /// Default number of shards of a new deployment.
 pub const DEFAULT_SHARDS: u16 = 4;
@@ -222,9 +224,16 @@ impl Store {
                 let conn = self.conn().await?;
                 op(conn).await.map_err(StoreError::from)
             };
-            let result =
-                tokio::time::timeout(timeout, attempt).await.unwrap_or(Err(StoreError::Timeout(timeout)));
+            let span = name.span();
+            let result = tokio::time::timeout(timeout, attempt)
+                .instrument(span.clone())
+                .await
+                .unwrap_or(Err(StoreError::Timeout(timeout)));
             name.record(started.elapsed(), result.is_ok());
+            if let Err(e) = &result {
+                span.record("otel.status_code", "ERROR");
+                span.record("otel.status_description", e.to_string());
+            }
             let error = match result {
                 Ok(value) => return Ok(value),
                 Err(e) => e,
@@ -264,7 +273,7 @@ impl Store {
         }
         invocation.arg(&record);
         let reply: String = self
-            .run(script.name, |mut c| {
+            .run_within(Op::Script(script.name), self.inner.options.timeout, |mut c| {
                 let invocation = &invocation;
                 async move { invocation.invoke_async(&mut c).await }
             })
@@ -291,7 +300,7 @@ impl Store {
         pipe.cmd("EVALSHA").arg(script.get_hash()).arg(keys.len()).arg(keys).arg(&record);
         pipe.cmd("WAIT").arg(replicas).arg(timeout.as_millis() as u64);
         let run = || async {
-            self.run_within(Op::Named(script.name), self.inner.options.timeout + timeout, |mut c| {
+            self.run_within(Op::Script(script.name), self.inner.options.timeout + timeout, |mut c| {
                 let pipe = &pipe;
                 async move {
                     match pipe.query_async::<(String, u32)>(&mut c).await {
@@ -392,17 +401,53 @@ impl Store {
 /// What a round trip is named by in the metrics.
 #[derive(Clone, Copy)]
 enum Op<'a> {
-    /// A script, or an operation named by its caller.
+    /// A Lua script, by its file's name.
+    Script(&'static str),
+    /// An operation named by its caller.
     Named(&'static str),
     /// A command, named by its first argument.
     Command(&'a redis::Cmd),
 }
 
 impl Op<'_> {
-    fn record(self, took: Duration, ok: bool) {
+    fn record(&self, took: Duration, ok: bool) {
         match self {
-            Op::Named(name) => crate::metrics::redis_round_trip(name, took, ok),
+            Op::Script(name) | Op::Named(name) => crate::metrics::redis_round_trip(name, took, ok),
             Op::Command(cmd) => crate::metrics::redis_command(cmd, took, ok),
         }
+    }
+
+    /// The span of one round trip, under the span it serves (a request, a node); none when
+    /// nothing is exported or the round trip serves no traced operation (heartbeats, reads of
+    /// the work streams), which would each start a trace of their own.
+    fn span(&self) -> tracing::Span {
+        if !crate::telemetry::exporting() || tracing::Span::current().is_none() {
+            return tracing::Span::none();
+        }
+        let (name, operation, script) = match self {
+            Op::Script(script) => (format!("EVALSHA {script}"), "EVALSHA".to_owned(), *script),
+            Op::Named(name) => ((*name).to_owned(), (*name).to_owned(), ""),
+            Op::Command(cmd) => {
+                let command = match cmd.args_iter().next() {
+                    Some(redis::Arg::Simple(name)) => String::from_utf8_lossy(name).to_ascii_uppercase(),
+                    _ => "command".to_owned(),
+                };
+                (command.clone(), command, "")
+            }
+        };
+        let span = tracing::info_span!(
+            "redis",
+            otel.name = %name,
+            otel.kind = "client",
+            otel.status_code = tracing::field::Empty,
+            otel.status_description = tracing::field::Empty,
+            { attr::DB_SYSTEM_NAME } = "redis",
+            { attr::DB_OPERATION_NAME } = %operation,
+            { attr::DB_STORED_PROCEDURE_NAME } = tracing::field::Empty,
+        );
+        if !script.is_empty() {
+            span.record(attr::DB_STORED_PROCEDURE_NAME, script);
+        }
+        span
     }
 }
