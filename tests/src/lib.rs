@@ -8,10 +8,13 @@
 //! - [`python`]: the official MCP Python SDKs, each in a virtualenv of its own.
 //! - [`otlp`]: an OTLP receiver (gRPC and HTTP/protobuf) that keeps the spans it is sent.
 //! - [`trees`]: generated source trees and ADR folders for the heavy tools' tests and benchmarks.
+//! - [`load`]: what the benchmarks share: sync `tools/call`s of `noop` driven from this process,
+//!   latency percentiles, and CPU readings of processes and of Redis.
 //! - [`mcp`]: [`Mcp`], a plain HTTP JSON-RPC client that speaks 2025-11-25 and 2026-07-28 and reads
 //!   SSE replies, for checks that need the raw wire.
 
 pub mod bullmq;
+pub mod load;
 pub mod mcp;
 pub mod monitor;
 pub mod otlp;

@@ -43,7 +43,7 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -52,6 +52,9 @@ use conveyor_shared::events::{Delivery, EventHub, Waiter};
 use conveyor_shared::model::{TaskEvent, TaskMode, TaskStatus, new_task_id, now_ms};
 use conveyor_shared::store::{Created, Limits, NewTask};
 use conveyor_tests::bullmq::{self, BullmqFigures, BullmqOptions};
+use conveyor_tests::load::{
+    self, Latencies, OK_REPLY, SYNC_HEADERS, SyncCaller, process_cpu_seconds, redis_cpu_seconds, sync_body,
+};
 use conveyor_tests::mcp::tasks_client_capabilities;
 use conveyor_tests::monitor::{Monitor, MonitorCounts};
 use conveyor_tests::process::{commands_per, conveyor_bin, free_port, scratch_dir};
@@ -259,7 +262,7 @@ async fn measure_http(
     );
 
     let warmup = (options.calls / 10).max(200);
-    drive_rust(&caller, warmup, options.concurrency).await?;
+    load::drive(&caller, warmup, options.concurrency).await?;
     let sync = sync_calls(redis, deployment, &caller, options).await?;
     println!(
         "  throughput  {} calls, {} in flight, driven by {}: {:.2} s, {:.0} calls/s",
@@ -286,7 +289,7 @@ async fn measure_http(
     print_cost("  per node   ", &fanout.cost, None, cores);
 
     let monitor = Monitor::start(&redis.url())?;
-    drive_rust(&caller, options.monitor_calls, options.concurrency).await?;
+    load::drive(&caller, options.monitor_calls, options.concurrency).await?;
     let counts = PerCall::new(monitor.stop()?, options.monitor_calls);
     println!("  MONITOR     {}", counts.describe(options.concurrency));
     Ok(HttpFigures { sync, round_trip, fanout, counts })
@@ -325,7 +328,7 @@ async fn sync_calls(
         });
     }
     let own = process_cpu_seconds(std::process::id());
-    let (elapsed, latencies) = drive_rust(caller, options.calls, options.concurrency).await?;
+    let (elapsed, latencies) = load::drive(caller, options.calls, options.concurrency).await?;
     let client = process_cpu_seconds(std::process::id()) - own;
     let cost = meter.stop(options.calls)?;
     Ok(SyncRun {
@@ -481,82 +484,6 @@ impl Drop for Proc {
 
 // ---------------------------------------------------------------------------------------------
 // Load generators for sync calls
-
-/// Synchronous `tools/call`s of `noop` as a 2026-07-28 client without the tasks extension sends
-/// them (the headers and `_meta` of [`Mcp::call_2026`]), the body made once.
-#[derive(Clone)]
-struct SyncCaller {
-    http: reqwest::Client,
-    url: String,
-    headers: reqwest::header::HeaderMap,
-    body: String,
-}
-
-/// The headers of a synchronous 2026-07-28 `tools/call` of `noop`.
-const SYNC_HEADERS: [(&str, &str); 5] = [
-    ("Content-Type", "application/json"),
-    ("Accept", "application/json, text/event-stream"),
-    ("MCP-Protocol-Version", "2026-07-28"),
-    ("Mcp-Method", "tools/call"),
-    ("Mcp-Name", "noop"),
-];
-
-/// What a reply to a `noop` call holds when it succeeded.
-const OK_REPLY: &str = r#""text":"ok""#;
-
-fn sync_body() -> String {
-    json!({
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "tools/call",
-        "params": {
-            "name": "noop",
-            "arguments": {},
-            "_meta": {
-                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                "io.modelcontextprotocol/clientInfo": {"name": "conveyor-bench", "version": "1"},
-                "io.modelcontextprotocol/clientCapabilities": {},
-            },
-        },
-    })
-    .to_string()
-}
-
-impl SyncCaller {
-    fn new(url: &str) -> anyhow::Result<Self> {
-        let mut headers = reqwest::header::HeaderMap::new();
-        for (name, value) in SYNC_HEADERS {
-            headers.insert(reqwest::header::HeaderName::from_bytes(name.as_bytes())?, value.parse()?);
-        }
-        let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build()?;
-        Ok(Self { http, url: url.to_owned(), headers, body: sync_body() })
-    }
-
-    /// One call; its time from send to the whole reply.
-    async fn call(&self) -> anyhow::Result<Duration> {
-        let started = Instant::now();
-        let response =
-            self.http.post(&self.url).headers(self.headers.clone()).body(self.body.clone()).send().await?;
-        let status = response.status();
-        let text = response.text().await?;
-        let elapsed = started.elapsed();
-        anyhow::ensure!(status == 200 && text.contains(OK_REPLY), "a sync call answered {status}: {text}");
-        Ok(elapsed)
-    }
-}
-
-/// `calls` sync calls, `concurrency` in flight, from this process: the wall time and each call's.
-async fn drive_rust(
-    caller: &SyncCaller,
-    calls: u64,
-    concurrency: usize,
-) -> anyhow::Result<(Duration, Vec<Duration>)> {
-    let started = Instant::now();
-    let latencies: Vec<anyhow::Result<Duration>> =
-        futures::stream::iter(0..calls).map(|_| caller.call()).buffer_unordered(concurrency).collect().await;
-    let elapsed = started.elapsed();
-    Ok((elapsed, latencies.into_iter().collect::<anyhow::Result<_>>()?))
-}
 
 fn wrk_installed() -> bool {
     Command::new("wrk").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok()
@@ -946,36 +873,6 @@ where
     Ok(Latencies::of(latencies))
 }
 
-/// Percentiles of a run, in milliseconds.
-#[derive(Debug, Clone, Copy, Default)]
-struct Latencies {
-    p50: f64,
-    p90: f64,
-    p99: f64,
-    max: f64,
-}
-
-impl Latencies {
-    fn of(mut samples: Vec<Duration>) -> Self {
-        samples.sort();
-        let at = |p: f64| {
-            let Some(last) = samples.len().checked_sub(1) else { return 0.0 };
-            samples[((last as f64 * p).round() as usize).min(last)].as_secs_f64() * 1000.0
-        };
-        Self { p50: at(0.50), p90: at(0.90), p99: at(0.99), max: at(1.0) }
-    }
-}
-
-impl std::fmt::Display for Latencies {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "p50 {:.2} ms  p90 {:.2} ms  p99 {:.2} ms  max {:.2} ms",
-            self.p50, self.p90, self.p99, self.max
-        )
-    }
-}
-
 /// Costs per unit of work over one measured run.
 struct Cost {
     /// Redis `used_cpu_sys + used_cpu_user`, µs.
@@ -1065,46 +962,6 @@ impl CommandStats {
         }
         Ok(stats)
     }
-}
-
-/// Redis's own CPU time so far (`used_cpu_sys + used_cpu_user` from `INFO cpu`).
-fn redis_cpu_seconds(redis: &RedisServer) -> anyhow::Result<f64> {
-    let mut conn = redis.connection()?;
-    let info: String = redis::cmd("INFO").arg("cpu").query(&mut conn)?;
-    let field = |name: &str| -> anyhow::Result<f64> {
-        info.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-            .with_context(|| format!("INFO cpu has no {name}"))?
-            .trim()
-            .parse()
-            .with_context(|| format!("INFO cpu's {name} is not a number"))
-    };
-    Ok(field("used_cpu_sys")? + field("used_cpu_user")?)
-}
-
-/// A process's CPU time so far (`utime + stime` of `/proc/<pid>/stat`, all threads); 0 when it
-/// cannot be read.
-fn process_cpu_seconds(pid: u32) -> f64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0.0 };
-    // The command name in parentheses may hold spaces: count fields after its closing one, where
-    // field 3 (state) is index 0, utime (14) is index 11 and stime (15) index 12.
-    let Some((_, rest)) = stat.rsplit_once(')') else { return 0.0 };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(11) + ticks(12)) / clock_ticks()
-}
-
-/// Clock ticks per second of `/proc` times.
-fn clock_ticks() -> f64 {
-    static TICKS: OnceLock<f64> = OnceLock::new();
-    *TICKS.get_or_init(|| {
-        Command::new("getconf")
-            .arg("CLK_TCK")
-            .output()
-            .ok()
-            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
-            .unwrap_or(100.0)
-    })
 }
 
 fn print_cost(label: &str, cost: &Cost, client: Option<(&str, f64)>, cores: usize) {

@@ -1,0 +1,159 @@
+//! What the benchmarks share: synchronous `tools/call`s of the `noop` fixture as a 2026-07-28
+//! client sends them, driven from this process; latency percentiles; and CPU readings of
+//! processes (`/proc/<pid>/stat`) and of Redis (`INFO cpu`).
+
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use futures::StreamExt;
+use serde_json::json;
+
+use crate::RedisServer;
+
+/// Synchronous `tools/call`s of `noop` as a 2026-07-28 client without the tasks extension sends
+/// them (the headers and `_meta` of [`crate::Mcp::call_2026`]), the body made once.
+#[derive(Clone)]
+pub struct SyncCaller {
+    http: reqwest::Client,
+    url: String,
+    headers: reqwest::header::HeaderMap,
+    body: String,
+}
+
+/// The headers of a synchronous 2026-07-28 `tools/call` of `noop`.
+pub const SYNC_HEADERS: [(&str, &str); 5] = [
+    ("Content-Type", "application/json"),
+    ("Accept", "application/json, text/event-stream"),
+    ("MCP-Protocol-Version", "2026-07-28"),
+    ("Mcp-Method", "tools/call"),
+    ("Mcp-Name", "noop"),
+];
+
+/// What a reply to a `noop` call holds when it succeeded.
+pub const OK_REPLY: &str = r#""text":"ok""#;
+
+pub fn sync_body() -> String {
+    json!({
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {
+            "name": "noop",
+            "arguments": {},
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": {"name": "conveyor-bench", "version": "1"},
+                "io.modelcontextprotocol/clientCapabilities": {},
+            },
+        },
+    })
+    .to_string()
+}
+
+impl SyncCaller {
+    pub fn new(url: &str) -> anyhow::Result<Self> {
+        let mut headers = reqwest::header::HeaderMap::new();
+        for (name, value) in SYNC_HEADERS {
+            headers.insert(reqwest::header::HeaderName::from_bytes(name.as_bytes())?, value.parse()?);
+        }
+        let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build()?;
+        Ok(Self { http, url: url.to_owned(), headers, body: sync_body() })
+    }
+
+    /// One call; its time from send to the whole reply.
+    pub async fn call(&self) -> anyhow::Result<Duration> {
+        let started = Instant::now();
+        let response =
+            self.http.post(&self.url).headers(self.headers.clone()).body(self.body.clone()).send().await?;
+        let status = response.status();
+        let text = response.text().await?;
+        let elapsed = started.elapsed();
+        anyhow::ensure!(status == 200 && text.contains(OK_REPLY), "a sync call answered {status}: {text}");
+        Ok(elapsed)
+    }
+}
+
+/// `calls` sync calls, `concurrency` in flight, from this process: the wall time and each call's.
+pub async fn drive(
+    caller: &SyncCaller,
+    calls: u64,
+    concurrency: usize,
+) -> anyhow::Result<(Duration, Vec<Duration>)> {
+    let started = Instant::now();
+    let latencies: Vec<anyhow::Result<Duration>> =
+        futures::stream::iter(0..calls).map(|_| caller.call()).buffer_unordered(concurrency).collect().await;
+    let elapsed = started.elapsed();
+    Ok((elapsed, latencies.into_iter().collect::<anyhow::Result<_>>()?))
+}
+
+/// Percentiles of a run, in milliseconds.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Latencies {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+impl Latencies {
+    pub fn of(mut samples: Vec<Duration>) -> Self {
+        samples.sort();
+        let at = |p: f64| {
+            let Some(last) = samples.len().checked_sub(1) else { return 0.0 };
+            samples[((last as f64 * p).round() as usize).min(last)].as_secs_f64() * 1000.0
+        };
+        Self { p50: at(0.50), p90: at(0.90), p99: at(0.99), max: at(1.0) }
+    }
+}
+
+impl std::fmt::Display for Latencies {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "p50 {:.2} ms  p90 {:.2} ms  p99 {:.2} ms  max {:.2} ms",
+            self.p50, self.p90, self.p99, self.max
+        )
+    }
+}
+
+/// Redis's own CPU time so far (`used_cpu_sys + used_cpu_user` from `INFO cpu`).
+pub fn redis_cpu_seconds(redis: &RedisServer) -> anyhow::Result<f64> {
+    let mut conn = redis.connection()?;
+    let info: String = redis::cmd("INFO").arg("cpu").query(&mut conn)?;
+    let field = |name: &str| -> anyhow::Result<f64> {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .with_context(|| format!("INFO cpu has no {name}"))?
+            .trim()
+            .parse()
+            .with_context(|| format!("INFO cpu's {name} is not a number"))
+    };
+    Ok(field("used_cpu_sys")? + field("used_cpu_user")?)
+}
+
+/// A process's CPU time so far (`utime + stime` of `/proc/<pid>/stat`, all threads); 0 when it
+/// cannot be read.
+pub fn process_cpu_seconds(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0.0 };
+    // The command name in parentheses may hold spaces: count fields after its closing one, where
+    // field 3 (state) is index 0, utime (14) is index 11 and stime (15) index 12.
+    let Some((_, rest)) = stat.rsplit_once(')') else { return 0.0 };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / clock_ticks()
+}
+
+/// Clock ticks per second of `/proc` times.
+fn clock_ticks() -> f64 {
+    static TICKS: OnceLock<f64> = OnceLock::new();
+    *TICKS.get_or_init(|| {
+        Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+            .unwrap_or(100.0)
+    })
+}
