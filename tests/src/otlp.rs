@@ -37,6 +37,8 @@ pub struct ReceivedSpan {
     pub error: bool,
     pub start_ns: u64,
     pub end_ns: u64,
+    /// The names of the span's events (a log line written inside the span is one).
+    pub events: Vec<String>,
 }
 
 impl ReceivedSpan {
@@ -146,6 +148,7 @@ fn keep(spans: &Spans, request: ExportTraceServiceRequest, via: &'static str) {
                     error: span.status.is_some_and(|s| s.code == 2),
                     start_ns: span.start_time_unix_nano,
                     end_ns: span.end_time_unix_nano,
+                    events: span.events.iter().map(|e| e.name.clone()).collect(),
                 });
             }
         }

@@ -182,6 +182,11 @@ async fn a_dag_task_is_one_trace_across_a_gateway_and_two_workers_one_of_them_ki
             report()
         );
     }
+    assert!(
+        round_trips.iter().any(|s| s.name == "EVALSHA create_task" && s.parent_span_id == request.span_id),
+        "the create is not a round trip under the request:\n{}",
+        report()
+    );
     // No span of the trace lacks its parent (the caller's span is the only one outside).
     let known = by_id(&ours);
     for span in &ours {
@@ -200,4 +205,135 @@ async fn a_dag_task_is_one_trace_across_a_gateway_and_two_workers_one_of_them_ki
         .find(|s| s.trace_id == header_trace && s.name == "tasks/get")
         .expect("the header's request span");
     assert_eq!(header_request.parent_span_id, header_parent);
+}
+
+/// The spans of `task`'s nodes, by node id, in attempt order.
+fn node_spans<'a>(spans: &'a [ReceivedSpan], task: &str) -> HashMap<String, Vec<&'a ReceivedSpan>> {
+    let mut nodes: HashMap<String, Vec<&ReceivedSpan>> = HashMap::new();
+    for span in
+        spans.iter().filter(|s| s.name.starts_with("node ") && s.attr("conveyor.task.id") == Some(task))
+    {
+        nodes.entry(span.attr("conveyor.node.id").unwrap_or_default().to_owned()).or_default().push(span);
+    }
+    for attempts in nodes.values_mut() {
+        attempts.sort_by_key(|s| s.attr("conveyor.node.attempt").and_then(|a| a.parse::<u32>().ok()));
+    }
+    nodes
+}
+
+async fn wait_status(mcp: &Mcp, capabilities: &serde_json::Value, task: &str, status: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let got =
+            mcp.call_2026("tasks/get", json!({"taskId": task}), capabilities.clone()).await.expect("get");
+        if got.result()["status"] == status {
+            return;
+        }
+        assert!(Instant::now() < deadline, "task {task} never became {status}: {}", got.raw);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_retry_a_parked_node_resumed_and_a_cancellation_each_show_as_what_they_are() {
+    let receiver = OtlpReceiver::start().await.expect("receiver");
+    let redis = RedisServer::start().expect("redis");
+    let up = Conveyor::with_env(
+        "up",
+        &redis.url(),
+        &["--fixtures"],
+        &otel_env("http/protobuf", &receiver.http_endpoint, "up"),
+    )
+    .expect("conveyor up");
+    let mcp = Mcp::new(up.mcp_url());
+    wait_for_tool(&mcp, "confirm_delete").await;
+    let mut asking = tasks_client_capabilities();
+    asking["elicitation"] = json!({});
+    let create = |name: &'static str, arguments: serde_json::Value| {
+        let (mcp, asking) = (&mcp, asking.clone());
+        async move {
+            let reply = mcp
+                .call_2026("tools/call", json!({"name": name, "arguments": arguments}), asking)
+                .await
+                .expect("call");
+            reply.result()["taskId"].as_str().unwrap_or_else(|| panic!("no task: {}", reply.raw)).to_owned()
+        }
+    };
+
+    // A node that fails once and is retried.
+    let retried = create(
+        "run_dag",
+        json!({"nodes": [{"id": "f", "tool": "flaky", "arguments": {"failures": 1}, "retries": 1, "backoffMs": 50}], "output": "f"}),
+    )
+    .await;
+    wait_status(&mcp, &asking, &retried, "completed").await;
+    // A node that asks, parks, and runs again with the answer.
+    let parked = create("confirm_delete", json!({"filename": "a.txt"})).await;
+    wait_status(&mcp, &asking, &parked, "input_required").await;
+    let answer = json!({"confirm": {"action": "accept", "content": {"confirm": true}}});
+    mcp.call_2026("tasks/update", json!({"taskId": parked, "inputResponses": answer}), asking.clone())
+        .await
+        .expect("tasks/update");
+    wait_status(&mcp, &asking, &parked, "completed").await;
+    // A running node whose task is cancelled.
+    let cancelled = create("slow_compute", json!({"seconds": 30})).await;
+    wait_status(&mcp, &asking, &cancelled, "working").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    mcp.call_2026("tasks/cancel", json!({"taskId": cancelled}), asking.clone()).await.expect("tasks/cancel");
+    wait_status(&mcp, &asking, &cancelled, "cancelled").await;
+
+    let spans = receiver
+        .wait_for(20, |spans| {
+            let tasks = spans.iter().filter(|s| s.name.starts_with("task ")).count();
+            let cancelled_node = spans.iter().any(|s| s.attr("conveyor.node.outcome") == Some("cancelled"));
+            tasks >= 3 && cancelled_node
+        })
+        .await;
+    let dump = || {
+        spans
+            .iter()
+            .map(|s| format!("{} {:?} {:?}", s.name, s.attributes, s.events))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+
+    let retry = &node_spans(&spans, &retried)["f"];
+    assert_eq!(retry.len(), 2, "{}", dump());
+    assert_eq!(retry[0].attr("conveyor.node.outcome"), Some("tool_error"));
+    assert!(retry[0].events.iter().any(|e| e.contains("retry scheduled")), "{:?}", retry[0].events);
+    assert_eq!(retry[1].attr("conveyor.node.run_reason"), Some("retry"));
+    assert_eq!(retry[1].attr("conveyor.node.outcome"), Some("completed"));
+
+    let asked = node_spans(&spans, &parked);
+    let asked = asked.values().next().unwrap_or_else(|| panic!("no node spans:\n{}", dump()));
+    assert_eq!(asked.len(), 2, "{}", dump());
+    assert_eq!(asked[0].attr("conveyor.node.outcome"), Some("parked"));
+    assert_eq!(asked[1].attr("conveyor.node.run_reason"), Some("resumed"));
+    assert_eq!(asked[1].attr("conveyor.node.outcome"), Some("completed"));
+    let answer_request = spans
+        .iter()
+        .find(|s| s.name == "tasks/update" && s.attr("conveyor.task.id") == Some(parked.as_str()))
+        .expect("the answer's request span");
+    assert_eq!(answer_request.attr("mcp.method.name"), Some("tasks/update"));
+
+    let stopped = node_spans(&spans, &cancelled);
+    let stopped = stopped.values().next().unwrap_or_else(|| panic!("no node spans:\n{}", dump()));
+    assert_eq!(stopped.last().and_then(|s| s.attr("conveyor.node.outcome")), Some("cancelled"), "{}", dump());
+    let task_span = spans
+        .iter()
+        .find(|s| s.name == "task slow_compute" && s.attr("conveyor.task.id") == Some(cancelled.as_str()))
+        .unwrap_or_else(|| panic!("no task span:\n{}", dump()));
+    assert_eq!(task_span.attr("conveyor.task.status"), Some("cancelled"));
+    // The gateway's cancel settled it, inside the tasks/cancel request's trace of its own: the
+    // task span still belongs to the task's trace, under the request that created it.
+    let create_request = spans
+        .iter()
+        .find(|s| {
+            s.name == "tools/call slow_compute" && s.attr("conveyor.task.id") == Some(cancelled.as_str())
+        })
+        .expect("the create request");
+    assert_eq!(task_span.parent_span_id, create_request.span_id);
+    assert_eq!(task_span.trace_id, create_request.trace_id);
+    let cancel_request = spans.iter().find(|s| s.name == "tasks/cancel").expect("the cancel request span");
+    assert_eq!(cancel_request.attr("conveyor.task.id"), Some(cancelled.as_str()));
 }
