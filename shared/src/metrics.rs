@@ -1,6 +1,6 @@
 //! The process's Prometheus metrics: one registry per process, which every gateway and worker in
 //! it records into (`conveyor up` runs both in one process, and its `/metrics` shows both), and
-//! the deployment's gauges read from Redis at scrape time. `docs/metrics.md` lists every metric.
+//! the deployment's gauges read from Redis at scrape time. `docs/observability.md` lists every metric.
 //!
 //! The rest of the code calls the typed functions here, never the registry: label values come
 //! from bounded sets (JSON-RPC methods the gateway knows, tools and queues workers publish, script
