@@ -477,43 +477,51 @@ impl Drop for NodeRunInner {
 
 /// The process's metrics as OpenMetrics text ([`CONTENT_TYPE`]).
 pub fn render() -> String {
-    render_with(None)
+    render_scrape(None, None)
 }
 
-/// The process's metrics and, when `cluster` is given, the deployment's gauges; `Some(Err)`:
-/// Redis did not answer, which `conveyor_redis_up 0` says.
-pub fn render_with(cluster: Option<Result<&ClusterStats, ()>>) -> String {
+/// The process's metrics, with `conveyor_redis_up` when `redis_up` is given and the deployment's
+/// gauges when `cluster` is.
+pub fn render_scrape(redis_up: Option<bool>, cluster: Option<&ClusterStats>) -> String {
     let mut text = String::new();
     // Writing to a String cannot fail.
     let _ = encode_registry(&mut text, &METRICS.registry);
-    if let Some(cluster) = cluster {
-        let _ = encode_registry(&mut text, &cluster_registry(cluster));
+    if redis_up.is_some() || cluster.is_some() {
+        let _ = encode_registry(&mut text, &scrape_registry(redis_up, cluster));
     }
     let _ = encode_eof(&mut text);
     text
 }
 
-/// The process's metrics and the deployment's gauges, read from Redis within
-/// [`SCRAPE_REDIS_TIMEOUT`]; without them (and with `conveyor_redis_up 0`) when Redis does not
+/// A gateway's scrape: the process's metrics and the deployment's gauges, read from Redis within
+/// [`SCRAPE_REDIS_TIMEOUT`]; without them, and with `conveyor_redis_up 0`, when Redis does not
 /// answer in time.
 pub async fn scrape(store: &Store) -> String {
-    let stats = tokio::time::timeout(SCRAPE_REDIS_TIMEOUT, store.cluster_stats()).await;
-    match stats {
-        Ok(Ok(stats)) => render_with(Some(Ok(&stats))),
+    match tokio::time::timeout(SCRAPE_REDIS_TIMEOUT, store.cluster_stats()).await {
+        Ok(Ok(stats)) => render_scrape(Some(true), Some(&stats)),
         Ok(Err(e)) => {
             tracing::debug!(error = %e, "cannot read the deployment's gauges for a scrape");
-            render_with(Some(Err(())))
+            render_scrape(Some(false), None)
         }
-        Err(_) => render_with(Some(Err(()))),
+        Err(_) => render_scrape(Some(false), None),
     }
 }
 
-fn cluster_registry(cluster: Result<&ClusterStats, ()>) -> Registry {
+/// A worker's scrape: the process's metrics, and whether Redis answers a `PING` within
+/// [`SCRAPE_REDIS_TIMEOUT`] (`conveyor_redis_up`).
+pub async fn scrape_process(store: &Store) -> String {
+    let up = matches!(tokio::time::timeout(SCRAPE_REDIS_TIMEOUT, store.ping()).await, Ok(Ok(())));
+    render_scrape(Some(up), None)
+}
+
+fn scrape_registry(redis_up: Option<bool>, cluster: Option<&ClusterStats>) -> Registry {
     let mut registry = Registry::with_prefix("conveyor");
-    let up = Gauge::<i64>::default();
-    up.set(i64::from(cluster.is_ok()));
-    registry.register("redis_up", "Whether Redis answered this scrape's reads (1) or not (0)", up);
-    let Ok(stats) = cluster else { return registry };
+    if let Some(redis_up) = redis_up {
+        let up = Gauge::<i64>::default();
+        up.set(i64::from(redis_up));
+        registry.register("redis_up", "Whether Redis answered this scrape (1) or not within 2 s (0)", up);
+    }
+    let Some(stats) = cluster else { return registry };
     let entries = Family::<QueueShardLabels, Gauge>::default();
     let pending = Family::<QueueShardLabels, Gauge>::default();
     let lag = Family::<QueueShardLabels, Gauge>::default();
@@ -623,7 +631,7 @@ mod tests {
         ] {
             assert!(text.contains(family), "{family} missing from:\n{text}");
         }
-        assert!(!text.contains("conveyor_redis_up"), "a worker's text has no deployment gauges");
+        assert!(!text.contains("conveyor_redis_up"), "the process's own text reads nothing from Redis");
     }
 
     #[test]
@@ -692,7 +700,7 @@ mod tests {
             dead_letters: vec![(Shard(0), 4), (Shard(1), 0)],
             workers_live: vec![("greet".into(), 2), ("idle".into(), 0)],
         };
-        let text = render_with(Some(Ok(&stats)));
+        let text = render_scrape(Some(true), Some(&stats));
         assert!(text.ends_with("# EOF\n") && text.matches("# EOF").count() == 1, "{text}");
         let count = |series: &str| value(&text, series).unwrap_or_else(|| panic!("{series} in\n{text}"));
         assert_eq!(count("conveyor_redis_up"), 1.0);
@@ -704,7 +712,7 @@ mod tests {
         assert_eq!(count(r#"conveyor_workers_live{queue="idle"}"#), 0.0);
         assert_eq!(count(r#"conveyor_dead_letter_stream_entries{shard="0"}"#), 4.0);
 
-        let down = render_with(Some(Err(())));
+        let down = render_scrape(Some(false), None);
         assert_eq!(value(&down, "conveyor_redis_up"), Some(0.0));
         assert!(!down.contains("conveyor_queue_stream_entries{"), "{down}");
         assert!(

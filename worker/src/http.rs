@@ -1,6 +1,6 @@
 //! The worker's own HTTP listener (`conveyor worker --metrics-listen ADDR`), for Prometheus and an
-//! orchestrator's probes: `/metrics` (this process's metrics), `/healthz` (the process runs) and
-//! `/readyz` (Redis answers). A worker serves no MCP; only gateways do.
+//! orchestrator's probes: `/metrics` (this process's metrics, and whether Redis answers a `PING`),
+//! `/healthz` (the process runs) and `/readyz` (Redis answers). A worker serves no MCP; only gateways do.
 
 use axum::Router;
 use axum::extract::State;
@@ -14,13 +14,14 @@ use tokio_util::sync::CancellationToken;
 /// The listener's routes.
 pub fn router(store: Store) -> Router {
     Router::new()
-        .route(
-            "/metrics",
-            get(|| async { ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], metrics::render()) }),
-        )
+        .route("/metrics", get(metrics_text))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .with_state(store)
+}
+
+async fn metrics_text(State(store): State<Store>) -> Response {
+    ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], metrics::scrape_process(&store).await).into_response()
 }
 
 async fn readyz(State(store): State<Store>) -> Response {
