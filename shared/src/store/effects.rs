@@ -38,7 +38,9 @@ pub(crate) fn recorded<T: DeserializeOwned>(reply: Value) -> Result<T, StoreErro
     if let Some(status) = &effects.settled {
         let tool = effects.tool.as_deref().unwrap_or_default();
         crate::metrics::task_settled(tool, status);
-        if let (Some(task), Some(trace)) = (&effects.task, effects.trace.as_deref().and_then(TaskTrace::decode)) {
+        if let (Some(task), Some(trace)) =
+            (&effects.task, effects.trace.as_deref().and_then(TaskTrace::decode))
+        {
             trace.end_task_span(task, tool, status, None, std::time::SystemTime::now());
         }
     }
