@@ -89,7 +89,8 @@ impl NodeOutcome {
         }
     }
 
-    fn as_str(self) -> &'static str {
+    /// The outcome's name: the `outcome` label, and a node span's `conveyor.node.outcome`.
+    pub fn as_str(self) -> &'static str {
         match self {
             Self::Completed => "completed",
             Self::ToolError => "tool_error",

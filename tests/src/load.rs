@@ -1,6 +1,7 @@
 //! What the benchmarks share: synchronous `tools/call`s of the `noop` fixture as a 2026-07-28
 //! client sends them, driven from this process; latency percentiles; and CPU readings of
-//! processes (`/proc/<pid>/stat`) and of Redis (`INFO cpu`).
+//! processes (`/proc/<pid>/stat`) and of Redis (`INFO cpu`); and [`BenchProcess`], a `conveyor`
+//! process at the binary's own log level.
 
 use std::process::Command;
 use std::sync::OnceLock;
@@ -156,4 +157,98 @@ fn clock_ticks() -> f64 {
             .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
             .unwrap_or(100.0)
     })
+}
+
+/// A `conveyor` process at the binary's own log level (`info`, or `RUST_LOG` from the bench's
+/// environment), not the end-to-end tests' debug level, whose line per node would cost CPU that a
+/// deployment does not spend. A gateway listens on a free port and is waited for.
+pub struct BenchProcess {
+    pub command: &'static str,
+    pub child: std::process::Child,
+    /// `http://127.0.0.1:<port>` of a gateway; empty for a worker.
+    pub base: String,
+    log: std::path::PathBuf,
+}
+
+impl BenchProcess {
+    /// `conveyor <command> <args>`, with `set` added to and `removed` taken from the bench's
+    /// environment.
+    pub fn start(
+        command: &'static str,
+        redis_url: &str,
+        args: &[&str],
+        set: &[(&str, String)],
+        removed: &[std::ffi::OsString],
+    ) -> anyhow::Result<Self> {
+        let log = crate::process::scratch_dir(&format!("bench-{command}")).join("conveyor.log");
+        let file = std::fs::File::create(&log)?;
+        let mut cmd = Command::new(crate::process::conveyor_bin());
+        cmd.arg(command).args(args);
+        for name in removed {
+            cmd.env_remove(name);
+        }
+        cmd.env("REDIS_URL", redis_url)
+            .envs(crate::process::test_process_env(args, &[]))
+            .envs(set.iter().map(|(k, v)| (k, v)))
+            .stdin(std::process::Stdio::null());
+        let listen = (command == "gateway").then(|| format!("127.0.0.1:{}", crate::free_port()));
+        if let Some(listen) = &listen {
+            cmd.args(["--listen", listen]);
+        }
+        let child = cmd.stdout(file.try_clone()?).stderr(file).spawn().context("cannot start conveyor")?;
+        let mut proc = Self { command, child, base: String::new(), log };
+        if let Some(listen) = listen {
+            proc.base = format!("http://{listen}");
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while std::net::TcpStream::connect(&listen).is_err() {
+                if let Ok(Some(status)) = proc.child.try_wait() {
+                    anyhow::bail!("conveyor {command} exited ({status}); log:\n{}", proc.log_text());
+                }
+                anyhow::ensure!(Instant::now() < deadline, "conveyor {command} did not listen on {listen}");
+                std::thread::sleep(Duration::from_millis(25));
+            }
+        }
+        Ok(proc)
+    }
+
+    pub fn mcp_url(&self) -> String {
+        format!("{}/mcp", self.base)
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGTERM, then waits for a clean exit (asynchronously: a receiver in the bench's process may
+    /// have to go on answering the process's last exports).
+    pub async fn terminate(&mut self) -> anyhow::Result<()> {
+        let pid = self.child.id();
+        let _ = Command::new("kill").arg("-TERM").arg(pid.to_string()).status();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                anyhow::ensure!(
+                    status.success(),
+                    "conveyor {} exited ({status}) on SIGTERM; log:\n{}",
+                    self.command,
+                    self.log_text()
+                );
+                return Ok(());
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "conveyor {} did not exit within 60 s of SIGTERM; log:\n{}",
+                self.command,
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+}
+
+impl Drop for BenchProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

@@ -136,9 +136,13 @@ fn reason_of(cell: &AtomicU8) -> StopReason {
     }
 }
 
-/// The attempts this worker runs, by entry id.
+/// The attempts this worker runs, by entry id, and the tasks it heard were cancelled lately: a
+/// notice can arrive between a node's start and its run joining the map, and must still stop it.
 #[derive(Default, Clone)]
-struct Running(Arc<Mutex<HashMap<String, Run>>>);
+struct Running(Arc<Mutex<HashMap<String, Run>>>, Arc<Mutex<HashMap<String, std::time::Instant>>>);
+
+/// How long a cancelled task is remembered: far longer than a start takes.
+const CANCEL_MEMORY: Duration = Duration::from_secs(60);
 
 impl Running {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Run>> {
@@ -147,8 +151,27 @@ impl Running {
         self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Adds a run; one whose task was cancelled meanwhile is stopped at once.
+    fn add(&self, entry_id: String, run: Run) {
+        let mut runs = self.lock();
+        if self.cancelled().contains_key(&run.attempt.task_id) {
+            run.stop(StopReason::Task);
+        }
+        runs.insert(entry_id, run);
+    }
+
+    fn cancelled(&self) -> std::sync::MutexGuard<'_, HashMap<String, std::time::Instant>> {
+        self.1.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     fn stop_task(&self, task_id: &str, reason: StopReason) -> usize {
         let runs = self.lock();
+        if reason == StopReason::Task {
+            // Under the runs' lock, so that a run added after this sees it.
+            let mut cancelled = self.cancelled();
+            cancelled.retain(|_, at| at.elapsed() < CANCEL_MEMORY);
+            cancelled.insert(task_id.to_owned(), std::time::Instant::now());
+        }
         let mut stopped = 0;
         for run in runs.values().filter(|r| r.attempt.task_id == task_id) {
             run.stop(reason);
@@ -786,16 +809,6 @@ fn w3c_traceparent(span: &tracing::Span) -> String {
     format!("00-{}-{}-{:02x}", sc.trace_id(), sc.span_id(), sc.trace_flags().to_u8())
 }
 
-/// Records how an attempt ended on its span; a failure also sets the span's status.
-fn record_outcome(outcome: &'static str, error: Option<&str>) {
-    let span = tracing::Span::current();
-    span.record(attr::OUTCOME, outcome);
-    if let Some(error) = error {
-        span.record("otel.status_code", "ERROR");
-        span.record("otel.status_description", error);
-    }
-}
-
 /// One started attempt, from the tool call to its completion.
 struct NodeJob {
     /// The attempt's span, entered while it runs.
@@ -838,7 +851,7 @@ impl NodeJob {
         }
         let token = self.worker.stop_running.child_token();
         let reason = Arc::new(AtomicU8::new(StopReason::Running as u8));
-        self.worker.running.lock().insert(
+        self.worker.running.add(
             attempt.entry_id.clone(),
             Run {
                 attempt: attempt.clone(),
@@ -903,40 +916,39 @@ impl NodeJob {
         match reason_of(&reason) {
             StopReason::Lost => {
                 // Another worker runs the node now; this attempt's completion would be refused.
-                record_outcome("lost", Some("another worker took the node over"));
-                self.metrics.finish(NodeOutcome::Lost);
+                self.finish(NodeOutcome::Lost, Some("another worker took the node over"));
                 tracing::info!(task = %attempt.task_id, node = %attempt.node_id, "stopped a node another worker took over");
             }
             StopReason::Shutdown if !cancelled_by_task(store, &attempt.task_id).await => {
-                record_outcome("handed_back", None);
                 self.hand_back().await
             }
             StopReason::Task | StopReason::Shutdown => {
-                record_outcome("cancelled", None);
                 tracing::info!(task = %attempt.task_id, node = %attempt.node_id, "node stopped: its task was cancelled");
                 self.settle(None, false).await
             }
             StopReason::Running | StopReason::Timeout => match outcome {
                 ToolOutcome::Plan(plan) => match crate::dag::check_plan(store, &plan).await {
-                    Ok(()) => {
-                        record_outcome("planned", None);
-                        self.expand(&plan).await
-                    }
+                    Ok(()) => self.expand(&plan).await,
                     Err(invalid) => self.settle(Some(invalid), false).await,
                 },
                 ToolOutcome::InputRequired(input) => match self.askable(&input) {
-                    Ok(()) => {
-                        record_outcome("parked", None);
-                        self.park(&input).await
-                    }
-                    Err(refused) => {
-                        record_outcome("failed", Some(&refused.message));
-                        self.refuse(refused).await
-                    }
+                    Ok(()) => self.park(&input).await,
+                    Err(refused) => self.refuse(refused).await,
                 },
                 outcome => self.settle(Some(outcome), false).await,
             },
         }
+    }
+
+    /// Records how the attempt ended, once: on its span (a failure also sets the span's status)
+    /// and in the worker's metrics, in the same words.
+    fn finish(&self, outcome: NodeOutcome, error: Option<&str>) {
+        self.span.record(attr::OUTCOME, outcome.as_str());
+        if let Some(error) = error {
+            self.span.record("otel.status_code", "ERROR");
+            self.span.record("otel.status_description", error);
+        }
+        self.metrics.finish(outcome);
     }
 
     /// Runs one attempt of a tool or a built-in node. A panicking tool must not take the worker
@@ -970,15 +982,11 @@ impl NodeJob {
     async fn settle(&self, outcome: Option<ToolOutcome>, final_failure: bool) {
         let attempt = &self.attempt;
         let store = &self.worker.store;
-        match &outcome {
-            Some(ToolOutcome::Result(result)) if conveyor_shared::model::result::is_error(result) => {
-                record_outcome("tool_error", None)
-            }
-            Some(ToolOutcome::Result(_)) => record_outcome("completed", None),
-            Some(ToolOutcome::Error(error)) => record_outcome("failed", Some(&error.message)),
-            _ => {}
-        }
-        self.metrics.finish(NodeOutcome::of(outcome.as_ref()));
+        let error = match &outcome {
+            Some(ToolOutcome::Error(error)) => Some(error.message.as_str()),
+            _ => None,
+        };
+        self.finish(NodeOutcome::of(outcome.as_ref()), error);
         match self.persist("outcome", || store.complete(attempt, outcome.as_ref(), final_failure)).await {
             Some(CompleteOutcome::Retry { delay_ms }) => {
                 metrics::node_retried(&self.tool);
@@ -1059,7 +1067,7 @@ impl NodeJob {
 
     /// Fails the attempt with a refusal that is the client's to fix (no retry, no dead letter).
     async fn refuse(&self, error: RpcError) {
-        self.metrics.finish(NodeOutcome::Failed);
+        self.finish(NodeOutcome::Failed, Some(&error.message));
         let attempt = &self.attempt;
         let store = &self.worker.store;
         if let Some(done) = self.persist("refusal", || store.complete_refused(attempt, error.clone())).await {
@@ -1069,7 +1077,7 @@ impl NodeJob {
 
     /// Parks the node until the client answers; like a completion, tried again while Redis is away.
     async fn park(&self, input: &InputRequired) {
-        self.metrics.finish(NodeOutcome::Parked);
+        self.finish(NodeOutcome::Parked, None);
         let attempt = &self.attempt;
         let store = &self.worker.store;
         match self.persist("request for input", || store.park(attempt, input)).await {
@@ -1088,7 +1096,7 @@ impl NodeJob {
 
     /// Hands the node back so that another worker starts it at once.
     async fn hand_back(&self) {
-        self.metrics.finish(NodeOutcome::HandedBack);
+        self.finish(NodeOutcome::HandedBack, None);
         let attempt = &self.attempt;
         match self.worker.store.release(attempt).await {
             Ok(true) => {
@@ -1116,7 +1124,7 @@ impl NodeJob {
         };
         match store.expand_plan(attempt, plan, &queues).await {
             Ok(ExpandOutcome::Expanded(n)) => {
-                self.metrics.finish(NodeOutcome::Planned);
+                self.finish(NodeOutcome::Planned, None);
                 tracing::info!(task = %attempt.task_id, nodes = n, "expanded a planned graph")
             }
             Ok(ExpandOutcome::Refused(reason)) => {
@@ -1161,5 +1169,47 @@ impl Backoff {
 
     fn reset(&mut self) {
         self.failures = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_of(task_id: &str) -> Run {
+        let attempt = Attempt {
+            shard: Shard(0),
+            task_id: task_id.to_owned(),
+            node_id: "n".to_owned(),
+            attempt: 1,
+            queues: vec!["q".to_owned()],
+            stream: Shard(0).queue("q"),
+            entry_id: "1-0".to_owned(),
+            traceparent: None,
+        };
+        let metrics = NodeRun::start(&attempt, "runner_test_tool");
+        Run {
+            attempt,
+            tool: "runner_test_tool".to_owned(),
+            started_at_ms: 0,
+            token: CancellationToken::new(),
+            reason: Arc::new(AtomicU8::new(StopReason::Running as u8)),
+            metrics,
+        }
+    }
+
+    #[test]
+    fn a_cancellation_heard_before_a_run_joins_still_stops_it() {
+        let running = Running::default();
+        assert_eq!(running.stop_task("t1", StopReason::Task), 0, "nothing runs yet");
+        let late = run_of("t1");
+        let (token, reason) = (late.token.clone(), late.reason.clone());
+        running.add("1-0".to_owned(), late);
+        assert!(token.is_cancelled());
+        assert_eq!(reason_of(&reason), StopReason::Task);
+        let other = run_of("t2");
+        let token = other.token.clone();
+        running.add("2-0".to_owned(), other);
+        assert!(!token.is_cancelled(), "another task's run goes on");
     }
 }

@@ -41,8 +41,7 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -53,11 +52,12 @@ use conveyor_shared::model::{TaskEvent, TaskMode, TaskStatus, new_task_id, now_m
 use conveyor_shared::store::{Created, Limits, NewTask};
 use conveyor_tests::bullmq::{self, BullmqFigures, BullmqOptions};
 use conveyor_tests::load::{
-    self, Latencies, OK_REPLY, SYNC_HEADERS, SyncCaller, process_cpu_seconds, redis_cpu_seconds, sync_body,
+    self, BenchProcess, Latencies, OK_REPLY, SYNC_HEADERS, SyncCaller, process_cpu_seconds,
+    redis_cpu_seconds, sync_body,
 };
 use conveyor_tests::mcp::tasks_client_capabilities;
 use conveyor_tests::monitor::{Monitor, MonitorCounts};
-use conveyor_tests::process::{commands_per, conveyor_bin, free_port, scratch_dir};
+use conveyor_tests::process::commands_per;
 use conveyor_tests::{Mcp, RedisServer};
 use futures::StreamExt;
 use serde_json::json;
@@ -376,14 +376,14 @@ async fn fanout(
 
 /// A `conveyor gateway` and its worker processes.
 struct Deployment {
-    gateway: Proc,
-    workers: Vec<Proc>,
+    gateway: BenchProcess,
+    workers: Vec<BenchProcess>,
 }
 
 impl Deployment {
     fn start(redis: &RedisServer, options: &Options) -> anyhow::Result<Self> {
         let dag_nodes = (options.fanout + 10).to_string();
-        let gateway = Proc::start(
+        let gateway = BenchProcess::start(
             "gateway",
             &redis.url(),
             &[
@@ -398,14 +398,18 @@ impl Deployment {
                 "--max-inflight-bytes",
                 "1073741824",
             ],
+            &[],
+            &[],
         )?;
         let concurrency = WORKER_CONCURRENCY.to_string();
         let workers = (0..options.workers)
             .map(|_| {
-                Proc::start(
+                BenchProcess::start(
                     "worker",
                     &redis.url(),
                     &["--fixtures", "--tools", "noop", "--concurrency", &concurrency],
+                    &[],
+                    &[],
                 )
             })
             .collect::<anyhow::Result<_>>()?;
@@ -423,62 +427,6 @@ impl Deployment {
             ));
         }
         all
-    }
-}
-
-/// A `conveyor` process at the binary's own log level (`info`, or `CONVEYOR_LOG` from this
-/// process's environment), not the end-to-end tests' debug level, whose line per node would cost
-/// CPU that a deployment does not spend.
-struct Proc {
-    child: Child,
-    /// `http://127.0.0.1:<port>` of a gateway; empty for a worker.
-    base: String,
-    log: PathBuf,
-}
-
-impl Proc {
-    fn start(command: &str, redis_url: &str, args: &[&str]) -> anyhow::Result<Self> {
-        let log = scratch_dir(&format!("bench-{command}")).join("conveyor.log");
-        let file = std::fs::File::create(&log)?;
-        let mut cmd = Command::new(conveyor_bin());
-        cmd.arg(command)
-            .args(args)
-            .env("REDIS_URL", redis_url)
-            .envs(conveyor_tests::process::test_process_env(args, &[]))
-            .stdin(Stdio::null());
-        let listen = (command == "gateway").then(|| format!("127.0.0.1:{}", free_port()));
-        if let Some(listen) = &listen {
-            cmd.args(["--listen", listen]);
-        }
-        let child = cmd.stdout(file.try_clone()?).stderr(file).spawn().context("cannot start conveyor")?;
-        let mut proc = Self { child, base: String::new(), log };
-        if let Some(listen) = listen {
-            proc.base = format!("http://{listen}");
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while std::net::TcpStream::connect(&listen).is_err() {
-                if let Ok(Some(status)) = proc.child.try_wait() {
-                    bail!("conveyor {command} exited ({status}); log:\n{}", proc.log_text());
-                }
-                anyhow::ensure!(Instant::now() < deadline, "conveyor {command} did not listen on {listen}");
-                std::thread::sleep(Duration::from_millis(25));
-            }
-        }
-        Ok(proc)
-    }
-
-    fn mcp_url(&self) -> String {
-        format!("{}/mcp", self.base)
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

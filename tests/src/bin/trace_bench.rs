@@ -31,14 +31,13 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use conveyor_tests::load::{self, Latencies, SyncCaller, process_cpu_seconds, redis_cpu_seconds};
+use conveyor_tests::load::{
+    self, BenchProcess, Latencies, SyncCaller, process_cpu_seconds, redis_cpu_seconds,
+};
 use conveyor_tests::otlp::OtlpReceiver;
-use conveyor_tests::process::{conveyor_bin, free_port, scratch_dir, test_process_env};
 use conveyor_tests::{Mcp, RedisServer};
 
 const HELP: &str = "\
@@ -388,8 +387,8 @@ fn print_summary(rounds: &[Round], options: &Options) {
 
 /// A `conveyor gateway` and one worker, started for one round of one mode.
 struct Deployment {
-    gateway: Proc,
-    worker: Proc,
+    gateway: BenchProcess,
+    worker: BenchProcess,
 }
 
 impl Deployment {
@@ -398,8 +397,8 @@ impl Deployment {
         otel: &[(&'static str, String)],
         inherited: &[OsString],
     ) -> anyhow::Result<Self> {
-        let gateway = Proc::start("gateway", &redis.url(), &[], otel, inherited)?;
-        let worker = Proc::start(
+        let gateway = BenchProcess::start("gateway", &redis.url(), &[], otel, inherited)?;
+        let worker = BenchProcess::start(
             "worker",
             &redis.url(),
             &["--fixtures", "--tools", "noop", "--concurrency", WORKER_CONCURRENCY],
@@ -419,96 +418,5 @@ impl Deployment {
             logs.push_str(&format!("--- {} ---\n{}", proc.command, proc.log_text()));
         }
         Ok(logs)
-    }
-}
-
-/// A `conveyor` process at the binary's own log level (as in `bench`), with the `OTEL_*`
-/// variables of its mode and none of this process's.
-struct Proc {
-    command: &'static str,
-    child: Child,
-    /// `http://127.0.0.1:<port>` of a gateway; empty for a worker.
-    base: String,
-    log: PathBuf,
-}
-
-impl Proc {
-    fn start(
-        command: &'static str,
-        redis_url: &str,
-        args: &[&str],
-        otel: &[(&'static str, String)],
-        inherited: &[OsString],
-    ) -> anyhow::Result<Self> {
-        let log = scratch_dir(&format!("trace-bench-{command}")).join("conveyor.log");
-        let file = std::fs::File::create(&log)?;
-        let mut cmd = Command::new(conveyor_bin());
-        cmd.arg(command).args(args);
-        for name in inherited {
-            cmd.env_remove(name);
-        }
-        cmd.env("REDIS_URL", redis_url)
-            .envs(test_process_env(args, &[]))
-            .envs(otel.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null());
-        let listen = (command == "gateway").then(|| format!("127.0.0.1:{}", free_port()));
-        if let Some(listen) = &listen {
-            cmd.args(["--listen", listen]);
-        }
-        let child = cmd.stdout(file.try_clone()?).stderr(file).spawn().context("cannot start conveyor")?;
-        let mut proc = Self { command, child, base: String::new(), log };
-        if let Some(listen) = listen {
-            proc.base = format!("http://{listen}");
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while std::net::TcpStream::connect(&listen).is_err() {
-                if let Ok(Some(status)) = proc.child.try_wait() {
-                    bail!("conveyor {command} exited ({status}); log:\n{}", proc.log_text());
-                }
-                anyhow::ensure!(Instant::now() < deadline, "conveyor {command} did not listen on {listen}");
-                std::thread::sleep(Duration::from_millis(25));
-            }
-        }
-        Ok(proc)
-    }
-
-    fn mcp_url(&self) -> String {
-        format!("{}/mcp", self.base)
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// SIGTERM, then waits for a clean exit (asynchronously: the receiver in this process must go
-    /// on answering the exports of the last spans).
-    async fn terminate(&mut self) -> anyhow::Result<()> {
-        let pid = self.child.id();
-        let _ = Command::new("kill").arg("-TERM").arg(pid.to_string()).status();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                anyhow::ensure!(
-                    status.success(),
-                    "conveyor {} exited ({status}) on SIGTERM; log:\n{}",
-                    self.command,
-                    self.log_text()
-                );
-                return Ok(());
-            }
-            anyhow::ensure!(
-                Instant::now() < deadline,
-                "conveyor {} did not exit within 60 s of SIGTERM; log:\n{}",
-                self.command,
-                self.log_text()
-            );
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
