@@ -250,6 +250,9 @@ pub struct NodeRecord {
     pub finished_at_ms: Option<u64>,
     pub error: Option<Value>,
     pub output: Option<Value>,
+    /// The nodes that wait on this one: the edges of the graph, for drawing it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub dependents: Vec<String>,
 }
 
 impl NodeRecord {
@@ -274,6 +277,7 @@ impl NodeRecord {
                 finished_at_ms: f.get("finishedAt").and_then(|v| v.parse().ok()),
                 error: f.get("error").and_then(|v| serde_json::from_str(v).ok()),
                 output: f.get("output").and_then(|v| serde_json::from_str(v).ok()),
+                dependents: f.get("dependents").and_then(|v| serde_json::from_str(v).ok()).unwrap_or_default(),
             })
             .collect()
     }
