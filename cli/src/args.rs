@@ -33,6 +33,12 @@ impl Cli {
             _ => "conveyor",
         }
     }
+
+    /// Whether this command is a client of an endpoint, run in a person's terminal: its logs
+    /// stay at `warn` unless RUST_LOG says otherwise, so that they do not cover the progress bar.
+    pub fn is_client(&self) -> bool {
+        matches!(self.command, Command::Call(_) | Command::Tasks { .. })
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -44,26 +50,20 @@ pub enum Command {
     Gateway(GatewayArgs),
     /// Run a worker that consumes task nodes from Redis. Start as many as the queue needs.
     Worker(WorkerArgs),
-    /// Look at tasks from a terminal.
+    /// Run a tool through the endpoint: a task shows a live progress bar (and a line per running
+    /// node of a graph), questions are asked here, Ctrl-C cancels it, and the result is printed.
+    Call(CallArgs),
+    /// Your tasks, through the endpoint with your token (an operator's token sees every
+    /// unfinished task).
     Tasks {
         #[command(subcommand)]
         command: TasksCommand,
     },
-    /// List the live workers: their queues, tools and running nodes (read from Redis).
-    Workers {
-        /// Print JSON instead of text.
-        #[arg(long)]
-        json: bool,
-        /// Also list workers whose heartbeat stopped (recently dead or stopped).
-        #[arg(long)]
-        all: bool,
-        #[command(flatten)]
-        redis: RedisArgs,
-    },
-    /// Nodes that failed for good (attempts spent, or their worker lost too often).
-    Dlq {
+    /// Operator commands that read and write Redis directly (REDIS_URL), bypassing the endpoint
+    /// and its authentication: tasks of any principal, live workers, dead letters.
+    Redis {
         #[command(subcommand)]
-        command: DlqCommand,
+        command: RedisCommand,
     },
     /// Static bearer tokens for a tokens file (`--tokens-file`).
     Token {
@@ -88,8 +88,120 @@ pub enum TokenCommand {
     Hash,
 }
 
+/// Where the MCP endpoint is and who the caller is.
+#[derive(Debug, Clone, Args)]
+pub struct EndpointArgs {
+    /// The MCP endpoint.
+    #[arg(long, env = "CONVEYOR_URL", default_value = "http://127.0.0.1:8080/mcp")]
+    pub url: String,
+    /// Bearer token: a static token (`conveyor token new`) or an OAuth access token. Not needed
+    /// for a gateway run with `--no-auth`.
+    #[arg(long, env = "CONVEYOR_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(
+    after_help = "Exit codes: 0 completed, 1 the tool reported an error (isError), 2 bad command line \
+(unknown tool or argument, wrong type), 3 the task failed or the server refused the call, 4 the endpoint \
+cannot be reached or refused the token, 5 cancelled by someone else or expired, 130 cancelled with Ctrl-C."
+)]
+pub struct CallArgs {
+    /// The tool to run (`tools/list` names them).
+    pub tool: String,
+    /// One argument as KEY=VALUE, typed by the tool's input schema (`seconds=5` is a number when
+    /// the schema says so; arrays as `a,b,c` or JSON; objects as JSON). Repeatable. Taken
+    /// literally: nothing in it is run by a shell.
+    #[arg(long = "arg", short = 'a', value_name = "KEY=VALUE")]
+    pub args: Vec<String>,
+    /// All arguments as one JSON object; `--arg` values override its keys.
+    #[arg(long = "json-args", value_name = "JSON")]
+    pub json_args: Option<String>,
+    /// Print the whole result (the CallToolResult) as JSON instead of its text.
+    #[arg(long)]
+    pub json: bool,
+    /// Poll the task at least this often, in milliseconds (default: the interval the server
+    /// suggests).
+    #[arg(long, value_name = "MS")]
+    pub poll_ms: Option<u64>,
+    #[command(flatten)]
+    pub endpoint: EndpointArgs,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum TasksCommand {
+    /// List your unfinished tasks (with --all, finished ones too, until their TTL runs out).
+    Ls {
+        /// Include completed, failed and cancelled tasks.
+        #[arg(long)]
+        all: bool,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        endpoint: EndpointArgs,
+    },
+    /// Print a task: status, progress, each node of its graph (status, attempts, duration,
+    /// worker), and its result once it has one.
+    Show {
+        /// The task id.
+        id: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        endpoint: EndpointArgs,
+    },
+    /// Watch a task live until it settles, answering its questions here; Ctrl-C stops watching
+    /// (the task goes on). Exits as `conveyor call` does.
+    Watch {
+        /// The task id.
+        id: String,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Poll at least this often, in milliseconds.
+        #[arg(long, value_name = "MS")]
+        poll_ms: Option<u64>,
+        #[command(flatten)]
+        endpoint: EndpointArgs,
+    },
+    /// Cancel a task (`tasks/cancel`) and say how it ended.
+    Cancel {
+        /// The task id.
+        id: String,
+        #[command(flatten)]
+        endpoint: EndpointArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RedisCommand {
+    /// Tasks of any principal, read from Redis.
+    Tasks {
+        #[command(subcommand)]
+        command: RedisTasksCommand,
+    },
+    /// List the live workers: their queues, tools and running nodes.
+    Workers {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Also list workers whose heartbeat stopped (recently dead or stopped).
+        #[arg(long)]
+        all: bool,
+        #[command(flatten)]
+        redis: RedisArgs,
+    },
+    /// Nodes that failed for good (attempts spent, or their worker lost too often).
+    Dlq {
+        #[command(subcommand)]
+        command: DlqCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RedisTasksCommand {
     /// Print a task and its nodes (status, attempts, duration).
     Show {
         /// The task id (32 hex digits).

@@ -1,5 +1,5 @@
 //! The `conveyor` command. Thin: it parses flags and environment, builds configuration, and
-//! calls into the gateway and worker crates.
+//! calls into the gateway, worker and client crates.
 //!
 //! # Layout
 //!
@@ -27,17 +27,22 @@ pub fn main() -> ExitCode {
     };
     let outcome = runtime.block_on(async {
         // Inside the runtime: the gRPC exporter needs one.
-        let telemetry = conveyor_shared::telemetry::init(cli.log_format, cli.service_name())?;
+        let level = if cli.is_client() { "warn" } else { "info" };
+        let telemetry = conveyor_shared::telemetry::init(cli.log_format, cli.service_name(), level)?;
         if let Some(target) = telemetry.exporting() {
             tracing::info!(%target, "exporting traces over OTLP");
         }
-        let outcome = run::run(cli).await;
+        if let Some(code) = run::run_client(&cli.command).await {
+            let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
+            return Ok(ExitCode::from(code));
+        }
+        let outcome = run::run(cli).await.map(|()| ExitCode::SUCCESS);
         // Flushing waits on the exporter; keep it off the runtime's threads.
         let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
         outcome
     });
     match outcome {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("conveyor: {e:#}");
             ExitCode::FAILURE

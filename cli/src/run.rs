@@ -14,10 +14,51 @@ use conveyor_worker::{ToolRegistry, WorkerOptions};
 use tokio_util::sync::CancellationToken;
 
 use crate::args::{
-    AuthArgs, Cli, Command, DlqCommand, GatewayArgs, OfferArgs, RedisArgs, TasksCommand, TokenCommand,
-    UpArgs, WorkerArgs,
+    AuthArgs, Cli, Command, DlqCommand, EndpointArgs, GatewayArgs, OfferArgs, RedisArgs, RedisCommand,
+    RedisTasksCommand, TasksCommand, TokenCommand, UpArgs, WorkerArgs,
 };
 use crate::private_redis::PrivateRedis;
+
+/// Runs a client command (one that talks to the endpoint), if `command` is one: its exit code,
+/// with the error already printed.
+pub async fn run_client(command: &Command) -> Option<u8> {
+    let endpoint =
+        |args: &EndpointArgs| conveyor_client::Endpoint { url: args.url.clone(), token: args.token.clone() };
+    let outcome = match command {
+        Command::Call(args) => {
+            let options = conveyor_client::call::CallOptions {
+                tool: args.tool.clone(),
+                args: args.args.clone(),
+                json_args: args.json_args.clone(),
+                json_output: args.json,
+                poll_ms: args.poll_ms,
+            };
+            conveyor_client::call::call(&endpoint(&args.endpoint), &options).await
+        }
+        Command::Tasks { command } => match command {
+            TasksCommand::Ls { all, json, endpoint: e } => {
+                conveyor_client::tasks::ls(&endpoint(e), *all, *json).await
+            }
+            TasksCommand::Show { id, json, endpoint: e } => {
+                conveyor_client::tasks::show(&endpoint(e), id, *json).await
+            }
+            TasksCommand::Watch { id, json, poll_ms, endpoint: e } => {
+                conveyor_client::tasks::watch(&endpoint(e), id, *json, *poll_ms).await
+            }
+            TasksCommand::Cancel { id, endpoint: e } => {
+                conveyor_client::tasks::cancel(&endpoint(e), id).await
+            }
+        },
+        _ => return None,
+    };
+    Some(match outcome {
+        Ok(exit) => exit.code(),
+        Err(error) => {
+            eprintln!("conveyor: {error}");
+            error.exit.code()
+        }
+    })
+}
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
@@ -31,14 +72,20 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let store = store(&args.redis)?;
             worker(store, args, shutdown).await
         }
-        Command::Tasks { command: TasksCommand::Show { id, json, redis } } => show(&redis, &id, json).await,
-        Command::Workers { json, all, redis } => workers(&redis, json, all).await,
-        Command::Dlq { command: DlqCommand::List { count, json, redis } } => {
-            dlq_list(&redis, count, json).await
-        }
-        Command::Dlq { command: DlqCommand::Retry { id, task_ttl_ms, redis } } => {
-            dlq_retry(&redis, &id, task_ttl_ms).await
-        }
+        // Client commands have run already, in `run_client`.
+        Command::Call(_) | Command::Tasks { .. } => Ok(()),
+        Command::Redis { command } => match command {
+            RedisCommand::Tasks { command: RedisTasksCommand::Show { id, json, redis } } => {
+                show(&redis, &id, json).await
+            }
+            RedisCommand::Workers { json, all, redis } => workers(&redis, json, all).await,
+            RedisCommand::Dlq { command: DlqCommand::List { count, json, redis } } => {
+                dlq_list(&redis, count, json).await
+            }
+            RedisCommand::Dlq { command: DlqCommand::Retry { id, task_ttl_ms, redis } } => {
+                dlq_retry(&redis, &id, task_ttl_ms).await
+            }
+        },
         Command::Token { command: TokenCommand::New { principal, groups } } => token_new(&principal, &groups),
         Command::Token { command: TokenCommand::Hash } => token_hash(),
     }
@@ -551,7 +598,7 @@ async fn dlq_retry(redis: &RedisArgs, id: &str, ttl_ms: u64) -> anyhow::Result<(
     let letter = store
         .dead_letter(id)
         .await?
-        .with_context(|| format!("no dead letter `{id}`; `conveyor dlq list` shows them"))?;
+        .with_context(|| format!("no dead letter `{id}`; `conveyor redis dlq list` shows them"))?;
     match store.retry_dead_letter(&letter, ttl_ms, 1000).await? {
         Ok(task) => {
             println!("{task}");

@@ -76,7 +76,7 @@ impl Shard {
         format!("{}:expiring", self.tag())
     }
 
-    /// Stream of nodes whose attempts are spent, for operators (`conveyor dlq`).
+    /// Stream of nodes whose attempts are spent, for operators (`conveyor redis dlq`).
     pub fn dead_letters(self) -> String {
         format!("{}:dead", self.tag())
     }

@@ -112,10 +112,23 @@ fn every_subcommand_documents_its_flags_and_environment() {
                 "REDIS_URL",
             ],
         ),
-        (&["tasks", "show"], &["--json", "REDIS_URL"]),
+        (&["redis", "tasks", "show"], &["--json", "REDIS_URL"]),
+        (&["call"], &["--arg", "--json-args", "CONVEYOR_URL", "CONVEYOR_TOKEN", "Exit codes"]),
+        (&["tasks"], &["ls", "show", "watch", "cancel"]),
+        (&["redis"], &["tasks", "workers", "dlq"]),
         (
             &[],
-            &["up", "gateway", "worker", "tasks", "RUST_LOG", "--log-format", "OTEL_EXPORTER_OTLP_ENDPOINT"],
+            &[
+                "up",
+                "gateway",
+                "worker",
+                "call",
+                "tasks",
+                "redis",
+                "RUST_LOG",
+                "--log-format",
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+            ],
         ),
     ];
     for (command, words) in expectations {

@@ -361,9 +361,9 @@ async fn a_tool_plans_its_work_as_a_graph_that_runs_across_workers() {
         .collect();
     assert!(workers.len() > 1, "parts ran on {workers:?}");
 
-    // `conveyor tasks show` prints the task and its nodes for a person.
+    // `conveyor redis tasks show` prints the task and its nodes for a person.
     let shown = std::process::Command::new(conveyor_tests::process::conveyor_bin())
-        .args(["tasks", "show", &task])
+        .args(["redis", "tasks", "show", &task])
         .env("REDIS_URL", c.redis.url())
         .output()
         .expect("conveyor runs");

@@ -204,7 +204,7 @@ async fn the_kubernetes_tools_file_loads_in_a_worker() {
     let worker = Conveyor::with_env("worker", &redis.url(), &[], &env).expect("worker");
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let workers = conveyor_json(&redis.url(), &["workers"]);
+        let workers = conveyor_json(&redis.url(), &["redis", "workers"]);
         if workers.to_string().contains("\"deployment_readiness\"") {
             break;
         }
@@ -510,7 +510,7 @@ async fn the_compose_topology_runs_with_real_processes() {
         offered.sort_unstable();
         offered.join(",")
     };
-    let live = conveyor_json(&redis_url, &["workers"]);
+    let live = conveyor_json(&redis_url, &["redis", "workers"]);
     let mut offers = BTreeMap::<String, Vec<String>>::new();
     for worker in live.as_array().expect("workers") {
         let tools = worker["tools"].as_array().expect("tools").iter().filter_map(Value::as_str);
@@ -523,7 +523,7 @@ async fn the_compose_topology_runs_with_real_processes() {
     assert_eq!(pool_of.values().filter(|p| **p == pool_name(CHECKS_POOL)).count(), 1, "{live}");
     let mut ran_on = BTreeMap::<String, BTreeSet<String>>::new();
     for (tool, task) in &tasks {
-        let shown = conveyor_json(&redis_url, &["tasks", "show", task]);
+        let shown = conveyor_json(&redis_url, &["redis", "tasks", "show", task]);
         let pool =
             pool_name(if RESEARCH_POOL.split(',').any(|t| t == *tool) { RESEARCH_POOL } else { CHECKS_POOL });
         let nodes = shown["nodes"].as_array().expect("nodes");

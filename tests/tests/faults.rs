@@ -112,19 +112,21 @@ async fn operators_list_and_retry_dead_letters() {
         assert!(output.status.success(), "{}", conveyor_tests::process::output_text(&output));
         String::from_utf8_lossy(&output.stdout).into_owned()
     };
-    let listed: Value = serde_json::from_str(&conveyor_cmd(&["dlq", "list", "--json"])).expect("json");
+    let listed: Value =
+        serde_json::from_str(&conveyor_cmd(&["redis", "dlq", "list", "--json"])).expect("json");
     assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
     assert_eq!(listed[0]["taskId"], task.as_str());
     assert_eq!(listed[0]["error"]["message"], "protocol_error_job exploded");
-    let text = conveyor_cmd(&["dlq", "list"]);
+    let text = conveyor_cmd(&["redis", "dlq", "list"]);
     assert!(text.contains("protocol_error_job") && text.contains("exploded"), "{text}");
 
     let letter = listed[0]["id"].as_str().expect("id").to_owned();
-    let retried = conveyor_cmd(&["dlq", "retry", &letter]).trim().to_owned();
+    let retried = conveyor_cmd(&["redis", "dlq", "retry", &letter]).trim().to_owned();
     assert_eq!(retried.len(), 32, "prints the new task id: {retried}");
     let again = mcp.call_2025("tasks/result", json!({"taskId": retried})).await.expect("tasks/result");
     assert_eq!(again.error_code(), Some(-32603), "the node ran again: {}", again.raw);
-    let listed: Value = serde_json::from_str(&conveyor_cmd(&["dlq", "list", "--json"])).expect("json");
+    let listed: Value =
+        serde_json::from_str(&conveyor_cmd(&["redis", "dlq", "list", "--json"])).expect("json");
     assert_eq!(
         listed.as_array().map(Vec::len),
         Some(1),

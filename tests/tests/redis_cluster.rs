@@ -514,14 +514,14 @@ async fn two_worker_pools_never_take_each_others_nodes() {
     let workers_used: BTreeSet<&str> = ran_on.keys().map(|(_, w)| w.as_str()).collect();
     println!("{} of 4 workers ran nodes", workers_used.len());
 
-    // `conveyor workers --json` lists the four live workers with their queues.
+    // `conveyor redis workers --json` lists the four live workers with their queues.
     let output = tokio::task::block_in_place(|| {
         std::process::Command::new(conveyor_bin())
-            .args(["workers", "--json"])
+            .args(["redis", "workers", "--json"])
             .env("REDIS_URL", cluster.seed_url())
             .env("CONVEYOR_SHARDS", SHARDS)
             .output()
-            .expect("conveyor workers runs")
+            .expect("conveyor redis workers runs")
     });
     assert!(output.status.success(), "{}", output_text(&output));
     let records: Vec<Value> =

@@ -1,17 +1,50 @@
 //! `resources/list`, `resources/templates/list`, `resources/read`, and `resources/subscribe` /
 //! `unsubscribe`: the resources and templates live workers offer, produced by their handlers on a
-//! worker, and every finished task's result, which its owner reads at
-//! `conveyor://tasks/{taskId}/result` straight from Redis.
+//! worker, and what the gateway itself knows of the caller's tasks, read straight from Redis: the
+//! list at `conveyor://tasks`, one task with its progress and its graph's nodes at
+//! `conveyor://tasks/{taskId}`, and every finished task's result at
+//! `conveyor://tasks/{taskId}/result`. Any MCP client can read them; `conveyor tasks` does.
 
 use std::sync::Arc;
 
 use conveyor_shared::model::{OfferKind, TaskMode, TaskRecord};
+use conveyor_shared::store::TaskIndex;
 use serde_json::{Value, json};
 
 use super::offers::{LIST_TTL_MS, match_template, reply_with_cache_hints, run_offer, with_cache_hints};
 use super::{Reply, RequestCtx, string_param};
 use crate::rpc::RpcFailure;
 use crate::state::AppState;
+
+/// The caller's tasks (every live task, for an operator), a page at a time: the next page is
+/// `conveyor://tasks?cursor=<nextCursor>`.
+const TASKS_RESOURCE: &str = "conveyor://tasks";
+
+/// Tasks per page of [`TASKS_RESOURCE`].
+const TASKS_PAGE: usize = 100;
+
+fn tasks_resource() -> Value {
+    json!({
+        "uri": TASKS_RESOURCE,
+        "name": "tasks",
+        "title": "Your tasks",
+        "description": "Your tasks (an operator: every unfinished task), oldest first: status, status message, progress, tool and times. When `nextCursor` is set, read `conveyor://tasks?cursor=<nextCursor>` for the next page.",
+        "mimeType": "application/json",
+    })
+}
+
+/// The template of one task's state: status, progress and its graph's nodes.
+const TASK_STATE_TEMPLATE: &str = "conveyor://tasks/{taskId}";
+
+fn task_state_template() -> Value {
+    json!({
+        "uriTemplate": TASK_STATE_TEMPLATE,
+        "name": "task",
+        "title": "One of your tasks, with its nodes",
+        "description": "A task's status, status message and progress, and each node of its graph: status, attempts, worker, start and finish times, error, and the nodes that wait on it.",
+        "mimeType": "application/json",
+    })
+}
 
 /// The template of a finished task's result.
 pub(super) const TASK_RESULT_TEMPLATE: &str = "conveyor://tasks/{taskId}/result";
@@ -39,8 +72,9 @@ fn task_embedded_template() -> Value {
 }
 
 pub(super) async fn resources_list(state: &AppState, ctx: &RequestCtx) -> Result<Value, RpcFailure> {
-    let resources: Vec<Value> =
+    let mut resources: Vec<Value> =
         state.catalog.offers(OfferKind::Resource).await?.iter().map(|r| r.definition.clone()).collect();
+    resources.push(tasks_resource());
     Ok(with_cache_hints(ctx.wire, json!({"resources": resources}), LIST_TTL_MS))
 }
 
@@ -52,6 +86,7 @@ pub(super) async fn resource_templates_list(state: &AppState, ctx: &RequestCtx) 
         .iter()
         .map(|r| r.definition.clone())
         .collect();
+    templates.push(task_state_template());
     templates.push(task_result_template());
     templates.push(task_embedded_template());
     Ok(with_cache_hints(ctx.wire, json!({"resourceTemplates": templates}), LIST_TTL_MS))
@@ -66,6 +101,15 @@ fn not_found(uri: &str) -> RpcFailure {
 
 pub(super) async fn resources_read(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, RpcFailure> {
     let uri = string_param(&ctx.params, "uri")?.to_owned();
+    if let Some(query) =
+        uri.strip_prefix(TASKS_RESOURCE).filter(|rest| rest.is_empty() || rest.starts_with('?'))
+    {
+        return task_list(&state, &ctx, &uri, query).await.map(Reply::Result);
+    }
+    if let Some(variables) = match_template(TASK_STATE_TEMPLATE, &uri) {
+        let task_id = variables.get("taskId").and_then(Value::as_str).unwrap_or_default();
+        return task_state(&state, &ctx, &uri, task_id).await.map(Reply::Result);
+    }
     if let Some(variables) = match_template(TASK_RESULT_TEMPLATE, &uri) {
         let task_id = variables.get("taskId").and_then(Value::as_str).unwrap_or_default();
         return task_result(&state, &ctx, &uri, task_id).await.map(Reply::Result);
@@ -93,6 +137,68 @@ pub(super) async fn resources_read(state: Arc<AppState>, ctx: RequestCtx) -> Res
         }
         None => Err(not_found(&uri)),
     }
+}
+
+/// One page of the caller's tasks (every live task, for an operator). `query` is empty or
+/// `?cursor=<nextCursor>`.
+async fn task_list(state: &AppState, ctx: &RequestCtx, uri: &str, query: &str) -> Result<Value, RpcFailure> {
+    let cursor = match query.strip_prefix("?cursor=") {
+        _ if query.is_empty() => None,
+        Some(cursor) if !cursor.is_empty() && !cursor.contains('&') => Some(cursor),
+        _ => {
+            return Err(RpcFailure::invalid_params(format!(
+                "`{uri}`: the only query {TASKS_RESOURCE} takes is `?cursor=<nextCursor>`"
+            ))
+            .with_data(json!({"uri": uri})));
+        }
+    };
+    let index = if ctx.caller.operator { TaskIndex::Live } else { TaskIndex::Owner(&ctx.caller.principal) };
+    let page = state.store.list_tasks(index, cursor, TASKS_PAGE).await?.map_err(|why| {
+        RpcFailure::invalid_params(format!("`{uri}`: {why}")).with_data(json!({"uri": uri}))
+    })?;
+    let tasks: Vec<Value> =
+        page.tasks.iter().filter(|t| t.mode == TaskMode::Task).map(|t| task_view(t, None)).collect();
+    let mut body = json!({"tasks": tasks});
+    if let Some(next) = page.next_cursor {
+        body["nextCursor"] = json!(next);
+    }
+    let contents = json!([{"uri": uri, "mimeType": "application/json", "text": body.to_string()}]);
+    Ok(with_cache_hints(ctx.wire, json!({"contents": contents}), 0))
+}
+
+/// One task's state with its nodes, for its owner (or an operator).
+async fn task_state(
+    state: &AppState,
+    ctx: &RequestCtx,
+    uri: &str,
+    task_id: &str,
+) -> Result<Value, RpcFailure> {
+    let task = visible_task(state, ctx, uri, task_id).await?;
+    let nodes = state.store.get_nodes(task_id).await?;
+    let body = task_view(&task, Some(&nodes));
+    let contents = json!([{"uri": uri, "mimeType": "application/json", "text": body.to_string()}]);
+    let cache = if task.status.is_terminal() { cacheable_for(&task) } else { 0 };
+    Ok(with_cache_hints(ctx.wire, json!({"contents": contents}), cache))
+}
+
+/// What the task resources say of a task: its summary, and with `nodes` its graph without the
+/// nodes' outputs (which can be large, and which the result resource carries).
+fn task_view(task: &TaskRecord, nodes: Option<&[conveyor_shared::model::NodeRecord]>) -> Value {
+    let mut view = conveyor_shared::store::task_summary(task, nodes.unwrap_or_default());
+    match (view.as_object_mut(), nodes) {
+        (Some(object), None) => {
+            object.remove("nodes");
+        }
+        (Some(object), Some(_)) => {
+            if let Some(Value::Array(nodes)) = object.get_mut("nodes") {
+                for node in nodes.iter_mut().filter_map(Value::as_object_mut) {
+                    node.remove("output");
+                }
+            }
+        }
+        (None, _) => {}
+    }
+    view
 }
 
 /// A finished task's result as a resource, for its owner (or an operator).

@@ -1,5 +1,5 @@
 //! Dead letters: nodes whose attempts are spent (or that lost their worker too often), one capped
-//! stream per shard, for operators to read and run again (`conveyor dlq`). A dead letter's id is
+//! stream per shard, for operators to read and run again (`conveyor redis dlq`). A dead letter's id is
 //! `<shard>:<stream entry id>`.
 
 use serde_json::Value;

@@ -540,7 +540,7 @@ impl Store {
     }
 }
 
-/// A task as JSON for a person or a script (the `conveyor tasks show` output).
+/// A task as JSON for a person or a script (the `conveyor redis tasks show` output).
 pub fn task_summary(task: &TaskRecord, nodes: &[NodeRecord]) -> Value {
     json!({
         "taskId": task.task_id,

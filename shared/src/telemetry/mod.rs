@@ -78,8 +78,9 @@ pub enum TelemetryError {
 
 /// Installs logs and traces for this process. `service` names the process in traces unless
 /// `OTEL_SERVICE_NAME` (or `service.name` in `OTEL_RESOURCE_ATTRIBUTES`) says otherwise. Needs a
-/// Tokio runtime when the exporter speaks gRPC.
-pub fn init(format: LogFormat, service: &str) -> Result<Telemetry, TelemetryError> {
+/// Tokio runtime when the exporter speaks gRPC. `default_level` filters logs when neither
+/// `RUST_LOG` nor `CONVEYOR_LOG` is set (a server logs `info`; a client in a terminal only `warn`).
+pub fn init(format: LogFormat, service: &str, default_level: &str) -> Result<Telemetry, TelemetryError> {
     let export = export_target();
     let mut resource = Resource::builder();
     let named = std::env::var("OTEL_SERVICE_NAME").is_ok_and(|v| !v.is_empty())
@@ -110,7 +111,7 @@ pub fn init(format: LogFormat, service: &str) -> Result<Telemetry, TelemetryErro
         .with_filter(traced);
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_from_env("CONVEYOR_LOG"))
-        .unwrap_or_else(|_| EnvFilter::new("info"));
+        .unwrap_or_else(|_| EnvFilter::new(default_level));
     Registry::default()
         .with(otel)
         .with(logs::layer(format).with_filter(filter))
