@@ -78,7 +78,7 @@ fn up_without_redis_explains_how_to_get_it() {
 
 #[test]
 fn every_subcommand_documents_its_flags_and_environment() {
-    let expectations: [(&[&str], &[&str]); 5] = [
+    let expectations: [(&[&str], &[&str]); 8] = [
         (
             &["up"],
             &[
