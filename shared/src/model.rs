@@ -277,7 +277,10 @@ impl NodeRecord {
                 finished_at_ms: f.get("finishedAt").and_then(|v| v.parse().ok()),
                 error: f.get("error").and_then(|v| serde_json::from_str(v).ok()),
                 output: f.get("output").and_then(|v| serde_json::from_str(v).ok()),
-                dependents: f.get("dependents").and_then(|v| serde_json::from_str(v).ok()).unwrap_or_default(),
+                dependents: f
+                    .get("dependents")
+                    .and_then(|v| serde_json::from_str(v).ok())
+                    .unwrap_or_default(),
             })
             .collect()
     }
