@@ -210,6 +210,15 @@
   function showLogin(message) {
     stopStream();
     stopOperators();
+    // Nothing of the last principal's stays on the page.
+    state.tasks = [];
+    state.rows.clear();
+    $('task-rows').replaceChildren();
+    state.open = null;
+    state.detail = null;
+    state.graphKey = null;
+    $('task-detail').hidden = true;
+    $('no-detail').hidden = false;
     $('login').hidden = false;
     $('tabs').hidden = true;
     $('who').hidden = true;
@@ -254,7 +263,12 @@
   // ---------------------------------------------------------------- navigation
 
   function routeFromHash() {
-    const hash = decodeURIComponent(location.hash.slice(1));
+    let hash = location.hash.slice(1);
+    try {
+      hash = decodeURIComponent(hash);
+    } catch (_) {
+      // Not an address this page made: read it as it is.
+    }
     if (hash === 'operators' && state.me.operator) {
       selectTab('operators');
       return;
@@ -547,7 +561,9 @@
   function renderFacts(task) {
     const counts = new Map();
     for (const node of task.nodes) counts.set(node.status, (counts.get(node.status) || 0) + 1);
-    const summary = NODE_STATES.filter(([s]) => counts.has(s)).map(([s, label]) => `${counts.get(s)} ${label}`);
+    const summary = NODE_STATES.filter(([s]) => counts.has(s)).map(
+      ([s, label]) => `${counts.get(s)} ${task.terminal && !SETTLED.has(s) ? 'not run' : label}`,
+    );
     for (const [s, n] of counts) {
       if (!NODE_STATES.some(([known]) => known === s)) summary.push(`${n} ${s}`);
     }
@@ -661,6 +677,11 @@
   function renderGraph(task) {
     const wrap = $('dag-wrap');
     renderLegend(task);
+    if (!task.nodes.length) {
+      state.graphKey = null;
+      wrap.replaceChildren(el('p', { class: 'empty', text: 'No nodes are recorded for this task.' }));
+      return;
+    }
     const key = JSON.stringify([task.plannedBy, task.nodes.map((n) => [n.nodeId, n.dependents || []])]);
     if (key === state.graphKey && wrap.firstChild) {
       for (const node of task.nodes) {
@@ -787,7 +808,7 @@
     const present = new Set(task.nodes.map((n) => n.status));
     $('legend').replaceChildren(
       ...NODE_STATES.filter(([s]) => present.has(s)).map(([s, label]) =>
-        el('span', { 'data-status': s }, el('i', {}), label),
+        el('span', { 'data-status': s }, el('i', {}), task.terminal && !SETTLED.has(s) ? 'not run' : label),
       ),
     );
   }
@@ -919,7 +940,7 @@
         el(
           'tr',
           { 'data-worker': w.name, 'data-live': String(w.live) },
-          el('td', {}, el('div', { class: 'name', text: w.name }), el('div', { class: 'mono', text: w.host ? `${w.host} · pid ${w.pid}` : '' })),
+          el('td', {}, el('div', { class: 'name', text: w.name }), el('div', { class: 'mono', text: [w.host, w.pid ? `pid ${w.pid}` : ''].filter(Boolean).join(' · ') })),
           el('td', {}, el('span', { class: w.live ? 'badge ok' : 'badge stale', text: w.live ? 'live' : 'silent' })),
           el(
             'td',
