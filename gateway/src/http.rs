@@ -1,7 +1,8 @@
-//! Streamable HTTP at `/mcp`, plus `/healthz`, `/readyz` and `/metrics`. This module owns everything that is
-//! about HTTP: Host and Origin checks, authentication and its challenge, the resource metadata,
-//! content negotiation, body limits and deadlines, measuring a body before it is parsed, the MCP
-//! request headers, and turning a handler's reply into a JSON body or an SSE stream.
+//! Streamable HTTP at `/mcp`, plus `/healthz`, `/readyz`, `/metrics` and the web view's routes
+//! ([`crate::ui`]). This module owns everything that is about HTTP: Host and Origin checks,
+//! authentication and its challenge (the web view's API goes through the same), the resource
+//! metadata, content negotiation, body limits and deadlines, measuring a body before it is parsed,
+//! the MCP request headers, and turning a handler's reply into a JSON body or an SSE stream.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -41,6 +42,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(crate::metrics::serve))
         .route("/.well-known/oauth-protected-resource", get(resource_metadata))
         .route("/.well-known/oauth-protected-resource/mcp", get(resource_metadata))
+        .merge(crate::ui::routes())
         .with_state(state)
 }
 
@@ -544,7 +546,7 @@ fn content_type_is_json(headers: &HeaderMap) -> bool {
 /// DNS-rebinding protection: the Host must be one this gateway serves, and a browser's Origin
 /// must point at such a host too.
 #[allow(clippy::result_large_err)] // the error is a ready response; this runs once per request
-fn check_origin(state: &AppState, headers: &HeaderMap) -> Result<(), Response> {
+pub(crate) fn check_origin(state: &AppState, headers: &HeaderMap) -> Result<(), Response> {
     let allowed = &state.http.allowed_hosts;
     if allowed.iter().any(|h| h == "*") {
         return Ok(());
@@ -590,7 +592,7 @@ fn strip_port(authority: &str) -> &str {
 /// Who is asking. Tasks are bound to it: other principals (but operators) get "not found".
 /// Without a valid token the answer is 401 with a challenge that names the resource metadata.
 #[allow(clippy::result_large_err)] // the error is a ready response; this runs once per request
-async fn authenticate(
+pub(crate) async fn authenticate(
     state: &AppState,
     headers: &HeaderMap,
     remote: Option<SocketAddr>,
@@ -633,7 +635,7 @@ async fn authenticate(
 }
 
 /// Counts the request against its principal's rate, shared by every gateway through Redis.
-async fn rate_limit(state: &AppState, caller: &Caller) -> Result<(), RpcFailure> {
+pub(crate) async fn rate_limit(state: &AppState, caller: &Caller) -> Result<(), RpcFailure> {
     let limits = &state.shared_limits;
     if limits.requests_per_second <= 0.0 {
         return Ok(());

@@ -19,6 +19,8 @@
 //! - [`serve`]: the accept loop: connection limit, header deadline and idle close, graceful drain.
 //! - [`state`]: [`AppState`], shared by all handlers.
 //! - [`telemetry`]: the span of each MCP request, continuing the caller's trace.
+//! - [`ui`]: the web view at `/ui`: a page compiled into the binary, and its JSON API and event
+//!   stream under `/ui/api/`, behind the same authentication as `/mcp`.
 //!
 //! Why a dispatcher of our own rather than rmcp's `StreamableHttpService`: see
 //! `docs/architecture.md`. MCP shapes come from `rmcp::model` wherever rmcp has them.
@@ -34,6 +36,7 @@ pub mod serve;
 pub mod signing;
 pub mod state;
 pub mod telemetry;
+pub mod ui;
 pub mod wire;
 
 pub use http::router;

@@ -102,6 +102,8 @@ pub struct AppState {
     pub shutdown: tokio_util::sync::CancellationToken,
     /// Signs session ids and MRTR request states with the deployment's shared secret.
     pub signer: crate::signing::Signer,
+    /// Open streams of the web view: each reads Redis on an interval, so there is a bound.
+    pub ui_streams: Arc<Semaphore>,
 }
 
 impl AppState {
@@ -118,6 +120,7 @@ impl AppState {
             shared_limits: SharedLimits::default(),
             shutdown: tokio_util::sync::CancellationToken::new(),
             signer: crate::signing::Signer::new(None),
+            ui_streams: Arc::new(Semaphore::new(crate::ui::MAX_STREAMS)),
         }
     }
 

@@ -53,6 +53,12 @@ pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
 }
 
+/// Cargo's target directory: `CARGO_TARGET_DIR` when set, else `<workspace>/target`. Builds,
+/// scratch directories, installed clients and test artifacts all go there.
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"))
+}
+
 /// A finished process's exit status and output, for a failure message.
 pub fn output_text(output: &std::process::Output) -> String {
     format!(
@@ -66,11 +72,7 @@ pub fn output_text(output: &std::process::Output) -> String {
 /// A scratch directory for one process, under the target directory so that logs survive a failed
 /// test for inspection.
 pub fn scratch_dir(name: &str) -> PathBuf {
-    let dir = workspace_root().join("target").join("e2e").join(format!(
-        "{name}-{}-{}",
-        std::process::id(),
-        free_port()
-    ));
+    let dir = target_dir().join("e2e").join(format!("{name}-{}-{}", std::process::id(), free_port()));
     let _ = std::fs::create_dir_all(&dir);
     dir
 }
@@ -93,33 +95,51 @@ pub fn conveyor_bin() -> &'static Path {
             || std::env::var("CONVEYOR_TEST_RELEASE").is_ok_and(|v| v == "1");
         let mut build = Command::new(cargo);
         build.current_dir(workspace_root()).args(["build", "-q", "-p", "conveyor-cli", "--bin", "conveyor"]);
+        without_package_env(&mut build);
         if release {
             build.arg("--release");
         }
         #[allow(clippy::expect_used)] // without the binary no end-to-end test can run
         let status = build.status().expect("cargo runs");
         assert!(status.success(), "building the conveyor binary failed");
-        let target = std::env::var("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|_| workspace_root().join("target"));
-        target.join(if release { "release" } else { "debug" }).join("conveyor")
+        target_dir().join(if release { "release" } else { "debug" }).join("conveyor")
     })
+}
+
+/// Leaves out of a nested cargo's environment what `cargo test` sets for the test itself (the
+/// package's name, version and directory, ...). Build scripts that watch such variables (ring's)
+/// would otherwise see them change between the outer build and this one, and both would rebuild
+/// them, and everything above them, on every run.
+fn without_package_env(command: &mut Command) {
+    const SET_FOR_TESTS: [&str; 6] = [
+        "CARGO_MANIFEST_DIR",
+        "CARGO_MANIFEST_PATH",
+        "CARGO_CRATE_NAME",
+        "CARGO_PRIMARY_PACKAGE",
+        "CARGO_TARGET_TMPDIR",
+        "CARGO_RUSTC_CURRENT_DIR",
+    ];
+    for (name, _) in std::env::vars_os() {
+        let Some(name) = name.to_str() else { continue };
+        if SET_FOR_TESTS.contains(&name) || name.starts_with("CARGO_PKG_") || name.starts_with("CARGO_BIN_") {
+            command.env_remove(name);
+        }
+    }
 }
 
 /// An example program of a workspace package, built with the same cargo that runs the tests.
 pub fn example_bin(package: &str, example: &str) -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let mut build = Command::new(cargo);
+    without_package_env(&mut build);
     #[allow(clippy::expect_used)] // without the binary the test cannot run
-    let status = Command::new(cargo)
+    let status = build
         .current_dir(workspace_root())
         .args(["build", "-q", "-p", package, "--example", example])
         .status()
         .expect("cargo runs");
     assert!(status.success(), "building example {example} of {package} failed");
-    let target = std::env::var("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| workspace_root().join("target"));
-    target.join("debug").join("examples").join(example)
+    target_dir().join("debug").join("examples").join(example)
 }
 
 /// Redis commands per unit of work between two [`RedisServer::command_stats`] readings: the total,

@@ -52,6 +52,7 @@ use crate::wire::{META_CLIENT_CAPABILITIES, Wire};
 
 pub(crate) use client_messages::{client_response, notification};
 pub use resume::ResumePoint;
+pub(crate) use tasks_cancel::cancel_task;
 pub use tools_call::{IDEMPOTENCY_KEY, OVERLOADED};
 
 /// One request, as the HTTP layer hands it over.

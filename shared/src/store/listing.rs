@@ -1,7 +1,7 @@
 //! Listing an owner's tasks (2025-11-25 `tasks/list`), oldest first, across shards. The cursor is
 //! the last listed task's (creation time, id); a page continues strictly after it in that order,
 //! which is also the order of each shard's index, so tasks created in the same millisecond are
-//! neither skipped nor repeated.
+//! neither skipped nor repeated. The web view reads the other end: the newest few, at once.
 
 use std::collections::HashMap;
 
@@ -74,8 +74,61 @@ impl Store {
         candidates.truncate(page_size);
         let next_cursor =
             if more { candidates.last().map(|(score, id, _)| encode_cursor(*score, id)) } else { None };
+        let mut found = self.indexed_records(index, &candidates).await?;
+        let tasks = candidates.into_iter().filter_map(|(_, id, _)| found.remove(&id)).collect();
+        Ok(Ok(TaskPage { tasks, next_cursor }))
+    }
+
+    /// Up to `count` tasks of an index, newest first: the last ones of each shard's index (by
+    /// creation time for an owner, by expiry for the live index), merged. Costs one round trip
+    /// per shard for the index and one per shard for the records, however many tasks the index
+    /// holds; a record that is gone or unreadable leaves the answer one shorter.
+    pub async fn newest_tasks(
+        &self,
+        index: TaskIndex<'_>,
+        count: usize,
+    ) -> Result<Vec<TaskRecord>, StoreError> {
+        if count == 0 {
+            return Ok(Vec::new());
+        }
+        let newest = |shard: Shard| async move {
+            let key = index.key(shard);
+            let entries: Vec<(String, u64)> = self
+                .query(|| {
+                    redis::cmd("ZRANGE")
+                        .arg(&key)
+                        .arg("+inf")
+                        .arg("-inf")
+                        .arg("BYSCORE")
+                        .arg("REV")
+                        .arg("LIMIT")
+                        .arg(0)
+                        .arg(count)
+                        .arg("WITHSCORES")
+                        .clone()
+                })
+                .await?;
+            Ok::<_, StoreError>(entries.into_iter().map(|(id, score)| (score, id, shard)).collect::<Vec<_>>())
+        };
+        let mut candidates = Vec::new();
+        for entries in futures::future::join_all(self.all_shards().map(newest)).await {
+            candidates.extend(entries?);
+        }
+        candidates.sort_by(|a, b| b.cmp(a));
+        candidates.truncate(count);
+        let mut found = self.indexed_records(index, &candidates).await?;
+        Ok(candidates.into_iter().filter_map(|(_, id, _)| found.remove(&id)).collect())
+    }
+
+    /// The records of indexed tasks that are still there, readable, and admitted by the index, by
+    /// id. Entries of an owner's index whose task is gone are removed from it.
+    async fn indexed_records(
+        &self,
+        index: TaskIndex<'_>,
+        candidates: &[(u64, String, Shard)],
+    ) -> Result<HashMap<String, TaskRecord>, StoreError> {
         let mut by_shard: HashMap<Shard, Vec<String>> = HashMap::new();
-        for (_, id, shard) in &candidates {
+        for (_, id, shard) in candidates {
             by_shard.entry(*shard).or_default().push(id.clone());
         }
         let mut found: HashMap<String, TaskRecord> = HashMap::new();
@@ -101,8 +154,7 @@ impl Store {
                 self.query::<()>(|| redis::Cmd::zrem(&key, &gone)).await?;
             }
         }
-        let tasks = candidates.into_iter().filter_map(|(_, id, _)| found.remove(&id)).collect();
-        Ok(Ok(TaskPage { tasks, next_cursor }))
+        Ok(found)
     }
 
     fn readable(id: &str, values: Vec<Option<String>>) -> Option<TaskRecord> {

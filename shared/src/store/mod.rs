@@ -9,7 +9,8 @@
 //! - [`maintenance`]: each shard's due retries and expiries, run by one worker at a time;
 //! - [`catalog`]: live workers and the tools they offer;
 //! - [`dead_letters`]: nodes that failed for good, for operators;
-//! - [`listing`]: an owner's tasks (or every live task, for operators), page by page, across shards;
+//! - [`listing`]: an owner's tasks (or every live task, for operators), page by page across shards,
+//!   or the newest few (the web view);
 //! - [`limits`]: limits every gateway shares: request rate per principal, poll gaps;
 //! - [`history`]: tools' run histories (a readiness profile's past runs);
 //! - [`stats`]: queue depths, dead letters and live workers, read for a metrics scrape;
