@@ -297,7 +297,7 @@ fn through_pipes_lines_are_plain_exit_codes_tell_the_outcome_and_tasks_are_the_c
     assert!(stderr(&answered).contains("Delete a.txt?"), "{}", output_text(&answered));
 
     // A graph: a plain line per node as it changes, and `tasks show` lists the nodes with edges.
-    let graph = alice(&["call", "plan_fanout", "--arg", "width=3", "--arg", "seconds=0.5"]);
+    let graph = alice(&["call", "plan_fanout", "--arg", "width=3", "--arg", "seconds=1"]);
     assert_eq!(code(&graph), 0, "{}", output_text(&graph));
     for node in ["part0", "part1", "part2", "join"] {
         assert!(
@@ -306,6 +306,23 @@ fn through_pipes_lines_are_plain_exit_codes_tell_the_outcome_and_tasks_are_the_c
             output_text(&graph)
         );
     }
+    // A graph's progress is its share of settled nodes (every weight is 1 here), whatever its
+    // running nodes report: `NN% k/n nodes` agree on every line.
+    let mut shares = 0;
+    for line in stderr(&graph).lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let (Some(percent), Some(nodes)) = (words.get(2).and_then(|w| w.strip_suffix('%')), words.get(3))
+        else {
+            continue;
+        };
+        let (Ok(percent), Some((settled, of))) = (percent.parse::<f64>(), nodes.split_once('/')) else {
+            continue;
+        };
+        let share = settled.parse::<f64>().unwrap_or(-1.0) / of.parse::<f64>().unwrap_or(1.0) * 100.0;
+        assert!((percent - share).abs() < 1.0, "progress {percent}% with {nodes} nodes settled: {line}");
+        shares += 1;
+    }
+    assert!(shares > 0, "{}", output_text(&graph));
     let graph_task = started_task(&stderr(&graph)).expect("the graph's task id");
     let shown = alice(&["tasks", "show", &graph_task, "--json"]);
     assert_eq!(code(&shown), 0, "{}", output_text(&shown));

@@ -1,4 +1,6 @@
--- report_progress: record a running node's progress on its task and tell the task's waiters.
+-- report_progress: record a running node's progress on its task and tell the task's waiters. A
+-- node of a graph leaves the task's progress alone (it is the share of settled nodes) and sets only
+-- its message.
 --
 -- KEYS[1] task hash   KEYS[2] nodes hash
 -- ARGV[1] the record (JSON): task, node, attempt, now, progress, total (or null), message (or null)
@@ -8,12 +10,23 @@ local state = redis.call('HMGET', KEYS[2], nf(r.node, 'status'), nf(r.node, 'att
 if not is_live(state[3]) or state[1] ~= 'running' or tonumber(state[2]) ~= r.attempt then
   return cjson.encode({outcome = 'refused'})
 end
-local fields = {'progress', r.progress, 'updatedAt', r.now}
-local event = {task = r.task, type = 'progress', progress = tonumber(r.progress)}
-if r.total ~= cjson.null then
-  fields[#fields + 1] = 'total'
-  fields[#fields + 1] = r.total
-  event.total = tonumber(r.total)
+local fields = {'updatedAt', r.now}
+local event = {task = r.task, type = 'progress'}
+local graph = redis.call('HMGET', KEYS[1], 'nodeCount', 'progress', 'total')
+if tonumber(graph[1] or '1') > 1 then
+  -- A node of a graph: the task's progress stays the weighted share of settled nodes (what
+  -- complete_node writes), so that it only grows; the node's message still tells what runs.
+  event.progress = tonumber(graph[2] or '0')
+  event.total = tonumber(graph[3] or '')
+else
+  fields[#fields + 1] = 'progress'
+  fields[#fields + 1] = r.progress
+  event.progress = tonumber(r.progress)
+  if r.total ~= cjson.null then
+    fields[#fields + 1] = 'total'
+    fields[#fields + 1] = r.total
+    event.total = tonumber(r.total)
+  end
 end
 if r.message ~= cjson.null then
   fields[#fields + 1] = 'statusMessage'
