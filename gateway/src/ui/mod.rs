@@ -6,6 +6,8 @@
 //! each `fetch` (the page keeps it in `sessionStorage`), never in a cookie, so another site cannot
 //! make a browser send it; the Host and Origin checks of `/mcp` apply as well.
 //!
+//! # Layout
+//!
 //! - [`api`]: the JSON endpoints: who is asking, the caller's tasks, one task with its nodes and
 //!   result, cancel, and the operators' view of queues, workers and dead letters.
 //! - [`stream`]: the Server-Sent Events stream that pushes the task list (and the open task)
