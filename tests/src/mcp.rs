@@ -139,6 +139,8 @@ impl Mcp {
         let name = match method {
             "tools/call" => params["name"].as_str().map(str::to_owned),
             "tasks/get" | "tasks/update" | "tasks/cancel" => params["taskId"].as_str().map(str::to_owned),
+            "resources/read" => params["uri"].as_str().map(str::to_owned),
+            "prompts/get" => params["name"].as_str().map(str::to_owned),
             _ => None,
         };
         let body = json!({"jsonrpc": "2.0", "id": self.id(), "method": method, "params": params});
