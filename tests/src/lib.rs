@@ -10,6 +10,7 @@
 //! - [`trees`]: generated source trees and ADR folders for the heavy tools' tests and benchmarks.
 //! - [`load`]: what the benchmarks share: sync `tools/call`s of `noop` driven from this process,
 //!   latency percentiles, and CPU readings of processes and of Redis.
+//! - [`npm`]: npm packages the tests run, installed once into the target directory.
 //! - [`mcp`]: [`Mcp`], a plain HTTP JSON-RPC client that speaks 2025-11-25 and 2026-07-28 and reads
 //!   SSE replies, for checks that need the raw wire.
 
@@ -17,6 +18,7 @@ pub mod bullmq;
 pub mod load;
 pub mod mcp;
 pub mod monitor;
+pub mod npm;
 pub mod otlp;
 pub mod process;
 pub mod python;

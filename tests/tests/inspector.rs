@@ -22,7 +22,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use conveyor_tests::process::{conveyor_bin, output_text, scratch_dir, workspace_root};
-use conveyor_tests::{Conveyor, RedisServer};
+use conveyor_tests::{Conveyor, RedisServer, npm};
 use serde_json::Value;
 
 const INSPECTOR_PACKAGE: &str = "@modelcontextprotocol/inspector";
@@ -40,13 +40,6 @@ const INSTALL_NPM: &str = "the MCP Inspector test needs npm (npm 9 or newer, on 
      `apt-get install -y nodejs npm` on Debian or Ubuntu, or from https://nodejs.org, so that `npm` is \
      on PATH; the test then runs `npm ci` with tests/inspector/package.json in target/inspector";
 
-/// The `version` of an installed package, if it is there.
-fn package_version(package_dir: &Path) -> Option<String> {
-    let text = std::fs::read_to_string(package_dir.join("package.json")).ok()?;
-    let json: Value = serde_json::from_str(&text).ok()?;
-    json.get("version")?.as_str().map(str::to_owned)
-}
-
 /// The installed Inspector and the Node it runs on.
 struct Inspector {
     launcher: PathBuf,
@@ -57,8 +50,8 @@ struct Inspector {
 fn installed(dir: &Path, manifest: &str) -> bool {
     let modules = dir.join("node_modules");
     std::fs::read_to_string(dir.join("package.json")).is_ok_and(|m| m == manifest)
-        && package_version(&modules.join(INSPECTOR_PACKAGE)).as_deref() == Some(INSPECTOR_VERSION)
-        && package_version(&modules.join(NODE_PACKAGE)).as_deref() == Some(NODE_VERSION)
+        && npm::package_version(&modules.join(INSPECTOR_PACKAGE)).as_deref() == Some(INSPECTOR_VERSION)
+        && npm::package_version(&modules.join(NODE_PACKAGE)).as_deref() == Some(NODE_VERSION)
         && modules.join(INSPECTOR_PACKAGE).join(LAUNCHER).is_file()
         && modules.join(NODE_PACKAGE).join("bin").join("node").is_file()
 }
@@ -79,11 +72,6 @@ fn inspector() -> &'static Inspector {
             .unwrap_or_else(|e| panic!("cannot read {}: {e}", source.join("package.json").display()));
         let dir = root.join("target").join("inspector");
         if !installed(&dir, &manifest) {
-            match Command::new("npm").arg("--version").stdin(Stdio::null()).output() {
-                Ok(output) if output.status.success() => {}
-                Ok(output) => panic!("`npm --version` failed; {INSTALL_NPM}\n{}", output_text(&output)),
-                Err(error) => panic!("cannot run `npm` ({error}); {INSTALL_NPM}"),
-            }
             std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
             for file in ["package.json", "package-lock.json"] {
                 std::fs::copy(source.join(file), dir.join(file))
@@ -93,16 +81,7 @@ fn inspector() -> &'static Inspector {
                 "installing {INSPECTOR_PACKAGE}@{INSPECTOR_VERSION} and {NODE_PACKAGE}@{NODE_VERSION} into {} ...",
                 dir.display()
             );
-            // npm itself may run on an older Node than the Inspector declares: never make that
-            // fatal. No install scripts: the Inspector needs none.
-            let output = Command::new("npm")
-                .args(["ci", "--no-audit", "--no-fund", "--ignore-scripts"])
-                .args(["--engine-strict=false", "--loglevel=error"])
-                .current_dir(&dir)
-                .stdin(Stdio::null())
-                .output()
-                .unwrap_or_else(|error| panic!("cannot run `npm` ({error}); {INSTALL_NPM}"));
-            assert!(output.status.success(), "npm ci in {} failed\n{}", dir.display(), output_text(&output));
+            let output = npm::run(&dir, &["ci"], INSTALL_NPM);
             assert!(
                 installed(&dir, &manifest),
                 "npm ci succeeded but {} does not hold {INSPECTOR_PACKAGE} {INSPECTOR_VERSION} and {NODE_PACKAGE} {NODE_VERSION}\n{}",
@@ -112,12 +91,7 @@ fn inspector() -> &'static Inspector {
         }
         let modules = dir.join("node_modules");
         let node = modules.join(NODE_PACKAGE).join("bin").join("node");
-        let version = Command::new(&node)
-            .arg("--version")
-            .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|error| panic!("{} does not run on this machine: {error}", node.display()));
-        assert!(version.status.success(), "{} --version failed\n{}", node.display(), output_text(&version));
+        npm::check_node(&node);
         Inspector { launcher: modules.join(INSPECTOR_PACKAGE).join(LAUNCHER), node }
     })
 }

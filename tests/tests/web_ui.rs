@@ -19,8 +19,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use conveyor_gateway::auth::token_digest;
-use conveyor_tests::process::{nodes_key, output_text, scratch_dir, target_dir, workspace_root};
-use conveyor_tests::{Conveyor, Mcp, RedisServer};
+use conveyor_tests::process::{nodes_key, scratch_dir, target_dir, workspace_root};
+use conveyor_tests::{Conveyor, Mcp, RedisServer, npm};
 use serde_json::{Value, json};
 
 const PUPPETEER: &str = "puppeteer-core";
@@ -38,13 +38,6 @@ const INSTALL_CHROMIUM: &str = "the web view test needs Debian's Chromium at /us
      `apt-get install -y --no-install-recommends chromium` (CI's .ci/run installs it)";
 const INSTALL_NPM: &str = "the web view test needs npm and Node.js 18 or newer to install and run \
      puppeteer-core: `apt-get install -y nodejs npm` on Debian (CI's .ci/run installs them)";
-
-/// The `version` of an installed npm package, if it is there.
-fn package_version(package_dir: &Path) -> Option<String> {
-    let text = std::fs::read_to_string(package_dir.join("package.json")).ok()?;
-    let json: Value = serde_json::from_str(&text).ok()?;
-    json.get("version")?.as_str().map(str::to_owned)
-}
 
 fn chromium() -> PathBuf {
     let path = PathBuf::from(CHROMIUM);
@@ -76,7 +69,7 @@ fn node() -> PathBuf {
 fn install() -> PathBuf {
     let dir = target_dir().join("ui-browser");
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
-    let installed = package_version(&dir.join("node_modules").join(PUPPETEER));
+    let installed = npm::package_version(&dir.join("node_modules").join(PUPPETEER));
     if installed.as_deref() != Some(PUPPETEER_VERSION) {
         let manifest = dir.join("package.json");
         if !manifest.exists() {
@@ -84,18 +77,14 @@ fn install() -> PathBuf {
                 .unwrap_or_else(|e| panic!("cannot write {}: {e}", manifest.display()));
         }
         println!("installing {PUPPETEER}@{PUPPETEER_VERSION} into {} ...", dir.display());
-        // No install scripts: puppeteer-core downloads nothing anyway, and uses the system browser.
-        let output = Command::new("npm")
-            .args(["install", "--save-exact", "--no-audit", "--no-fund", "--ignore-scripts"])
-            .args(["--engine-strict=false", "--loglevel=error"])
-            .arg(format!("{PUPPETEER}@{PUPPETEER_VERSION}"))
-            .current_dir(&dir)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|error| panic!("cannot run `npm` ({error}); {INSTALL_NPM}"));
-        assert!(output.status.success(), "npm install in {} failed\n{}", dir.display(), output_text(&output));
+        // puppeteer-core downloads nothing and needs no install script: it uses the system browser.
+        npm::run(
+            &dir,
+            &["install", "--save-exact", &format!("{PUPPETEER}@{PUPPETEER_VERSION}")],
+            INSTALL_NPM,
+        );
         assert_eq!(
-            package_version(&dir.join("node_modules").join(PUPPETEER)).as_deref(),
+            npm::package_version(&dir.join("node_modules").join(PUPPETEER)).as_deref(),
             Some(PUPPETEER_VERSION),
             "npm install succeeded but {PUPPETEER} {PUPPETEER_VERSION} is not in {}",
             dir.display()
