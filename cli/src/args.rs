@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{ArgAction, Args, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -114,12 +114,20 @@ pub struct CallArgs {
     /// literally: nothing in it is run by a shell.
     #[arg(long = "arg", short = 'a', value_name = "KEY=VALUE")]
     pub args: Vec<String>,
-    /// All arguments as one JSON object; `--arg` values override its keys.
+    /// `--json '{...}'` gives all arguments as one JSON object (`--arg` values override its
+    /// keys); `--json` alone prints the whole result (the CallToolResult) as JSON instead of its
+    /// text. Both at once: `--json '{...}' --json`.
+    #[arg(
+        long,
+        value_name = "ARGUMENTS",
+        num_args = 0..=1,
+        default_missing_value = "",
+        action = ArgAction::Append
+    )]
+    pub json: Vec<String>,
+    /// All arguments as one JSON object, as `--json '{...}'` gives them (but prints text).
     #[arg(long = "json-args", value_name = "JSON")]
     pub json_args: Option<String>,
-    /// Print the whole result (the CallToolResult) as JSON instead of its text.
-    #[arg(long)]
-    pub json: bool,
     /// Poll the task at least this often, in milliseconds (default: the interval the server
     /// suggests).
     #[arg(long, value_name = "MS")]

@@ -27,7 +27,9 @@ pub fn main() -> ExitCode {
     };
     let outcome = runtime.block_on(async {
         // Inside the runtime: the gRPC exporter needs one.
-        let level = if cli.is_client() { "warn" } else { "info" };
+        // A client command says what went wrong itself; rmcp's own error log of the same failure
+        // would only repeat it above the message.
+        let level = if cli.is_client() { "warn,rmcp=off" } else { "info" };
         let telemetry = conveyor_shared::telemetry::init(cli.log_format, cli.service_name(), level)?;
         if let Some(target) = telemetry.exporting() {
             tracing::info!(%target, "exporting traces over OTLP");

@@ -26,14 +26,19 @@ pub async fn run_client(command: &Command) -> Option<u8> {
         |args: &EndpointArgs| conveyor_client::Endpoint { url: args.url.clone(), token: args.token.clone() };
     let outcome = match command {
         Command::Call(args) => {
-            let options = conveyor_client::call::CallOptions {
-                tool: args.tool.clone(),
-                args: args.args.clone(),
-                json_args: args.json_args.clone(),
-                json_output: args.json,
-                poll_ms: args.poll_ms,
-            };
-            conveyor_client::call::call(&endpoint(&args.endpoint), &options).await
+            match conveyor_client::arguments::json_flags(&args.json, args.json_args.as_deref()) {
+                Ok(json) => {
+                    let options = conveyor_client::call::CallOptions {
+                        tool: args.tool.clone(),
+                        args: args.args.clone(),
+                        json_args: json.arguments,
+                        json_output: json.print_json,
+                        poll_ms: args.poll_ms,
+                    };
+                    conveyor_client::call::call(&endpoint(&args.endpoint), &options).await
+                }
+                Err(error) => Err(error),
+            }
         }
         Command::Tasks { command } => match command {
             TasksCommand::Ls { all, json, endpoint: e } => {

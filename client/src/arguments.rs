@@ -7,6 +7,34 @@ use serde_json::{Map, Number, Value};
 
 use crate::exit::ClientError;
 
+/// What the `--json` flags of `conveyor call` ask for.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct JsonFlags {
+    /// The JSON object of arguments, as given.
+    pub arguments: Option<String>,
+    /// Print the whole result as JSON.
+    pub print_json: bool,
+}
+
+/// Sorts the `--json` flags: each `--json` without a value (an empty one) asks for JSON output,
+/// one with a value gives the arguments, as `--json-args` does. Two objects are refused rather
+/// than merged, since it is not clear which the caller meant.
+pub fn json_flags(json: &[String], json_args: Option<&str>) -> Result<JsonFlags, ClientError> {
+    let mut flags = JsonFlags::default();
+    let given = json.iter().filter(|value| !value.is_empty()).map(String::as_str).chain(json_args);
+    for object in given {
+        if flags.arguments.is_some() {
+            return Err(ClientError::usage(
+                "arguments given as JSON twice; give one object (with --json '{...}' or --json-args) and \
+                 --arg for the rest",
+            ));
+        }
+        flags.arguments = Some(object.to_owned());
+    }
+    flags.print_json = json.iter().any(String::is_empty);
+    Ok(flags)
+}
+
 /// The arguments of one call: `json` first (an object), then each `key=value` over it.
 pub fn build(
     input_schema: &Value,
@@ -204,6 +232,30 @@ mod tests {
     fn a_value_may_hold_equals_signs_and_shell_characters_literally() {
         let built = build(&schema(), None, &pairs(&["seconds=1", "label=a=b; rm -rf $HOME"])).expect("valid");
         assert_eq!(built["label"], json!("a=b; rm -rf $HOME"));
+    }
+
+    #[test]
+    fn a_json_flag_without_a_value_prints_json_and_one_with_a_value_gives_the_arguments() {
+        let flags = |json: &[&str], json_args: Option<&str>| {
+            json_flags(&json.iter().map(|s| s.to_string()).collect::<Vec<_>>(), json_args)
+        };
+        assert_eq!(flags(&[], None).expect("accepted"), JsonFlags::default());
+        assert_eq!(flags(&[""], None).expect("accepted"), JsonFlags { arguments: None, print_json: true });
+        assert_eq!(
+            flags(&["{\"n\":1}"], None).expect("accepted"),
+            JsonFlags { arguments: Some("{\"n\":1}".into()), print_json: false }
+        );
+        assert_eq!(
+            flags(&["{}", ""], None).expect("accepted"),
+            JsonFlags { arguments: Some("{}".into()), print_json: true }
+        );
+        assert_eq!(
+            flags(&[""], Some("{}")).expect("accepted"),
+            JsonFlags { arguments: Some("{}".into()), print_json: true }
+        );
+        let twice = flags(&["{}"], Some("{}")).expect_err("two objects");
+        assert!(twice.message.contains("twice"), "{}", twice.message);
+        assert!(flags(&["{}", "{}"], None).is_err());
     }
 
     #[test]

@@ -70,8 +70,21 @@ fn connect_error(endpoint: &Endpoint, error: ClientInitializeError) -> ClientErr
     }
     ClientError::new(
         Exit::Unreachable,
-        format!("cannot talk MCP to {url}: {error}. Is a gateway running there (CONVEYOR_URL or --url)?"),
+        format!(
+            "cannot talk MCP to {url}: {}. Is a gateway running there (CONVEYOR_URL or --url)?",
+            without_type_names(&error)
+        ),
     )
+}
+
+/// What went wrong, without the transport's type names that rmcp's message carries
+/// ("Send message error Transport [rmcp::transport::...] error: HTTP 501, when ...").
+fn without_type_names(error: &ClientInitializeError) -> String {
+    let text = error.to_string();
+    match text.rsplit_once("] error: ") {
+        Some((_, cause)) => cause.to_owned(),
+        None => text,
+    }
 }
 
 /// A JSON-RPC error from the server, or a transport failure, as the client reports it.

@@ -113,7 +113,10 @@ fn every_subcommand_documents_its_flags_and_environment() {
             ],
         ),
         (&["redis", "tasks", "show"], &["--json", "REDIS_URL"]),
-        (&["call"], &["--arg", "--json-args", "CONVEYOR_URL", "CONVEYOR_TOKEN", "Exit codes"]),
+        (
+            &["call"],
+            &["--arg", "--json [<ARGUMENTS>]", "--json-args", "CONVEYOR_URL", "CONVEYOR_TOKEN", "Exit codes"],
+        ),
         (&["tasks"], &["ls", "show", "watch", "cancel"]),
         (&["redis"], &["tasks", "workers", "dlq"]),
         (

@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::{Context, bail, ensure};
 use conveyor_tests::process::output_text;
 use conveyor_tests::python::{MCP_1, python_with};
-use conveyor_tests::{Conveyor, RedisServer};
+use conveyor_tests::{Conveyor, Mcp, RedisServer};
 use tokio::process::Command;
 
 const SCRIPT_TIMEOUT: Duration = Duration::from_secs(120);
@@ -60,7 +60,13 @@ async fn the_python_sdk_session_survives_a_redis_restart() -> anyhow::Result<()>
     let python = python_with_sdk().await?;
     let mut redis =
         RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always", "--save", ""])?;
-    let conveyor = Conveyor::up(&redis.url(), &["--fixtures", "--redis-timeout-ms", "1000"])?;
+    let conveyor = Conveyor::gateway(&redis.url(), &["--redis-timeout-ms", "1000"])?;
+    // A node whose delivery was written to the stream's pending list just before the kill, while
+    // the reply never reached its worker, is taken over when its lease runs out: a short lease
+    // keeps that recovery well within the client's 30 s read timeout.
+    let worker =
+        Conveyor::worker(&redis.url(), &["--fixtures", "--redis-timeout-ms", "1000", "--lease-ms", "3000"])?;
+    Mcp::new(conveyor.mcp_url()).wait_for_tool("slow_compute", Duration::from_secs(10)).await?;
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python").join("outage_client.py");
     let run = Command::new(&python)
         .arg(&script)
@@ -77,13 +83,18 @@ async fn the_python_sdk_session_survives_a_redis_restart() -> anyhow::Result<()>
     redis.restart()?;
     let output = match client.await? {
         Ok(output) => output.context("cannot run the Python client")?,
-        Err(_) => bail!("the Python client did not finish\n--- conveyor log ---\n{}", conveyor.log_text()),
+        Err(_) => bail!(
+            "the Python client did not finish\n--- gateway log ---\n{}\n--- worker log ---\n{}",
+            conveyor.log_text(),
+            worker.log_text()
+        ),
     };
     ensure!(
         output.status.success(),
-        "the Python SDK's session broke through the Redis restart\n{}\n--- conveyor log ---\n{}",
+        "the Python SDK's session broke through the Redis restart\n{}\n--- gateway log ---\n{}\n--- worker log ---\n{}",
         output_text(&output),
-        conveyor.log_text()
+        conveyor.log_text(),
+        worker.log_text()
     );
     let stdout = String::from_utf8_lossy(&output.stdout);
     let summary: serde_json::Value =

@@ -266,6 +266,16 @@ fn through_pipes_lines_are_plain_exit_codes_tell_the_outcome_and_tasks_are_the_c
     assert_eq!(code(&json), 0, "{}", output_text(&json));
     let result: Value = serde_json::from_str(&stdout(&json)).expect("JSON on stdout");
     assert_eq!(result["content"][0]["text"], "Hello, Ada!");
+    // --json '{...}' gives the arguments; a second, bare --json prints JSON as well.
+    let both = alice(&["call", "greet", "--json", r#"{"name":"Grace"}"#, "--json"]);
+    assert_eq!(code(&both), 0, "{}", output_text(&both));
+    let result: Value = serde_json::from_str(&stdout(&both)).expect("JSON on stdout");
+    assert_eq!(result["content"][0]["text"], "Hello, Grace!");
+    let text = alice(&["call", "greet", "--json", r#"{"name":"Lin"}"#]);
+    assert_eq!(stdout(&text), "Hello, Lin!\n", "{}", output_text(&text));
+    let not_an_object = alice(&["call", "greet", "--json", "[1]"]);
+    assert_eq!(code(&not_an_object), 2, "{}", output_text(&not_an_object));
+    assert!(stderr(&not_an_object).contains("JSON object"), "{}", output_text(&not_an_object));
 
     // Exit codes.
     let tool_error = alice(&["call", "failing_job"]);
@@ -286,6 +296,10 @@ fn through_pipes_lines_are_plain_exit_codes_tell_the_outcome_and_tasks_are_the_c
     let refused = stack.client(Some("not-a-token"), &["call", "greet", "--arg", "name=x"], "");
     assert_eq!(code(&refused), 4, "{}", output_text(&refused));
     assert!(stderr(&refused).contains("refused the token"), "{}", output_text(&refused));
+    let nobody_there = alice(&["call", "greet", "--arg", "name=x", "--url", "http://127.0.0.1:1/mcp"]);
+    assert_eq!(code(&nobody_there), 4, "{}", output_text(&nobody_there));
+    assert!(stderr(&nobody_there).contains("Is a gateway running there"), "{}", output_text(&nobody_there));
+    assert!(!stderr(&nobody_there).contains("rmcp::"), "no type names: {}", output_text(&nobody_there));
     let anonymous = stack.client(None, &["tasks", "ls"], "");
     assert_eq!(code(&anonymous), 4, "{}", output_text(&anonymous));
     assert!(stderr(&anonymous).contains("needs a token"), "{}", output_text(&anonymous));
