@@ -3,14 +3,15 @@
 Usage: legacy_client.py MCP_URL
 
 Drives Conveyor's 2025-11-25 wire with experimental Tasks through `mcp.client.streamable_http` and
-`ClientSession` (plain calls, progress, tasks/get, tasks/result, tasks/list, tasks/cancel, and the
-errors of each). The server must run with `--fixtures --task-ttl-ms 60000 --task-ttl-max-ms 600000`. Prints one line
+`ClientSession` (plain calls, progress, tasks/get, tasks/result, tasks/list, tasks/cancel, the task
+resources, and the errors of each). The server must run with `--fixtures --task-ttl-ms 60000 --task-ttl-max-ms 600000`. Prints one line
 per check and exits non-zero on the first failure.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import time
 import traceback
@@ -23,6 +24,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
 from mcp.types import CallToolResult, TextContent
+from pydantic import AnyUrl
 
 # `session.experimental` is marked deprecated in 1.30 (tasks move to an extension in 2.0); it is
 # still the SDK's 2025-11-25 tasks API, which is exactly what this script exercises.
@@ -238,6 +240,37 @@ class Checks:
             lambda: self.tasks.call_tool_as_task("greet", {"name": "Ada"}),
         )
 
+    async def task_resources(self) -> None:
+        listed: list[str] = []
+        uri = "conveyor://tasks"
+        for _ in range(100):
+            page = json.loads((await self.session.read_resource(AnyUrl(uri))).contents[0].text)
+            listed.extend(t["taskId"] for t in page["tasks"])
+            if not page.get("nextCursor"):
+                break
+            uri = f"conveyor://tasks?cursor={page['nextCursor']}"
+        else:
+            raise AssertionError("conveyor://tasks kept answering nextCursor for 100 pages")
+        missing = [t for t in self.created if t not in listed]
+        assert not missing, f"conveyor://tasks lacks created tasks {missing}; it listed {listed}"
+        first = self.created[0]
+        state = json.loads(
+            (await self.session.read_resource(AnyUrl(f"conveyor://tasks/{first}"))).contents[0].text
+        )
+        assert state["taskId"] == first and state["status"] == "completed", f"task state: {state}"
+        assert [n["nodeId"] for n in state["nodes"]] == ["root"], f"a single call is one node: {state}"
+        # Bad input is a JSON-RPC error of that read alone; the session goes on.
+        await self.expect_error(
+            INVALID_PARAMS,
+            "resources/read with a bad cursor",
+            lambda: self.session.read_resource(AnyUrl("conveyor://tasks?cursor=not-a-cursor")),
+        )
+        await self.expect_error(
+            INVALID_PARAMS,
+            "resources/read of an unknown task",
+            lambda: self.session.read_resource(AnyUrl(f"conveyor://tasks/{UNKNOWN_TASK_ID}")),
+        )
+
     def all(self) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
         return [
             ("initialize: 2025-11-25, tasks capability (list, cancel, requests.tools.call)", self.initialize),
@@ -250,6 +283,7 @@ class Checks:
             ("protocol_error_job as a task: failed, tasks/result error -32603", self.protocol_error_job),
             ("tasks/cancel: cancelled, second cancel -32602, tasks/get cancelled", self.cancel),
             ("tasks/list contains the created tasks", self.list_tasks),
+            ("conveyor://tasks lists them, conveyor://tasks/{id} shows one; bad reads -32602", self.task_resources),
             ("tasks/get of an unknown id -> -32602", self.unknown_task),
             ("failing_job without a task -> -32601", self.required_without_task),
             ("greet with a task -> -32601", self.forbidden_with_task),

@@ -10,9 +10,7 @@
 //! time. Everything goes into `<workspace>/target/ts-client/`, which later runs reuse; a copy of
 //! the script is put there so that its `import` finds the package.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use conveyor_tests::process::{output_text, workspace_root};
@@ -95,52 +93,6 @@ fn install() -> (PathBuf, PathBuf) {
     (dir, node)
 }
 
-/// Runs `node <script> <url>` in `dir`, killing it after [`SCRIPT_TIMEOUT`]. Returns whether it
-/// exited 0 (false on a timeout) and its output.
-fn run_script(dir: &Path, node: &Path, url: &str) -> (bool, String) {
-    let mut child = Command::new(node)
-        .arg(SCRIPT)
-        .arg(url)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|error| panic!("cannot run {}: {error}", node.display()));
-    // Drained on threads so that a chatty client cannot block on a full pipe.
-    let drain = |mut pipe: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut text = String::new();
-            let _ = pipe.read_to_string(&mut text);
-            text
-        })
-    };
-    let stdout = child.stdout.take().map(|p| drain(Box::new(p)));
-    let stderr = child.stderr.take().map(|p| drain(Box::new(p)));
-    let deadline = Instant::now() + SCRIPT_TIMEOUT;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break Some(status),
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-        }
-    };
-    let collect = |handle: Option<std::thread::JoinHandle<String>>| {
-        handle.and_then(|h| h.join().ok()).unwrap_or_default()
-    };
-    let (out, err) = (collect(stdout), collect(stderr));
-    let exit = match status {
-        Some(status) => format!("exit: {status}"),
-        None => format!("killed after {SCRIPT_TIMEOUT:?}"),
-    };
-    let success = status.is_some_and(|s| s.success());
-    (success, format!("{exit}\n--- stdout ---\n{out}\n--- stderr ---\n{err}"))
-}
-
 #[test]
 fn typescript_client_v2_passes_every_check() {
     let (dir, node) = install();
@@ -148,7 +100,8 @@ fn typescript_client_v2_passes_every_check() {
     let conveyor = Conveyor::up(&redis.url(), &["--fixtures"]).expect("conveyor up starts");
 
     let started = Instant::now();
-    let (success, output) = run_script(&dir, &node, &conveyor.mcp_url());
+    let run = npm::run_script(&node, &dir, &[SCRIPT, &conveyor.mcp_url()], SCRIPT_TIMEOUT, false);
+    let (success, output) = (run.success, run.report());
     println!("{SCRIPT} ({CLIENT_PACKAGE} {CLIENT_VERSION}) ran in {:?}\n{output}", started.elapsed());
     let log = conveyor.log_text();
     let tail: Vec<&str> = log.lines().rev().take(40).collect::<Vec<_>>().into_iter().rev().collect();

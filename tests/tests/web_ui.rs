@@ -13,8 +13,7 @@
 //! downloads no browser.
 
 use std::collections::BTreeMap;
-use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -94,61 +93,6 @@ fn install() -> PathBuf {
     std::fs::copy(&source, dir.join(SCRIPT))
         .unwrap_or_else(|e| panic!("cannot copy {} to {}: {e}", source.display(), dir.display()));
     dir
-}
-
-/// Runs `node ui.mjs <config>` in `dir`, killing it after [`SCRIPT_TIMEOUT`]; its stdout lines
-/// are echoed as they come. Returns whether it exited 0, its stdout, and its stderr.
-fn run_script(dir: &Path, node: &Path, config: &Value) -> (bool, String, String) {
-    let mut child = Command::new(node)
-        .arg(SCRIPT)
-        .arg(config.to_string())
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|error| panic!("cannot run {}: {error}", node.display()));
-    let stdout = child.stdout.take().map(|mut pipe| {
-        std::thread::spawn(move || {
-            let mut all = String::new();
-            let mut buffer = [0u8; 4096];
-            while let Ok(n) = pipe.read(&mut buffer) {
-                if n == 0 {
-                    break;
-                }
-                let text = String::from_utf8_lossy(&buffer[..n]).into_owned();
-                print!("{text}");
-                all.push_str(&text);
-            }
-            all
-        })
-    });
-    // Drained on a thread so that a chatty browser cannot block on a full pipe.
-    let stderr = child.stderr.take().map(|mut pipe| {
-        std::thread::spawn(move || {
-            let mut text = String::new();
-            let _ = pipe.read_to_string(&mut text);
-            text
-        })
-    });
-    let deadline = Instant::now() + SCRIPT_TIMEOUT;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break Some(status),
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-        }
-    };
-    let collect = |handle: Option<std::thread::JoinHandle<String>>| {
-        handle.and_then(|h| h.join().ok()).unwrap_or_default()
-    };
-    let (out, err) = (collect(stdout), collect(stderr));
-    let err = if status.is_none() { format!("killed after {SCRIPT_TIMEOUT:?}\n{err}") } else { err };
-    (status.is_some_and(|s| s.success()), out, err)
 }
 
 /// `conveyor up` with the fixtures, tokens for alice, bob and olga (an operator, by group), and
@@ -243,9 +187,12 @@ async fn the_web_view_shows_live_tasks_their_graphs_and_cancels_them() {
     });
     let started = Instant::now();
     let node_dir = dir.clone();
-    let (success, out, err) = tokio::task::spawn_blocking(move || run_script(&node_dir, &node, &config))
-        .await
-        .expect("script thread");
+    let run = tokio::task::spawn_blocking(move || {
+        npm::run_script(&node, &node_dir, &[SCRIPT, &config.to_string()], SCRIPT_TIMEOUT, true)
+    })
+    .await
+    .expect("script thread");
+    let (success, out, err) = (run.success, run.stdout, run.stderr);
     println!("{SCRIPT} ran in {:?}", started.elapsed());
     let last = out.lines().rev().find_map(|l| serde_json::from_str::<Value>(l).ok()).unwrap_or(Value::Null);
     assert!(

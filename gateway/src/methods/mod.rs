@@ -271,17 +271,30 @@ pub(crate) async fn reply_from(mut stream: ReplyStream, mode: ReplyMode) -> Resu
 
 pub(crate) async fn owned_task(state: &AppState, ctx: &RequestCtx) -> Result<TaskRecord, RpcFailure> {
     let task_id = string_param(&ctx.params, "taskId")?;
-    match state.store.get_task(task_id).await? {
-        // The hidden task of a synchronous call is not the client's: it is never listed, so it
-        // is not found either.
-        Some(task) if task.mode == TaskMode::Sync => Err(task_not_found(task_id)),
-        Some(task) if ctx.caller.may_see(&task.owner) => Ok(task),
+    visible_task(&state.store, &ctx.caller, &ctx.method, task_id)
+        .await?
+        .ok_or_else(|| task_not_found(task_id))
+}
+
+/// `task_id`'s record if `caller` may see it (its own, or any for an operator). `None` for an
+/// unknown or expired task, for the hidden task of a synchronous call (it is never listed, so it
+/// is not found either), and for another principal's, whose refusal goes to the audit log under
+/// `method`: all three answer alike, so that others' task ids are not confirmed.
+pub(crate) async fn visible_task(
+    store: &conveyor_shared::Store,
+    caller: &Caller,
+    method: &str,
+    task_id: &str,
+) -> Result<Option<TaskRecord>, conveyor_shared::StoreError> {
+    Ok(match store.get_task(task_id).await? {
+        Some(task) if task.mode == TaskMode::Sync => None,
+        Some(task) if caller.may_see(&task.owner) => Some(task),
         Some(_) => {
-            audit_denied(&ctx.caller, &ctx.method, task_id, "the task belongs to another principal");
-            Err(task_not_found(task_id))
+            audit_denied(caller, method, task_id, "the task belongs to another principal");
+            None
         }
-        None => Err(task_not_found(task_id)),
-    }
+        None => None,
+    })
 }
 
 /// An access the caller was refused, in the audit log.

@@ -225,18 +225,14 @@ async fn task_result(
     Ok(with_cache_hints(ctx.wire, json!({"contents": contents}), cacheable_for(&task)))
 }
 
-/// A client's own task (or any, for an operator); any other is not found, so that task ids of
-/// others are not confirmed.
+/// A client's own task (or any, for an operator); any other is not found under its URI.
 async fn visible_task(
     state: &AppState,
     ctx: &RequestCtx,
     uri: &str,
     task_id: &str,
 ) -> Result<TaskRecord, RpcFailure> {
-    match state.store.get_task(task_id).await? {
-        Some(task) if task.mode == TaskMode::Task && ctx.caller.may_see(&task.owner) => Ok(task),
-        _ => Err(not_found(uri)),
-    }
+    super::visible_task(&state.store, &ctx.caller, &ctx.method, task_id).await?.ok_or_else(|| not_found(uri))
 }
 
 /// How long what a finished task holds may be cached: it never changes until the task expires.

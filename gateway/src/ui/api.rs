@@ -10,7 +10,7 @@ use axum::extract::{Path, State};
 use conveyor_shared::store::CancelOutcome;
 use serde_json::{Value, json};
 
-use super::view::{self, Lookup};
+use super::view;
 use super::{ApiCaller, ApiError};
 use crate::access::Caller;
 use crate::state::AppState;
@@ -97,12 +97,7 @@ async fn visible_task(
     method: &str,
     task_id: &str,
 ) -> Result<conveyor_shared::model::TaskRecord, ApiError> {
-    match view::lookup(&state.store, caller, task_id).await? {
-        Lookup::Found(task) => Ok(*task),
-        Lookup::Denied => {
-            crate::methods::audit_denied(caller, method, task_id, "the task belongs to another principal");
-            Err(ApiError::TaskNotFound(task_id.to_owned()))
-        }
-        Lookup::Missing => Err(ApiError::TaskNotFound(task_id.to_owned())),
-    }
+    crate::methods::visible_task(&state.store, caller, method, task_id)
+        .await?
+        .ok_or_else(|| ApiError::TaskNotFound(task_id.to_owned()))
 }

@@ -22,7 +22,7 @@ use serde_json::json;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, MissedTickBehavior};
 
-use super::view::{self, Lookup};
+use super::view;
 use super::{ApiCaller, ApiError};
 use crate::access::Caller;
 use crate::state::AppState;
@@ -136,21 +136,12 @@ impl Watch {
             // Found missing once: an unknown task never appears, and a gone one never returns.
             return Ok(());
         }
-        let detail = match view::lookup(store, &self.caller, task_id).await? {
-            Lookup::Found(task) => {
+        let detail = match crate::methods::visible_task(store, &self.caller, "ui/stream", task_id).await? {
+            Some(task) => {
                 let nodes = store.get_nodes(task_id).await?;
                 view::task_detail(&task, &nodes).to_string()
             }
-            Lookup::Denied => {
-                crate::methods::audit_denied(
-                    &self.caller,
-                    "ui/stream",
-                    task_id,
-                    "the task belongs to another principal",
-                );
-                String::new()
-            }
-            Lookup::Missing => String::new(),
+            None => String::new(),
         };
         if self.sent_task.as_ref() != Some(&detail) {
             let event = if detail.is_empty() {

@@ -129,6 +129,19 @@ impl Stack {
             .unwrap_or_else(|| panic!("no task: {created}"))
             .to_owned()
     }
+
+    /// Reads `/ui/api/tasks/{task}` as alice until `done` says so; the detail then.
+    async fn detail_until(&self, task: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let (_, detail, _) = self.call("GET", &format!("/ui/api/tasks/{task}"), Some(ALICE)).await;
+            if done(&detail) {
+                return detail;
+            }
+            assert!(Instant::now() < deadline, "{what}: {detail}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
 }
 
 fn ids(list: &Value) -> Vec<String> {
@@ -239,15 +252,7 @@ async fn ui_lists_the_callers_tasks_and_hides_other_principals_tasks() {
 
     // A finished task shows its CallToolResult.
     let quick = s.task(ALICE, "slow_compute", json!({"seconds": 0.1, "label": "quick"})).await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let done = loop {
-        let (_, detail, _) = s.call("GET", &format!("/ui/api/tasks/{quick}"), Some(ALICE)).await;
-        if detail["terminal"] == true {
-            break detail;
-        }
-        assert!(Instant::now() < deadline, "the quick task never ended: {detail}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let done = s.detail_until(&quick, "the quick task never ended", |d| d["terminal"] == true).await;
     assert_eq!(done["status"], "completed", "{done}");
     assert_eq!(done["result"]["content"][0]["type"], "text", "{done}");
     assert_eq!(done["nodes"][0]["status"], "completed");
@@ -258,15 +263,7 @@ async fn ui_lists_the_callers_tasks_and_hides_other_principals_tasks() {
 async fn ui_cancel_ends_a_running_task_as_tasks_cancel_does() {
     let s = stack().await;
     let task = s.task(ALICE, "slow_compute", json!({"seconds": 30})).await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let (_, detail, _) = s.call("GET", &format!("/ui/api/tasks/{task}"), Some(ALICE)).await;
-        if detail["nodes"][0]["status"] == "running" {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the task never started: {detail}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    s.detail_until(&task, "the task never started", |d| d["nodes"][0]["status"] == "running").await;
     let (status, cancelled, _) = s.call("POST", &format!("/ui/api/tasks/{task}/cancel"), Some(ALICE)).await;
     assert_eq!(status, StatusCode::OK, "{cancelled}");
     assert_eq!(cancelled["outcome"], "cancelled");
@@ -278,15 +275,7 @@ async fn ui_cancel_ends_a_running_task_as_tasks_cancel_does() {
     let over_mcp = s.mcp(ALICE, "tasks/get", json!({"taskId": task})).await;
     assert_eq!(over_mcp["result"]["status"], "cancelled", "{over_mcp}");
     // The worker hears of it and stops the node.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let (_, detail, _) = s.call("GET", &format!("/ui/api/tasks/{task}"), Some(ALICE)).await;
-        if detail["nodes"][0]["status"] == "cancelled" {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the node kept running: {detail}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    s.detail_until(&task, "the node kept running", |d| d["nodes"][0]["status"] == "cancelled").await;
     let (status, again, _) = s.call("POST", &format!("/ui/api/tasks/{task}/cancel"), Some(ALICE)).await;
     assert_eq!(status, StatusCode::CONFLICT, "a finished task cannot be cancelled: {again}");
     assert!(again["error"].as_str().is_some_and(|m| m.contains("already cancelled")), "{again}");

@@ -2,9 +2,9 @@
 //! shows what a person needs (owner, times in milliseconds for durations, the graph's edges)
 //! and leaves out what only a client needs (progress tokens, trace context, node outputs).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
-use conveyor_shared::model::{NodeRecord, ROOT_NODE, TaskMode, TaskRecord, iso8601};
+use conveyor_shared::model::{NodeRecord, ROOT_NODE, TaskRecord, iso8601};
 use conveyor_shared::store::{ClusterStats, DeadLetter, TaskIndex, WorkerRecord, catalog::LIVE_FOR_MS};
 use conveyor_shared::{Store, StoreError};
 use serde_json::{Value, json};
@@ -46,25 +46,6 @@ pub(crate) async fn task_list(store: &Store, caller: &Caller) -> Result<Value, S
     tasks.sort_by(|a, b| b.created_at_ms.cmp(&a.created_at_ms).then_with(|| b.task_id.cmp(&a.task_id)));
     tasks.truncate(LIST_LIMIT);
     Ok(json!({"tasks": tasks.iter().map(task_row).collect::<Vec<_>>(), "limit": LIST_LIMIT}))
-}
-
-/// What a lookup of one task found for a caller.
-pub(crate) enum Lookup {
-    Found(Box<TaskRecord>),
-    /// Unknown, expired, or the hidden task of a synchronous call.
-    Missing,
-    /// Another principal's: answered as [`Lookup::Missing`] is, and audited.
-    Denied,
-}
-
-pub(crate) async fn lookup(store: &Store, caller: &Caller, task_id: &str) -> Result<Lookup, StoreError> {
-    Ok(match store.get_task(task_id).await? {
-        // The hidden task of a synchronous call is nobody's to see, as on `/mcp`.
-        Some(task) if task.mode == TaskMode::Sync => Lookup::Missing,
-        Some(task) if caller.may_see(&task.owner) => Lookup::Found(Box::new(task)),
-        Some(_) => Lookup::Denied,
-        None => Lookup::Missing,
-    })
 }
 
 /// One task with its nodes: the row's fields, its arguments, its result (the `CallToolResult`
@@ -119,32 +100,25 @@ fn node_view(node: &NodeRecord) -> Value {
 /// Queues (summed over shards, each shard listed too), workers and dead letters, for operators.
 pub(crate) fn operators(stats: &ClusterStats, workers: &[WorkerRecord], letters: &[DeadLetter]) -> Value {
     let live: HashMap<&str, u64> = stats.workers_live.iter().map(|(q, n)| (q.as_str(), *n)).collect();
-    let mut queues: Vec<Value> = Vec::new();
-    let mut current: Option<(String, u64, u64, u64, Vec<Value>)> = None;
-    let flush = |queues: &mut Vec<Value>, done: Option<(String, u64, u64, u64, Vec<Value>)>| {
-        if let Some((queue, entries, pending, lag, shards)) = done {
-            queues.push(json!({
-                "queue": queue, "entries": entries, "pending": pending, "lag": lag,
-                "workers": live.get(queue.as_str()).copied().unwrap_or(0), "shards": shards,
-            }));
-        }
-    };
-    // `stats.queues` is sorted by queue, then shard.
+    let mut by_queue: BTreeMap<&str, (u64, u64, u64, Vec<Value>)> = BTreeMap::new();
     for depth in &stats.queues {
-        if current.as_ref().is_none_or(|(q, ..)| *q != depth.queue) {
-            flush(&mut queues, current.take());
-            current = Some((depth.queue.clone(), 0, 0, 0, Vec::new()));
-        }
-        if let Some((_, entries, pending, lag, shards)) = current.as_mut() {
-            *entries += depth.entries;
-            *pending += depth.pending;
-            *lag += depth.lag;
-            shards.push(json!({
-                "shard": depth.shard.0, "entries": depth.entries, "pending": depth.pending, "lag": depth.lag,
-            }));
-        }
+        let (entries, pending, lag, shards) = by_queue.entry(depth.queue.as_str()).or_default();
+        *entries += depth.entries;
+        *pending += depth.pending;
+        *lag += depth.lag;
+        shards.push(json!({
+            "shard": depth.shard.0, "entries": depth.entries, "pending": depth.pending, "lag": depth.lag,
+        }));
     }
-    flush(&mut queues, current.take());
+    let queues: Vec<Value> = by_queue
+        .into_iter()
+        .map(|(queue, (entries, pending, lag, shards))| {
+            json!({
+                "queue": queue, "entries": entries, "pending": pending, "lag": lag,
+                "workers": live.get(queue).copied().unwrap_or(0), "shards": shards,
+            })
+        })
+        .collect();
     let now = conveyor_shared::model::now_ms();
     let workers: Vec<Value> = workers
         .iter()

@@ -17,10 +17,11 @@
 //!
 //! Usage: cargo run --release -p conveyor-tests --bin view-bench -- [--reads N] [--tasks T] [--width W]
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
+use conveyor_tests::process::commands_per;
 use conveyor_tests::{Conveyor, Mcp, RedisServer};
 use serde_json::{Value, json};
 
@@ -75,6 +76,10 @@ fn parse() -> anyhow::Result<Options> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let options = parse()?;
+    if !cfg!(debug_assertions) {
+        // A release benchmark measures the release build of conveyor too.
+        conveyor_tests::process::prefer_release_binary();
+    }
     let redis = RedisServer::start().context("redis-server starts")?;
     let conveyor = Conveyor::gateway(&redis.url(), &["--no-auth"]).context("conveyor gateway starts")?;
     let worker = Conveyor::worker(&redis.url(), &["--fixtures"]).context("conveyor worker starts")?;
@@ -151,22 +156,20 @@ where
     action().await?;
     let span = started.elapsed();
     let during = redis.command_stats()?;
-    // Heartbeats and maintenance come every few seconds: a longer quiet span averages them out.
+    // The gateway's keep-alive comes every few seconds: a longer quiet span averages it out.
     let quiet = span.max(QUIET_AT_LEAST);
     tokio::time::sleep(quiet).await;
     let after = redis.command_stats()?;
-    let scale = span.as_secs_f64() / quiet.as_secs_f64();
-    let delta = |to: &HashMap<String, u64>, from: &HashMap<String, u64>, name: &str| {
-        to.get(name).copied().unwrap_or(0) as f64 - from.get(name).copied().unwrap_or(0) as f64
-    };
-    let mut per_unit = BTreeMap::new();
-    for name in during.keys().chain(after.keys()) {
-        let net = (delta(&during, &before, name) - delta(&after, &during, name) * scale) / units;
-        // Less than a twentieth of a command per unit is background that did not repeat evenly.
-        if net >= 0.05 {
-            per_unit.insert(name.to_uppercase(), net);
-        }
+    let (_, measured) = commands_per(&before, &during, units);
+    // The quiet span's commands, scaled to the measured span, per unit.
+    let (_, background) = commands_per(&during, &after, units * quiet.as_secs_f64() / span.as_secs_f64());
+    let mut per_unit: BTreeMap<String, f64> =
+        measured.into_iter().map(|(name, n)| (name.to_uppercase(), n)).collect();
+    for (name, n) in background {
+        *per_unit.entry(name.to_uppercase()).or_default() -= n;
     }
+    // Less than a twentieth of a command per unit is background that did not repeat evenly.
+    per_unit.retain(|_, n| *n >= 0.05);
     Ok(per_unit)
 }
 
