@@ -49,7 +49,13 @@ wanted="$(printf '%s\n' "${requirements[@]}")"
   flock 9
   if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
     echo "installing the validators into $venv" >&2
-    python3 -m venv --clear "$venv"
+    # pip is bootstrapped in a step of its own so that, if it fails, its own words reach the log
+    # (venv swallows ensurepip's output), with the free space beside them.
+    if ! python3 -m venv --clear --without-pip "$venv" || ! "$venv/bin/python" -m ensurepip --upgrade --default-pip >&2; then
+      echo "cannot make the validators' virtualenv at $venv; free space there:" >&2
+      df -h "$(dirname "$venv")" >&2 || true
+      exit 1
+    fi
     "$venv/bin/pip" install --quiet --disable-pip-version-check "${requirements[@]}"
     printf '%s' "$wanted" > "$stamp"
   fi
