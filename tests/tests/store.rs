@@ -775,7 +775,7 @@ async fn a_worker_whose_node_was_taken_over_learns_it_lost_the_node() {
     assert!(lost.started_ms > 0);
 
     let held = [(stream.clone(), attempt.entry_id.clone())];
-    assert_eq!(h.store.renew_leases("w1", &held).await.expect("renew"), vec![attempt.entry_id.clone()]);
+    assert_eq!(h.store.renew_leases("w1", &held).await.expect("renew"), held.to_vec());
     let late = h.store.complete(&attempt, Some(&ok("late")), false).await.expect("complete");
     assert_eq!(late, CompleteOutcome::Stale);
     let item = h.item(&id, ROOT_NODE).await;

@@ -126,6 +126,10 @@ impl Run {
     }
 }
 
+fn entry_of(attempt: &Attempt) -> EntryKey {
+    (attempt.stream.clone(), attempt.entry_id.clone())
+}
+
 fn reason_of(cell: &AtomicU8) -> StopReason {
     match cell.load(Ordering::SeqCst) {
         1 => StopReason::Task,
@@ -136,28 +140,36 @@ fn reason_of(cell: &AtomicU8) -> StopReason {
     }
 }
 
-/// The attempts this worker runs, by entry id, and the tasks it heard were cancelled lately: a
+/// A stream entry: its stream and its id. Ids are unique only within a stream (two queues'
+/// streams take the same id for entries added in the same millisecond), so both name a run.
+type EntryKey = (String, String);
+
+/// The attempts this worker runs, by entry, and the tasks it heard were cancelled lately: a
 /// notice can arrive between a node's start and its run joining the map, and must still stop it.
 #[derive(Default, Clone)]
-struct Running(Arc<Mutex<HashMap<String, Run>>>, Arc<Mutex<HashMap<String, std::time::Instant>>>);
+struct Running(Arc<Mutex<HashMap<EntryKey, Run>>>, Arc<Mutex<HashMap<String, std::time::Instant>>>);
 
 /// How long a cancelled task is remembered: far longer than a start takes.
 const CANCEL_MEMORY: Duration = Duration::from_secs(60);
 
 impl Running {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Run>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<EntryKey, Run>> {
         // Every operation on the map is a single call, so a panic elsewhere cannot leave it
         // half-updated and a poisoned lock is safe to keep using.
         self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Adds a run; one whose task was cancelled meanwhile is stopped at once.
-    fn add(&self, entry_id: String, run: Run) {
+    fn add(&self, run: Run) {
         let mut runs = self.lock();
         if self.cancelled().contains_key(&run.attempt.task_id) {
             run.stop(StopReason::Task);
         }
-        runs.insert(entry_id, run);
+        runs.insert(entry_of(&run.attempt), run);
+    }
+
+    fn remove(&self, attempt: &Attempt) {
+        self.lock().remove(&entry_of(attempt));
     }
 
     fn cancelled(&self) -> std::sync::MutexGuard<'_, HashMap<String, std::time::Instant>> {
@@ -180,7 +192,7 @@ impl Running {
         stopped
     }
 
-    fn stop_entries(&self, entries: &[String], reason: StopReason) {
+    fn stop_entries(&self, entries: &[EntryKey], reason: StopReason) {
         let runs = self.lock();
         for entry in entries {
             if let Some(run) = runs.get(entry) {
@@ -189,8 +201,8 @@ impl Running {
         }
     }
 
-    fn held(&self) -> Vec<(String, String)> {
-        self.lock().values().map(|r| (r.attempt.stream.clone(), r.attempt.entry_id.clone())).collect()
+    fn held(&self) -> Vec<EntryKey> {
+        self.lock().keys().cloned().collect()
     }
 
     fn tasks(&self) -> Vec<String> {
@@ -851,17 +863,14 @@ impl NodeJob {
         }
         let token = self.worker.stop_running.child_token();
         let reason = Arc::new(AtomicU8::new(StopReason::Running as u8));
-        self.worker.running.add(
-            attempt.entry_id.clone(),
-            Run {
-                attempt: attempt.clone(),
-                tool: self.tool.clone(),
-                started_at_ms: now_ms(),
-                token: token.clone(),
-                reason: reason.clone(),
-                metrics: self.metrics.clone(),
-            },
-        );
+        self.worker.running.add(Run {
+            attempt: attempt.clone(),
+            tool: self.tool.clone(),
+            started_at_ms: now_ms(),
+            token: token.clone(),
+            reason: reason.clone(),
+            metrics: self.metrics.clone(),
+        });
         let arguments = if self.in_graph {
             crate::dag::resolve_arguments(store, &attempt.task_id, &self.arguments).await
         } else {
@@ -908,7 +917,7 @@ impl NodeJob {
                 }
             }
         };
-        self.worker.running.lock().remove(&attempt.entry_id);
+        self.worker.running.remove(attempt);
         if self.worker.stop_running.is_cancelled() {
             let _ =
                 reason.compare_exchange(0, StopReason::Shutdown as u8, Ordering::SeqCst, Ordering::SeqCst);
@@ -1176,15 +1185,15 @@ impl Backoff {
 mod tests {
     use super::*;
 
-    fn run_of(task_id: &str) -> Run {
+    fn run_of(task_id: &str, queue: &str, entry_id: &str) -> Run {
         let attempt = Attempt {
             shard: Shard(0),
             task_id: task_id.to_owned(),
             node_id: "n".to_owned(),
             attempt: 1,
-            queues: vec!["q".to_owned()],
-            stream: Shard(0).queue("q"),
-            entry_id: "1-0".to_owned(),
+            queues: vec![queue.to_owned()],
+            stream: Shard(0).queue(queue),
+            entry_id: entry_id.to_owned(),
             traceparent: None,
         };
         let metrics = NodeRun::start(&attempt, "runner_test_tool");
@@ -1202,14 +1211,31 @@ mod tests {
     fn a_cancellation_heard_before_a_run_joins_still_stops_it() {
         let running = Running::default();
         assert_eq!(running.stop_task("t1", StopReason::Task), 0, "nothing runs yet");
-        let late = run_of("t1");
+        let late = run_of("t1", "q", "1-0");
         let (token, reason) = (late.token.clone(), late.reason.clone());
-        running.add("1-0".to_owned(), late);
+        running.add(late);
         assert!(token.is_cancelled());
         assert_eq!(reason_of(&reason), StopReason::Task);
-        let other = run_of("t2");
+        let other = run_of("t2", "q", "2-0");
         let token = other.token.clone();
-        running.add("2-0".to_owned(), other);
+        running.add(other);
         assert!(!token.is_cancelled(), "another task's run goes on");
+    }
+
+    #[test]
+    fn runs_of_two_queues_with_the_same_entry_id_are_told_apart() {
+        // Two queues' streams give the same id to entries added in the same millisecond.
+        let running = Running::default();
+        let quick = run_of("t1", "greet", "1700000000000-0");
+        let quick_attempt = quick.attempt.clone();
+        running.add(quick);
+        let slow = run_of("t2", "slow_compute", "1700000000000-0");
+        let slow_token = slow.token.clone();
+        running.add(slow);
+        assert_eq!(running.held().len(), 2, "both entries are renewed");
+        running.remove(&quick_attempt);
+        assert_eq!(running.held(), vec![(Shard(0).queue("slow_compute"), "1700000000000-0".to_owned())]);
+        assert_eq!(running.stop_task("t2", StopReason::Task), 1, "the slow run still hears its cancellation");
+        assert!(slow_token.is_cancelled());
     }
 }

@@ -138,13 +138,14 @@ impl Store {
     }
 
     /// Renews this worker's leases on the entries it runs (their idle time in the group starts
-    /// again), one command per stream. Returns the entries it no longer holds: taken over after
-    /// its lease ran out, or acknowledged meanwhile. A run whose entry is gone has lost its node.
+    /// again), one command per stream. Returns the entries (stream, id) it no longer holds: taken
+    /// over after its lease ran out, or acknowledged meanwhile. A run whose entry is gone has lost
+    /// its node.
     pub async fn renew_leases(
         &self,
         consumer: &str,
         held: &[(String, String)],
-    ) -> Result<Vec<String>, StoreError> {
+    ) -> Result<Vec<(String, String)>, StoreError> {
         let mut by_stream: HashMap<&str, Vec<&str>> = HashMap::new();
         for (stream, entry) in held {
             by_stream.entry(stream.as_str()).or_default().push(entry.as_str());
@@ -165,7 +166,7 @@ impl Store {
             Ok::<_, StoreError>(
                 ids.iter()
                     .filter(|id| !kept.iter().any(|k| k == **id))
-                    .map(|id| (*id).to_owned())
+                    .map(|id| ((*stream).to_owned(), (*id).to_owned()))
                     .collect::<Vec<_>>(),
             )
         }))
