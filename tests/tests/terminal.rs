@@ -208,7 +208,8 @@ fn in_a_terminal_the_bar_moves_ctrl_c_cancels_and_a_question_is_answered_by_keys
         "the second run's bar",
         Duration::from_secs(30),
         |_| {},
-        |s| bar_percent(s).is_some_and(|p| p > 0) && started_task(s).is_some(),
+        // No EXIT= line: the screen was cleared, so the task and bar are this run's, not the last.
+        |s| exit_code(s).is_none() && bar_percent(s).is_some_and(|p| p > 0) && started_task(s).is_some(),
     );
     let task = started_task(&screen).expect("a task id");
     assert_eq!(stack.status(&task), "working");
