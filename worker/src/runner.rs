@@ -126,10 +126,6 @@ impl Run {
     }
 }
 
-fn entry_of(attempt: &Attempt) -> EntryKey {
-    (attempt.stream.clone(), attempt.entry_id.clone())
-}
-
 fn reason_of(cell: &AtomicU8) -> StopReason {
     match cell.load(Ordering::SeqCst) {
         1 => StopReason::Task,
@@ -143,6 +139,10 @@ fn reason_of(cell: &AtomicU8) -> StopReason {
 /// A stream entry: its stream and its id. Ids are unique only within a stream (two queues'
 /// streams take the same id for entries added in the same millisecond), so both name a run.
 type EntryKey = (String, String);
+
+fn entry_of(attempt: &Attempt) -> EntryKey {
+    (attempt.stream.clone(), attempt.entry_id.clone())
+}
 
 /// The attempts this worker runs, by entry, and the tasks it heard were cancelled lately: a
 /// notice can arrive between a node's start and its run joining the map, and must still stop it.
