@@ -1,7 +1,7 @@
 //! Tools from the operator's tools file: each is an MCP tool whose arguments fill an argv
 //! template, run as a child process without a shell (see [`super::process`]) in a root. An
-//! argument the file names as a path must stay inside the root, like every path a built-in tool
-//! takes.
+//! argument the file names as a path must stay inside the root and be neither hidden nor
+//! ignored, like every path a built-in tool takes.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,8 +38,9 @@ async fn call(spec: &ConfiguredTool, roots: &Roots, ctx: &ToolContext) -> ToolOu
         },
         None => None,
     };
-    // Path arguments must name something inside the root (checked through symlinks), where the
-    // command reads them: from its working directory.
+    // Path arguments come from the caller, so they get the rules of every path a caller names
+    // (inside the root through symlinks, neither hidden nor ignored), where the command reads
+    // them: from its working directory.
     for name in &spec.path_arguments {
         if let (Some(root), Some(value)) = (root, arguments.get(name).and_then(Value::as_str))
             && let Err(e) = root.resolve(&from_cwd(&spec.cwd, value))
@@ -52,7 +53,8 @@ async fn call(spec: &ConfiguredTool, roots: &Roots, ctx: &ToolContext) -> ToolOu
         Err(e) => return invalid(format!("{}: {e}", spec.name)),
     };
     let cwd = match root {
-        Some(root) => match root.resolve(&spec.cwd) {
+        // The operator's own path: it may lie under a hidden or ignored folder.
+        Some(root) => match root.resolve_configured(&spec.cwd) {
             Ok(cwd) => cwd,
             Err(e) => return invalid(format!("{}: working directory: {e}", spec.name)),
         },

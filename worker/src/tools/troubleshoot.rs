@@ -126,10 +126,16 @@ const LOG_NOISE: &[&str] = &[
 ];
 
 /// The places a log names as `path:line` (a stack trace, a compiler message) that are files of
-/// the root: the first evidence to read. Absolute paths count when they lie inside the root.
+/// the root: the first evidence to read. Absolute paths count when they lie inside the root. A
+/// path the root does not serve by name (hidden, ignored, outside) is passed over: a log that
+/// names `.env:1` must not get the secret's line quoted back.
 pub fn locations(root: &Root, failure: &str) -> Vec<Value> {
     let mut found: Vec<Value> = Vec::new();
     for token in failure.split(|c: char| c.is_whitespace() || "()[]{}'\"`,<>".contains(c)) {
+        // Resolving a path asks the walker about it: a long log must not cost a walk per token.
+        if found.len() >= 5 {
+            break;
+        }
         let mut parts = token.split(':');
         let (Some(path), Some(line)) = (parts.next(), parts.next()) else { continue };
         let Ok(line) = line.parse::<u32>() else { continue };
@@ -140,7 +146,7 @@ pub fn locations(root: &Root, failure: &str) -> Vec<Value> {
         let relative = relative.trim_start_matches("./").trim_start_matches('/');
         let Ok(resolved) = root.resolve(relative) else { continue };
         let relative = root.relative(&resolved);
-        if found.iter().any(|f| f["path"] == relative.as_str() && f["line"] == line) || found.len() >= 5 {
+        if found.iter().any(|f| f["path"] == relative.as_str() && f["line"] == line) {
             continue;
         }
         let text = research::index::read_text(&resolved).unwrap_or_default();
@@ -470,5 +476,33 @@ mod tests {
         assert!(question.contains("retry") && question.contains("backoff") && question.contains("max"));
         assert!(!question.contains("running") && !question.contains("panicked"), "{question}");
         assert_eq!(failure_question("just words").trim(), "just words");
+    }
+
+    #[test]
+    fn hidden_and_ignored_files_named_in_a_log_are_never_read() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let base = dir.path();
+        for folder in ["src", ".git", "target/debug"] {
+            std::fs::create_dir_all(base.join(folder)).expect("mkdir");
+        }
+        std::fs::write(base.join(".gitignore"), "target/\n").expect("write");
+        std::fs::write(base.join(".env"), "API_KEY=secret-env\n").expect("write");
+        std::fs::write(base.join(".git/config"), "[remote]\ntoken = secret-git\n").expect("write");
+        std::fs::write(base.join("target/debug/build.log"), "secret-build\n").expect("write");
+        std::fs::write(base.join("src/lib.rs"), "fn lib() {}\n").expect("write");
+        std::os::unix::fs::symlink(base.join(".env"), base.join("notes.txt")).expect("symlink");
+        let roots = Roots::parse(&[format!("repo={}", base.display())]).expect("roots");
+        let root = roots.get("repo").expect("root");
+        let absolute_env = root.path.join(".env");
+        let log = format!(
+            "error at .env:1\nconfig .git/config:2\n./.env:1 {}:1 notes.txt:1 target/debug/build.log:1\n\
+             panicked at src/lib.rs:1:4",
+            absolute_env.display()
+        );
+        let found = locations(root, &log);
+        let paths: Vec<&str> = found.iter().filter_map(|f| f["path"].as_str()).collect();
+        assert_eq!(paths, vec!["src/lib.rs"], "{found:?}");
+        let quoted = serde_json::to_string(&found).expect("json");
+        assert!(!quoted.contains("secret"), "{quoted}");
     }
 }

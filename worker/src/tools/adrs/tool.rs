@@ -178,11 +178,7 @@ async fn batch(roots: &Roots, ctx: &ToolContext) -> ToolOutcome {
             };
             let doc = parse::parse_adr(&relative, &text);
             let directory = Path::new(&relative).parent().map(Path::to_path_buf).unwrap_or_default();
-            let exists = |target: &str| {
-                let joined = directory.join(target);
-                // A link that climbs out of the root counts as missing: nothing outside is read.
-                root.resolve(&joined.to_string_lossy()).is_ok() || resolves_upward(&root, &joined)
-            };
+            let exists = |target: &str| link_target_exists(&root, &directory, target);
             let found = rules::file_findings(&doc, &exists);
             if !found.is_empty() {
                 findings.insert(relative.clone(), found);
@@ -201,8 +197,16 @@ async fn batch(roots: &Roots, ctx: &ToolContext) -> ToolOutcome {
     }
 }
 
-/// Whether a link with `..` (`../architecture.md`, common in ADRs) names a file inside the root:
-/// normalised lexically, then resolved as any path is.
+/// Whether a record's link to `target` (relative to the record's `directory`) has something to
+/// lead to in the root. The check reads nothing, so a hidden or ignored target (`.github/...`)
+/// counts as there; a link that climbs out of the root counts as missing.
+fn link_target_exists(root: &Root, directory: &Path, target: &str) -> bool {
+    let joined = directory.join(target);
+    root.contains(&joined.to_string_lossy()) || resolves_upward(root, &joined)
+}
+
+/// Whether a link with `..` (`../architecture.md`, common in ADRs) names something inside the
+/// root: normalised lexically, then checked as any link target is.
 fn resolves_upward(root: &Root, joined: &Path) -> bool {
     let mut parts: Vec<String> = Vec::new();
     for component in joined.components() {
@@ -213,7 +217,7 @@ fn resolves_upward(root: &Root, joined: &Path) -> bool {
             _ => {}
         }
     }
-    root.resolve(&parts.join("/")).is_ok()
+    root.contains(&parts.join("/"))
 }
 
 #[derive(Deserialize)]
@@ -287,4 +291,32 @@ fn review_prompt(path: &str, text: &str) -> String {
     format!(
         "Review this architecture decision record ({path}). Say in a few bullet points whether the context explains the problem, whether the decision is stated clearly and follows from the options, and whether the consequences (good and bad) are honest. Quote the lines you comment on.\n\n{text}"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn links_to_hidden_or_ignored_files_are_not_broken_but_reading_them_is_refused() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let base = dir.path();
+        for folder in ["docs/adr", ".github/workflows", "build"] {
+            std::fs::create_dir_all(base.join(folder)).expect("mkdir");
+        }
+        std::fs::write(base.join(".gitignore"), "build/\n").expect("write");
+        std::fs::write(base.join(".github/workflows/ci.yml"), "on: push").expect("write");
+        std::fs::write(base.join("build/report.html"), "<html/>").expect("write");
+        std::fs::write(base.join("docs/architecture.md"), "# Architecture").expect("write");
+        let roots = Roots::parse(&[format!("repo={}", base.display())]).expect("roots");
+        let root = roots.get("repo").expect("root");
+        let adr_dir = Path::new("docs/adr");
+        assert!(link_target_exists(root, adr_dir, "../../.github/workflows/ci.yml"));
+        assert!(link_target_exists(root, adr_dir, "../../build/report.html"));
+        assert!(link_target_exists(root, adr_dir, "../architecture.md"));
+        assert!(!link_target_exists(root, adr_dir, "../missing.md"));
+        assert!(!link_target_exists(root, adr_dir, "../../../outside.md"), "above the root is missing");
+        assert!(root.resolve(".github/workflows/ci.yml").is_err(), "a link check is no way to read");
+        assert!(root.resolve("build/report.html").is_err());
+    }
 }

@@ -146,7 +146,8 @@ async fn run_check(config: &OperatorConfig, roots: &Roots, ctx: &ToolContext) ->
     let Some(check) = profile.checks.iter().find(|c| c.name == wanted) else {
         return invalid(format!("readiness profile `{}` has no check `{wanted}`", profile.name));
     };
-    let cwd = match roots.get(&check.root).and_then(|root| root.resolve(&check.cwd)) {
+    // The operator's own path: it may lie under a hidden or ignored folder.
+    let cwd = match roots.get(&check.root).and_then(|root| root.resolve_configured(&check.cwd)) {
         Ok(cwd) => cwd,
         Err(e) => return finished(check, CheckStatus::Error, 0, vec![], format!("cannot run: {e}"), None),
     };
@@ -217,9 +218,10 @@ fn read_report(check: &ConfiguredCheck, roots: &Roots, stdout: &str) -> Result<V
         None => Ok(vec![]),
         Some(ReportFormat::Junit) => {
             let relative = check.report_path.as_deref().unwrap_or_default();
+            // The operator's own path, typically under an ignored `build/` or `target/`.
             let path = roots
                 .get(&check.root)
-                .and_then(|root| root.resolve(relative))
+                .and_then(|root| root.resolve_configured(relative))
                 .map_err(|e| format!("no JUnit report: {e}"))?;
             let xml = std::fs::read_to_string(&path)
                 .map_err(|e| format!("cannot read the JUnit report {relative}: {e}"))?;
