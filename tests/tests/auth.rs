@@ -322,7 +322,7 @@ async fn oauth_access_tokens_are_checked_as_a_resource_server_checks_them() {
         assert!(challenge.contains("resource_metadata="), "{what}: {challenge}");
     }
 
-    // The principal comes from `sub`: tasks are carol's, not dave's.
+    // The principal comes from `sub` (as `<issuer>#carol`): tasks are carol's, not dave's.
     let carol = Mcp::new(url.clone()).with_api_key(&good);
     let dave = Mcp::new(url.clone()).with_api_key(&sign(&claims("dave"), "issuer", "k1"));
     let task = start_slow_task(&carol).await;
@@ -395,44 +395,187 @@ fn a_gateway_starts_only_with_authentication_or_an_explicit_no_auth() {
     assert!(!entry.contains(&token), "the file never holds the token itself");
 }
 
-/// Kills a helper process when the test ends, however it ends.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+/// Runs `conveyor gateway` with settings it must refuse: its standard error once it has exited.
+/// A gateway that starts instead fails the test after 20 s.
+async fn refused_at_start(redis: &RedisServer, args: &[&str], env: &[(&str, &str)]) -> String {
+    let listen = format!("127.0.0.1:{}", free_port());
+    let log = scratch_dir("auth-refused").join("gateway.log");
+    let file = std::fs::File::create(&log).expect("log file");
+    let mut child = Command::new(conveyor_bin())
+        .arg("gateway")
+        .args(["--listen", &listen])
+        .args(args)
+        .env("REDIS_URL", redis.url())
+        .env_remove("CONVEYOR_NO_AUTH")
+        .env_remove("CONVEYOR_SIGNING_KEY")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(file)
+        .spawn()
+        .expect("conveyor runs");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            let stderr = std::fs::read_to_string(&log).unwrap_or_default();
+            assert!(!status.success(), "{args:?} must stop the gateway: {stderr}");
+            return stderr;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "the gateway started with {args:?}: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
 #[tokio::test]
-async fn the_key_set_can_come_from_the_authorization_servers_url() {
+async fn a_key_set_url_must_be_https() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
     let redis = RedisServer::start().expect("redis");
-    let dir = scratch_dir("auth-jwks-url");
-    write(&dir, "jwks.json", &jwks(&[("issuer", "k1")]));
-    let port = free_port();
-    let _server = KillOnDrop(
-        Command::new("python3")
-            .args(["-m", "http.server", &port.to_string(), "--bind", "127.0.0.1", "--directory"])
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("python3 serves the key set"),
+    // A key set served over plain http, which a gateway would read if it accepted the URL.
+    let reads = Arc::new(AtomicUsize::new(0));
+    let served = (reads.clone(), jwks(&[("issuer", "k1")]));
+    let app = axum::Router::new().route(
+        "/jwks.json",
+        axum::routing::get(move || {
+            let (reads, body) = served.clone();
+            async move {
+                reads.fetch_add(1, Ordering::SeqCst);
+                body
+            }
+        }),
     );
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(std::time::Instant::now() < deadline, "the key set server did not start");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let address = listener.local_addr().expect("address");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    for url in [format!("http://{address}/jwks.json"), format!("HTTP://{address}/jwks.json")] {
+        let stderr = refused_at_start(
+            &redis,
+            &["--jwt-issuer", ISSUER, "--jwks", &url, "--resource-url", RESOURCE],
+            &[],
+        )
+        .await;
+        assert!(
+            stderr.contains("CONVEYOR_JWKS") && stderr.contains("plain http") && stderr.contains("https://"),
+            "{stderr}"
+        );
     }
-    let jwks_url = format!("http://127.0.0.1:{port}/jwks.json");
-    let conveyor = Conveyor::up(
-        &redis.url(),
-        &["--fixtures", "--jwt-issuer", ISSUER, "--jwks", &jwks_url, "--resource-url", RESOURCE],
+    let stderr = refused_at_start(
+        &redis,
+        &[],
+        &[
+            ("CONVEYOR_JWT_ISSUER", ISSUER),
+            ("CONVEYOR_JWKS", &format!("http://{address}/jwks.json")),
+            ("CONVEYOR_RESOURCE_URL", RESOURCE),
+        ],
     )
-    .expect("conveyor");
-    let (status, _, body) = probe(&conveyor.mcp_url(), Some(&sign(&claims("carol"), "issuer", "k1"))).await;
-    assert_eq!(status, 200, "{body}");
-    let (status, _, body) = probe(&conveyor.mcp_url(), Some(&sign(&claims("carol"), "other", "k1"))).await;
-    assert_eq!(status, 401, "{body}");
+    .await;
+    assert!(stderr.contains("plain http"), "{stderr}");
+    assert_eq!(reads.load(Ordering::SeqCst), 0, "nothing was read over plain http");
+}
+
+#[tokio::test]
+async fn jwt_principals_are_namespaced_by_issuer_unless_bare_principals_are_asked_for() {
+    let redis = RedisServer::start().expect("redis");
+    let dir = scratch_dir("auth-jwt-principals");
+    let tokens = tokens_file(&dir);
+    let jwks_path = write(&dir, "jwks.json", &jwks(&[("issuer", "k1")]));
+    let access = write(
+        &dir,
+        "access.toml",
+        &format!(
+            "default = \"deny\"\n[[rule]]\ntools = [\"slow_compute\"]\nallow = [\"alice\", \"{ISSUER}#carol\"]\n"
+        ),
+    );
+    let args = [
+        "--tokens-file",
+        tokens.to_str().expect("path"),
+        "--jwt-issuer",
+        ISSUER,
+        "--jwks",
+        jwks_path.to_str().expect("path"),
+        "--resource-url",
+        RESOURCE,
+        "--access-file",
+        access.to_str().expect("path"),
+    ];
+    let namespaced =
+        Conveyor::up(&redis.url(), &[&["--fixtures"][..], &args[..]].concat()).expect("conveyor");
+    let bare = Conveyor::gateway(&redis.url(), &[&args[..], &["--jwt-bare-principals"][..]].concat())
+        .expect("gateway");
+    let alice_jwt = sign(&claims("alice"), "issuer", "k1");
+    let carol_jwt = sign(&claims("carol"), "issuer", "k1");
+    let static_alice = Mcp::new(namespaced.mcp_url()).with_api_key(ALICE);
+    let task = start_slow_task(&static_alice).await;
+    let tools = |reply: conveyor_tests::mcp::Reply| -> Vec<String> {
+        reply.result()["tools"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{}", reply.raw))
+            .iter()
+            .filter_map(|t| t["name"].as_str().map(str::to_owned))
+            .collect()
+    };
+
+    // By default a token whose `sub` is alice is not the static token's alice: not her tasks,
+    // not her rights; the access file names token principals as `<issuer>#<sub>`.
+    let alice = Mcp::new(namespaced.mcp_url()).with_api_key(&alice_jwt);
+    let reply = alice.call_2025("tasks/get", json!({"taskId": task})).await.expect("get");
+    assert_eq!(reply.error_code(), Some(-32602), "{}", reply.raw);
+    assert_eq!(alice.call_2025("tasks/list", json!({})).await.expect("list").result()["tasks"], json!([]));
+    assert!(tools(alice.call_2025("tools/list", json!({})).await.expect("list")).is_empty());
+    let carol = Mcp::new(namespaced.mcp_url()).with_api_key(&carol_jwt);
+    assert_eq!(tools(carol.call_2025("tools/list", json!({})).await.expect("list")), ["slow_compute"]);
+    let log = namespaced.log_text();
+    assert!(
+        log.lines().any(|l| l.contains("conveyor::audit") && l.contains(&format!("{ISSUER}#alice"))),
+        "the audit log names the token's principal with its issuer: {log}"
+    );
+
+    // With --jwt-bare-principals the claim alone is the principal, as before.
+    let alice = Mcp::new(bare.mcp_url()).with_api_key(&alice_jwt);
+    let reply = alice.call_2025("tasks/get", json!({"taskId": task})).await.expect("get");
+    assert_eq!(reply.result()["status"], "working", "{}", reply.raw);
+    assert_eq!(tools(alice.call_2025("tools/list", json!({})).await.expect("list")), ["slow_compute"]);
+    let carol = Mcp::new(bare.mcp_url()).with_api_key(&carol_jwt);
+    assert!(tools(carol.call_2025("tools/list", json!({})).await.expect("list")).is_empty());
+    assert!(bare.log_text().contains("--jwt-bare-principals with a tokens file"), "{}", bare.log_text());
+
+    let cancelled = static_alice.call_2025("tasks/cancel", json!({"taskId": task})).await.expect("cancel");
+    assert_eq!(cancelled.result()["status"], "cancelled", "{}", cancelled.raw);
+}
+
+#[tokio::test]
+async fn placeholder_and_guessable_signing_keys_stop_the_gateway_at_start() {
+    let redis = RedisServer::start().expect("redis");
+    // The example Kubernetes secret's value, as an operator who forgot to replace it would run.
+    let secret_yaml =
+        std::fs::read_to_string(workspace_root().join("deploy/k8s/secret.yaml")).expect("secret.yaml");
+    let example = secret_yaml
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("CONVEYOR_SIGNING_KEY:"))
+        .expect("a signing key in the example secret")
+        .trim()
+        .trim_matches('"')
+        .to_owned();
+    let stderr = refused_at_start(&redis, &["--no-auth"], &[("CONVEYOR_SIGNING_KEY", &example)]).await;
+    assert!(stderr.contains("CONVEYOR_SIGNING_KEY") && stderr.contains("openssl rand -hex 32"), "{stderr}");
+    assert!(!stderr.contains(&example), "the key is not repeated in the log: {stderr}");
+    let repeated = "0123456789abcdef".repeat(4);
+    let stderr = refused_at_start(&redis, &["--no-auth", "--signing-key", &repeated], &[]).await;
+    assert!(stderr.contains("repeats a pattern") && stderr.contains("openssl rand -hex 32"), "{stderr}");
+
+    // What `openssl rand -hex 32` prints starts a gateway.
+    let key = format!("{}{}", conveyor_shared::model::random_id(), conveyor_shared::model::random_id());
+    let gateway =
+        Conveyor::with_env("gateway", &redis.url(), &["--no-auth"], &[("CONVEYOR_SIGNING_KEY", &key)])
+            .expect("a gateway with a random key");
+    assert_eq!(Mcp::new(gateway.mcp_url()).get_status("/healthz").await.expect("healthz"), 200);
 }
