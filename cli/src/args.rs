@@ -282,6 +282,11 @@ pub struct GatewayArgs {
     /// Address to listen on; MCP is served at /mcp, liveness at /healthz, readiness at /readyz.
     #[arg(long, env = "CONVEYOR_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
+    /// Address of the gateway's own listener for Prometheus and probes: /metrics (this process's
+    /// metrics and the deployment's gauges), /healthz and /readyz. /metrics is never served on
+    /// the public listener. Unset: no metrics listener.
+    #[arg(long, env = "CONVEYOR_METRICS_LISTEN", value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
     /// Hosts (comma-separated, no port) whose Host and Origin headers are accepted, against DNS
     /// rebinding. `*` accepts any. localhost, 127.0.0.1 and ::1 are always accepted.
     #[arg(long, env = "CONVEYOR_ALLOWED_HOSTS", value_delimiter = ',')]
@@ -322,9 +327,19 @@ pub struct GatewayArgs {
     /// Most nodes of one tool waiting for a worker. 0: no limit.
     #[arg(long, env = "CONVEYOR_MAX_QUEUED_PER_TOOL", default_value_t = 0)]
     pub max_queued_per_tool: u64,
-    /// Most tasks of one principal that are not yet terminal (synchronous calls included). 0: no limit.
+    /// Most tasks of one principal that are not yet terminal (synchronous calls included), over
+    /// every shard: exactly this many are admitted. 0: no limit.
     #[arg(long, env = "CONVEYOR_MAX_LIVE_TASKS_PER_PRINCIPAL", default_value_t = 1_000)]
     pub max_live_tasks_per_principal: u64,
+    /// Most nodes one principal's unfinished tasks may hold (a single call holds one node, a
+    /// graph all of its nodes): its share of what the deployment queues. Each shard holds an equal
+    /// part, and one task's nodes must fit in one part. 0: no limit.
+    #[arg(long, env = "CONVEYOR_MAX_NODES_PER_PRINCIPAL", default_value_t = 50_000)]
+    pub max_nodes_per_principal: u64,
+    /// Most bytes one task may store in Redis in all (its arguments, every node's output, its
+    /// result); a node that would pass it fails with an error naming the limit. 0: no limit.
+    #[arg(long, env = "CONVEYOR_MAX_TASK_BYTES", default_value_t = 64 * 1024 * 1024)]
+    pub max_task_bytes: u64,
     /// How long a synchronous tools/call waits for its worker, in milliseconds.
     #[arg(long, env = "CONVEYOR_SYNC_TIMEOUT_MS", default_value_t = 300_000)]
     pub sync_timeout_ms: u64,
@@ -347,8 +362,10 @@ pub struct AuthArgs {
     /// OAuth 2.1: the issuer (`iss`) of the access tokens this gateway accepts. Needs `--jwks`.
     #[arg(long, env = "CONVEYOR_JWT_ISSUER")]
     pub jwt_issuer: Option<String>,
-    /// The authorization server's JSON Web Key Set: a file or an https URL, read at start, every
-    /// `--jwks-refresh-s`, and when a token names a key not in it.
+    /// The authorization server's JSON Web Key Set: a file or an https:// URL (plain http is
+    /// refused; redirects are not followed; at most 1 MiB), read at start, every
+    /// `--jwks-refresh-s`, and when a token names a key not in it (one read at a time, at most
+    /// one every 10 s).
     #[arg(long, env = "CONVEYOR_JWKS")]
     pub jwks: Option<String>,
     /// Accepted token audiences (`aud`), comma-separated; default: `--resource-url`.
@@ -360,9 +377,16 @@ pub struct AuthArgs {
     /// Clock skew allowed on `exp` and `nbf`, in seconds.
     #[arg(long, env = "CONVEYOR_JWT_LEEWAY_S", default_value_t = 60)]
     pub jwt_leeway_s: u64,
-    /// The claim that names the principal.
+    /// The claim that names the principal. The principal is `<issuer>#<claim>` (for example
+    /// `https://idp.example.com#alice`), unless `--jwt-bare-principals`.
     #[arg(long, env = "CONVEYOR_JWT_PRINCIPAL_CLAIM", default_value = "sub")]
     pub jwt_principal_claim: String,
+    /// Name a JWT's principal by its claim alone (`alice`), not `<issuer>#alice`: for an access
+    /// file that names the authorization server's subjects as they are. A static token of the same
+    /// name is then the same principal, with its tasks and rights; use it only when no static
+    /// token's principal can collide with a subject.
+    #[arg(long, env = "CONVEYOR_JWT_BARE_PRINCIPALS", value_parser = clap::builder::BoolishValueParser::new())]
+    pub jwt_bare_principals: bool,
     /// The claim that lists the principal's groups (an array, or a space-separated string).
     #[arg(long, env = "CONVEYOR_JWT_GROUPS_CLAIM", default_value = "groups")]
     pub jwt_groups_claim: String,
@@ -395,6 +419,15 @@ pub struct LimitArgs {
     /// past it a request waits up to 2 s, then is refused with a retryable error.
     #[arg(long, env = "CONVEYOR_MAX_INFLIGHT_BYTES", default_value_t = 256 * 1024 * 1024)]
     pub max_inflight_bytes: usize,
+    /// The share of that memory one principal's requests may hold at once, in bytes; a request
+    /// over it waits up to 2 s, then is refused with a retryable error naming the limit.
+    #[arg(long, env = "CONVEYOR_MAX_INFLIGHT_BYTES_PER_PRINCIPAL", default_value_t = 64 * 1024 * 1024)]
+    pub max_inflight_bytes_per_principal: usize,
+    /// Streams and waiting calls one principal may hold open on this gateway at once: SSE
+    /// replies, synchronous calls waiting for their task, tasks/result, subscriptions/listen,
+    /// resumed streams and web view streams.
+    #[arg(long, env = "CONVEYOR_MAX_STREAMS_PER_PRINCIPAL", default_value_t = 128)]
+    pub max_streams_per_principal: usize,
     /// Largest `arguments` of one tools/call, in bytes of JSON.
     #[arg(long, env = "CONVEYOR_MAX_ARGUMENT_BYTES", default_value_t = 1024 * 1024)]
     pub max_argument_bytes: usize,
@@ -446,7 +479,29 @@ pub struct WorkerArgs {
     #[arg(long, env = "CONVEYOR_METRICS_LISTEN", value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
     #[command(flatten)]
+    pub nodes: NodeArgs,
+    #[command(flatten)]
     pub redis: RedisArgs,
+}
+
+/// What one node may take in and hand out on a worker, and the share of its slots one principal
+/// may take.
+#[derive(Debug, Clone, Args)]
+pub struct NodeArgs {
+    /// The share of a worker's slots one principal's nodes may take (more than 0, at most 1); the
+    /// rest stay free for other principals, whose work then starts at once however long one
+    /// principal's graph is. 1: no share.
+    #[arg(long, env = "CONVEYOR_PRINCIPAL_SHARE", default_value_t = 0.75)]
+    pub principal_share: f64,
+    /// Largest arguments of a graph node once the upstream values its `$from` references name are
+    /// put in, in bytes of JSON; a node over it fails (for good) with an error naming the limit,
+    /// before anything that large is built.
+    #[arg(long, env = "CONVEYOR_MAX_NODE_ARGUMENT_BYTES", default_value_t = 4 * 1024 * 1024)]
+    pub max_node_argument_bytes: usize,
+    /// Largest result or error one node may store, in bytes of JSON; a node over it fails (for
+    /// good) with an error naming the limit.
+    #[arg(long, env = "CONVEYOR_MAX_NODE_OUTPUT_BYTES", default_value_t = 8 * 1024 * 1024)]
+    pub max_node_output_bytes: usize,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -461,6 +516,8 @@ pub struct UpArgs {
     pub concurrency: usize,
     #[command(flatten)]
     pub offers: OfferArgs,
+    #[command(flatten)]
+    pub nodes: NodeArgs,
 }
 
 /// What a worker offers: its tools, what they may read, and the operator's own tools.

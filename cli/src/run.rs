@@ -152,6 +152,8 @@ fn config(args: &GatewayArgs) -> Config {
             max_parsed_bytes: args.limits.max_parsed_bytes,
         },
         max_inflight_bytes: args.limits.max_inflight_bytes,
+        max_inflight_bytes_per_principal: args.limits.max_inflight_bytes_per_principal,
+        max_streams_per_principal: args.limits.max_streams_per_principal,
         max_argument_bytes: args.limits.max_argument_bytes,
         header_timeout: Duration::from_millis(args.limits.header_timeout_ms),
         body_timeout: Duration::from_millis(args.limits.body_timeout_ms),
@@ -168,7 +170,9 @@ fn config(args: &GatewayArgs) -> Config {
             max_queued: args.max_queued,
             max_queued_per_tool: args.max_queued_per_tool,
             max_live_per_principal: args.max_live_tasks_per_principal,
+            max_nodes_per_principal: args.max_nodes_per_principal,
         },
+        max_task_bytes: args.max_task_bytes,
     }
 }
 
@@ -180,10 +184,9 @@ async fn gateway(args: GatewayArgs, shutdown: CancellationToken) -> anyhow::Resu
     policy
         .allowed_hosts
         .extend(args.allowed_hosts.iter().map(|h| h.trim().to_owned()).filter(|h| !h.is_empty()));
-    if args.signing_key.as_ref().is_some_and(|k| k.len() < 32) {
-        anyhow::bail!(
-            "invalid configuration: CONVEYOR_SIGNING_KEY must be at least 32 characters (for example the output of `openssl rand -hex 32`)"
-        );
+    if let Some(key) = &args.signing_key {
+        conveyor_gateway::signing::check_secret(key)
+            .map_err(|e| anyhow::anyhow!("invalid configuration: CONVEYOR_SIGNING_KEY {e}"))?;
     }
     let (auth, access) = authentication(&args.auth).await?;
     let jwt = auth.jwt.clone();
@@ -228,6 +231,19 @@ async fn gateway(args: GatewayArgs, shutdown: CancellationToken) -> anyhow::Resu
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let address = listener.local_addr()?;
     tracing::info!(%address, "gateway listening: MCP at http://{address}/mcp");
+    if let Some(metrics_address) = args.metrics_listen {
+        let listener = tokio::net::TcpListener::bind(metrics_address)
+            .await
+            .with_context(|| format!("cannot listen on {metrics_address}"))?;
+        let metrics_address = listener.local_addr()?;
+        tracing::info!(%metrics_address, "gateway metrics at http://{metrics_address}/metrics");
+        let (state, stop) = (state.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            if let Err(e) = conveyor_gateway::metrics::serve_listener(listener, state, stop).await {
+                tracing::warn!(error = %e, "the metrics listener stopped");
+            }
+        });
+    }
     // Serve at once (readiness says whether Redis answers); a deployment whose recorded shard
     // count differs from this gateway's is a configuration error that stops it.
     let stop = shutdown.clone();
@@ -283,11 +299,20 @@ async fn authentication(args: &AuthArgs) -> anyhow::Result<(Authenticator, Acces
                     "invalid configuration: JWT access tokens need an audience: set --resource-url (this endpoint's URL) or --jwt-audience"
                 );
             }
-            let mut settings = JwtSettings::new(issuer.clone(), audiences, JwksSource::parse(jwks));
+            let jwks = JwksSource::parse(jwks)
+                .map_err(|e| anyhow::anyhow!("invalid configuration: CONVEYOR_JWKS (--jwks): {e}"))?;
+            let mut settings = JwtSettings::new(issuer.clone(), audiences, jwks);
             settings.required_scopes = args.jwt_scopes.clone();
             settings.leeway = Duration::from_secs(args.jwt_leeway_s);
             settings.principal_claim = args.jwt_principal_claim.clone();
             settings.groups_claim = args.jwt_groups_claim.clone();
+            settings.bare_principals = args.jwt_bare_principals;
+            if args.jwt_bare_principals && args.tokens_file.is_some() {
+                tracing::warn!(
+                    "--jwt-bare-principals with a tokens file: a token whose `{}` is the principal of a static token is that principal, with its tasks and rights",
+                    args.jwt_principal_claim
+                );
+            }
             settings.refresh = Duration::from_secs(args.jwks_refresh_s.max(10));
             Some(Arc::new(
                 JwtVerifier::new(settings).await.map_err(|e| anyhow::anyhow!("CONVEYOR_JWKS: {e}"))?,
@@ -411,6 +436,19 @@ async fn worker(store: Store, args: WorkerArgs, shutdown: CancellationToken) -> 
     anyhow::ensure!(args.lease_ms >= 300, "CONVEYOR_LEASE_MS must be at least 300 ms");
     options.lease = Duration::from_millis(args.lease_ms);
     options.max_losses = args.max_node_losses;
+    anyhow::ensure!(
+        args.nodes.max_node_argument_bytes >= 1024 && args.nodes.max_node_output_bytes >= 1024,
+        "CONVEYOR_MAX_NODE_ARGUMENT_BYTES and CONVEYOR_MAX_NODE_OUTPUT_BYTES must be at least 1024"
+    );
+    anyhow::ensure!(
+        args.nodes.principal_share > 0.0 && args.nodes.principal_share <= 1.0,
+        "CONVEYOR_PRINCIPAL_SHARE must be more than 0 and at most 1 (1: no share)"
+    );
+    options.principal_share = args.nodes.principal_share;
+    options.node_limits = conveyor_worker::NodeLimits {
+        max_argument_bytes: args.nodes.max_node_argument_bytes,
+        max_output_bytes: args.nodes.max_node_output_bytes,
+    };
     if let Some(address) = args.metrics_listen {
         let listener = tokio::net::TcpListener::bind(address)
             .await
@@ -453,6 +491,7 @@ async fn up(mut args: UpArgs) -> anyhow::Result<()> {
             max_node_losses: 3,
             // The gateway's /metrics shows these workers' metrics: one registry per process.
             metrics_listen: None,
+            nodes: args.nodes.clone(),
             redis: args.gateway.redis.clone(),
         };
         workers.push(tokio::spawn(worker(store.clone(), worker_args, shutdown.clone())));

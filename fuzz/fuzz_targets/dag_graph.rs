@@ -8,14 +8,15 @@
 //!
 //! For every graph: `validate` with the default limits and with tight ones, `dependents`, a
 //! serialize/parse round trip (a graph as stored must be readable again), and reference
-//! resolution against an outputs map built from the graph itself.
+//! resolution against outputs built from the graph itself (`resolve_references` fuzzes resolution
+//! and its byte bounds on their own).
 #![no_main]
 
 use std::collections::HashMap;
 
 use arbitrary::{Arbitrary, Result, Unstructured};
 use conveyor_shared::dag::{
-    BuiltinKind, DagLimits, DagSpec, FailurePolicy, NodeSpec, resolve_references, upstream_references,
+    BuiltinKind, DagLimits, DagSpec, FailurePolicy, NodeSpec, ResolveLimits, resolve_bounded, upstream_references,
 };
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Map, Value, json};
@@ -55,17 +56,17 @@ fn check(spec: &DagSpec) {
     let _ = again.validate(&DagLimits::default());
 
     // Every node's output, shaped like a CallToolResult, so that typical pointers resolve.
-    let mut outputs: HashMap<String, Value> = HashMap::new();
+    // Stored as text, as workers read them from Redis.
+    let mut outputs: HashMap<String, String> = HashMap::new();
     for node in &spec.nodes {
-        outputs.insert(
-            node.id.clone(),
-            json!({
-                "content": [{"type": "text", "text": node.id}],
-                "structuredContent": {"id": node.id, "arguments": node.arguments, "items": [1, "two", null, {"a/b": {"m~n": true}}]},
-                "isError": false
-            }),
-        );
+        let output = json!({
+            "content": [{"type": "text", "text": node.id}],
+            "structuredContent": {"id": node.id, "arguments": node.arguments, "items": [1, "two", null, {"a/b": {"m~n": true}}]},
+            "isError": false
+        });
+        outputs.insert(node.id.clone(), output.to_string());
     }
+    let limits = ResolveLimits::default();
     for node in &spec.nodes {
         let references = upstream_references(&node.arguments);
         if valid.is_ok() {
@@ -73,17 +74,17 @@ fn check(spec: &DagSpec) {
                 assert!(outputs.contains_key(from), "a valid graph references only its own nodes: {from}");
             }
         }
-        match resolve_references(&node.arguments, &outputs) {
+        match resolve_bounded(&node.arguments, &outputs, &limits) {
             Ok(resolved) => {
                 // Resolving again with the same outputs is stable once nothing is left to resolve.
                 if upstream_references(&resolved).is_empty() {
-                    assert_eq!(resolve_references(&resolved, &outputs).as_ref(), Ok(&resolved));
+                    assert_eq!(resolve_bounded(&resolved, &outputs, &limits).as_ref(), Ok(&resolved));
                 }
             }
-            Err(error) => assert!(!error.is_empty()),
+            Err(error) => assert!(!error.to_string().is_empty()),
         }
         // A node whose upstream nodes produced nothing yet: every reference fails to resolve.
-        let _ = resolve_references(&node.arguments, &HashMap::new());
+        let _ = resolve_bounded(&node.arguments, &HashMap::new(), &limits);
     }
 }
 

@@ -1,15 +1,23 @@
-//! Who may call which tool, and who operates the cluster. An access file (TOML) lists rules; a
-//! caller sees in `tools/list`, and may call, only the tools a rule grants it. Operators see and
-//! cancel every principal's tasks.
+//! Who may use which offer (tools, prompts, resources and resource templates), and who operates
+//! the cluster. An access file (TOML) lists rules; a caller sees in every listing, and may use,
+//! only what a rule grants it (or what no rule names, when the default allows it). Operators see
+//! and cancel every principal's tasks.
 //!
 //! ```toml
 //! operators = ["group:ops"]
-//! default = "deny"           # tools no rule names: "allow" (the default) or "deny"
+//! default = "deny"           # offers no rule names: "allow" (the default) or "deny"
 //!
 //! [[rule]]
 //! tools = ["research", "validate_*"]
+//! prompts = ["adr_*"]
+//! resources = ["conveyor://roots/repo/*", "adr://*"]
 //! allow = ["group:research", "alice"]
 //! ```
+//!
+//! Tools and prompts are named by name, resources by URI; a trailing `*` matches a prefix. A
+//! resource read through a template is judged by the URI read, and a template is offered to a
+//! caller who may read some URI it can produce. The gateway's own resources of a caller's tasks
+//! (`conveyor://tasks...`) are the caller's like `tasks/get` is, and no rule is needed for them.
 
 use std::path::Path;
 
@@ -38,7 +46,7 @@ impl Caller {
     }
 }
 
-/// What becomes of a tool no rule names.
+/// What becomes of an offer no rule names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum UnnamedTools {
@@ -51,12 +59,37 @@ pub enum UnnamedTools {
 #[serde(deny_unknown_fields)]
 struct Rule {
     /// Tool names; a trailing `*` matches a prefix.
+    #[serde(default)]
     tools: Vec<String>,
+    /// Prompt names, likewise.
+    #[serde(default)]
+    prompts: Vec<String>,
+    /// Resource URIs, likewise (they also grant the templates that produce them).
+    #[serde(default)]
+    resources: Vec<String>,
     /// Principals, and groups as `group:<name>`.
     allow: Vec<String>,
 }
 
-/// The access policy of a gateway. Without an access file every caller may call every tool and
+/// The kinds of offer a rule names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Offer {
+    Tool,
+    Prompt,
+    Resource,
+}
+
+impl Rule {
+    fn patterns(&self, offer: Offer) -> &[String] {
+        match offer {
+            Offer::Tool => &self.tools,
+            Offer::Prompt => &self.prompts,
+            Offer::Resource => &self.resources,
+        }
+    }
+}
+
+/// The access policy of a gateway. Without an access file every caller may use every offer and
 /// nobody is an operator.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -69,10 +102,32 @@ pub struct AccessPolicy {
     rules: Vec<Rule>,
 }
 
-fn matches_tool(pattern: &str, tool: &str) -> bool {
+fn matches(pattern: &str, name: &str) -> bool {
     match pattern.strip_suffix('*') {
-        Some(prefix) => tool.starts_with(prefix),
-        None => pattern == tool,
+        Some(prefix) => name.starts_with(prefix),
+        None => pattern == name,
+    }
+}
+
+/// Whether `pattern` (a resource rule) matches some URI that `template` (RFC 6570, `{var}`) can
+/// produce: the literal text before the template's first variable and the pattern's fixed text
+/// must agree where both have characters.
+fn matches_template(pattern: &str, template: &str) -> bool {
+    let literal = template.split('{').next().unwrap_or(template);
+    let has_variables = literal.len() < template.len();
+    match pattern.strip_suffix('*') {
+        Some(prefix) => (has_variables && prefix.starts_with(literal)) || literal.starts_with(prefix),
+        // An exact URI: the template must be able to produce it.
+        None => crate::methods::template_matches(template, pattern),
+    }
+}
+
+/// Whether `pattern` (a resource rule) matches every URI `template` can produce.
+fn covers(pattern: &str, template: &str) -> bool {
+    let literal = template.split('{').next().unwrap_or(template);
+    match pattern.strip_suffix('*') {
+        Some(prefix) => literal.starts_with(prefix),
+        None => pattern == template && !template.contains('{'),
     }
 }
 
@@ -93,8 +148,15 @@ impl AccessPolicy {
     pub fn parse(text: &str) -> Result<Self, String> {
         let policy: Self = toml::from_str(text).map_err(|e| e.to_string())?;
         for (i, rule) in policy.rules.iter().enumerate() {
-            if rule.tools.is_empty() || rule.tools.iter().any(|t| t.is_empty()) {
-                return Err(format!("rule {}: `tools` must name at least one tool", i + 1));
+            let named = [&rule.tools, &rule.prompts, &rule.resources];
+            if named.iter().all(|list| list.is_empty()) {
+                return Err(format!(
+                    "rule {}: name at least one tool, prompt or resource (`tools`, `prompts`, `resources`)",
+                    i + 1
+                ));
+            }
+            if named.iter().any(|list| list.iter().any(|p| p.is_empty())) {
+                return Err(format!("rule {}: an empty name matches nothing; remove it", i + 1));
             }
         }
         Ok(policy)
@@ -109,9 +171,36 @@ impl AccessPolicy {
     /// Whether the caller may call (and see) `tool`. Operators are bound by the rules too: seeing
     /// every task is not the same as running every tool.
     pub fn may_call(&self, caller: &Caller, tool: &str) -> bool {
+        self.may_use(caller, Offer::Tool, tool)
+    }
+
+    /// Whether the caller may use (and see) the offer of kind `offer` named `name` (a tool or
+    /// prompt name, a resource URI).
+    pub fn may_use(&self, caller: &Caller, offer: Offer, name: &str) -> bool {
+        self.decide(caller, offer, |pattern| matches(pattern, name))
+    }
+
+    /// Whether a resource template is offered to the caller: when a rule that grants the caller
+    /// names a URI the template can produce, or, with the default allowing, unless rules name
+    /// every URI it can produce (a rule's prefix that every one of them starts with). Reading a
+    /// URI through it is judged by that URI ([`AccessPolicy::may_use`]).
+    pub fn may_use_template(&self, caller: &Caller, template: &str) -> bool {
+        let identity = Identity { principal: caller.principal.clone(), groups: caller.groups.clone() };
+        let granted = self
+            .rules
+            .iter()
+            .filter(|r| r.allow.iter().any(|s| names(s, &identity)))
+            .flat_map(|r| r.resources.iter())
+            .any(|p| matches_template(p, template));
+        granted
+            || (self.default == UnnamedTools::Allow
+                && !self.rules.iter().flat_map(|r| r.resources.iter()).any(|p| covers(p, template)))
+    }
+
+    fn decide(&self, caller: &Caller, offer: Offer, matched: impl Fn(&str) -> bool) -> bool {
         let identity = Identity { principal: caller.principal.clone(), groups: caller.groups.clone() };
         let mut named = false;
-        for rule in self.rules.iter().filter(|r| r.tools.iter().any(|p| matches_tool(p, tool))) {
+        for rule in self.rules.iter().filter(|r| r.patterns(offer).iter().any(|p| matched(p))) {
             named = true;
             if rule.allow.iter().any(|s| names(s, &identity)) {
                 return true;
@@ -156,6 +245,51 @@ mod tests {
         assert_eq!(bob.owner_filter(), "");
         assert_eq!(alice.owner_filter(), "alice");
         assert!(policy.caller(identity("root", &[])).operator);
+    }
+
+    #[test]
+    fn prompts_resources_and_templates_pass_the_same_rules() {
+        let policy = AccessPolicy::parse(
+            r#"
+            default = "deny"
+            [[rule]]
+            resources = ["conveyor://roots/repo/*"]
+            prompts = ["adr_*"]
+            allow = ["alice"]
+            [[rule]]
+            resources = ["adr://nygard.md"]
+            allow = ["bob"]
+            "#,
+        )
+        .expect("valid");
+        let alice = policy.caller(identity("alice", &[]));
+        let bob = policy.caller(identity("bob", &[]));
+        let nobody = policy.caller(identity("mallory", &[]));
+        let roots = "conveyor://roots/{root}/{+path}";
+        assert!(policy.may_use(&alice, Offer::Resource, "conveyor://roots/repo/src/lib.rs"));
+        assert!(!policy.may_use(&alice, Offer::Resource, "conveyor://roots/sample/.env"));
+        assert!(!policy.may_use(&nobody, Offer::Resource, "conveyor://roots/repo/src/lib.rs"));
+        assert!(
+            policy.may_use(&alice, Offer::Prompt, "adr_planning")
+                && !policy.may_use(&bob, Offer::Prompt, "adr_planning")
+        );
+        assert!(!policy.may_use(&alice, Offer::Tool, "adr_planning"), "a prompt rule grants no tool");
+        assert!(policy.may_use_template(&alice, roots), "alice may read some of its URIs");
+        assert!(!policy.may_use_template(&nobody, roots), "default deny, nothing granted");
+        assert!(policy.may_use_template(&bob, "adr://{template}.md"), "an exact URI the template produces");
+        assert!(!policy.may_use_template(&bob, "adr://{template}.txt"));
+
+        let open =
+            AccessPolicy::parse("[[rule]]\nresources = [\"conveyor://roots/*\"]\nallow = [\"group:ops\"]\n")
+                .expect("valid");
+        let anyone = open.caller(identity("x", &[]));
+        assert!(open.may_use(&anyone, Offer::Prompt, "anything"), "default allow for what no rule names");
+        assert!(
+            !open.may_use(&anyone, Offer::Resource, "conveyor://roots/repo/a"),
+            "named by a rule that does not grant x"
+        );
+        assert!(!open.may_use_template(&anyone, roots), "every URI it produces is named");
+        assert!(open.may_use_template(&anyone, "adr://{template}"));
     }
 
     #[test]

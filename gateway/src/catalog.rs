@@ -52,7 +52,7 @@ pub struct CatalogTool {
     pub live: bool,
     /// A tool, or a prompt, resource or template a worker's handler produces.
     pub kind: OfferKind,
-    validator: Option<Arc<jsonschema::Validator>>,
+    validator: Option<conveyor_shared::schema::InputSchema>,
 }
 
 impl CatalogTool {
@@ -61,8 +61,8 @@ impl CatalogTool {
         let name = published.name()?.to_owned();
         let definition = published.definition;
         let validator = match definition.get("inputSchema").filter(|_| published.kind.is_tool()) {
-            Some(schema) => match jsonschema::validator_for(schema) {
-                Ok(v) => Some(Arc::new(v)),
+            Some(schema) => match conveyor_shared::schema::InputSchema::compile(schema) {
+                Ok(v) => Some(v),
                 Err(e) => {
                     tracing::warn!(tool = %name, error = %e, "tool has an invalid inputSchema; its arguments are not checked");
                     None
@@ -97,13 +97,8 @@ impl CatalogTool {
     /// Checks arguments against the tool's input schema; the error names every failing field.
     pub fn validate(&self, arguments: &Value) -> Result<(), RpcFailure> {
         let Some(validator) = &self.validator else { return Ok(()) };
-        let errors: Vec<(String, String)> = validator
-            .iter_errors(arguments)
-            .map(|e| {
-                let path = e.instance_path().to_string();
-                (if path.is_empty() { "/".to_owned() } else { path }, e.to_string())
-            })
-            .collect();
+        let errors: Vec<(String, String)> =
+            validator.errors(arguments).into_iter().map(|e| (e.path, e.message)).collect();
         if errors.is_empty() {
             return Ok(());
         }

@@ -1,4 +1,4 @@
-//! Streamable HTTP at `/mcp`, plus `/healthz`, `/readyz`, `/metrics` and the web view's routes
+//! Streamable HTTP at `/mcp`, plus `/healthz`, `/readyz` and the web view's routes
 //! ([`crate::ui`]). This module owns everything that is about HTTP: Host and Origin checks,
 //! authentication and its challenge (the web view's API goes through the same), the resource
 //! metadata, content negotiation, body limits and deadlines, measuring a body before it is parsed,
@@ -39,14 +39,13 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(MCP_PATH, get(get_mcp).post(post_mcp).delete(delete_mcp))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(crate::metrics::serve))
         .route("/.well-known/oauth-protected-resource", get(resource_metadata))
         .route("/.well-known/oauth-protected-resource/mcp", get(resource_metadata))
         .merge(crate::ui::routes())
         .with_state(state)
 }
 
-async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+pub(crate) async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     match state.store.ping().await {
         Ok(()) => (StatusCode::OK, "ready").into_response(),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {e}")).into_response(),
@@ -78,6 +77,16 @@ async fn get_mcp(
         Ok(caller) => caller,
         Err(r) => return r,
     };
+    // A resumed stream is a request like any other: it counts against the principal's rate. An
+    // SSE client reads the status, not a JSON-RPC body: 429 with Retry-After.
+    if let Err(failure) = rate_limit(&state, &caller).await {
+        let retry_s = failure.error.data.as_ref().and_then(|d| d["retryAfterMs"].as_u64()).unwrap_or(1000);
+        let mut response = failure_response(&Value::Null, failure.with_status(StatusCode::TOO_MANY_REQUESTS));
+        if let Ok(value) = header::HeaderValue::from_str(&retry_s.div_ceil(1000).to_string()) {
+            response.headers_mut().insert(header::RETRY_AFTER, value);
+        }
+        return response;
+    }
     if !Accepts::from(&headers).sse {
         return failure_response(
             &Value::Null,
@@ -102,8 +111,20 @@ async fn get_mcp(
         }
     };
     let id = point.request_id.clone();
+    let held = match methods::hold_stream(&state, &caller) {
+        Ok(held) => held,
+        Err(failure) => return failure_response(&id, failure.with_status(StatusCode::TOO_MANY_REQUESTS)),
+    };
     match resume::resume(state.clone(), caller, point).await {
-        Ok(stream) => sse_response(id, stream, Some(key), seq),
+        Ok(stream) => {
+            let stream = stream
+                .map(move |item| {
+                    let _held = &held;
+                    item
+                })
+                .boxed();
+            sse_response(id, stream, Some(key), seq)
+        }
         Err(failure) => failure_response(&id, failure.with_status(StatusCode::NOT_FOUND)),
     }
 }
@@ -233,7 +254,7 @@ async fn post_mcp(
                 .with_status(StatusCode::NOT_ACCEPTABLE),
         );
     }
-    let (body, mut budget) = match read_body(&state, &headers, body).await {
+    let (body, mut budget) = match read_body(&state, &caller, &headers, body).await {
         Ok(read) => read,
         Err(response) => return response,
     };
@@ -245,12 +266,12 @@ async fn post_mcp(
         }
     };
     // The parsed message is held as long as the body was; count it against the same budget.
-    match state.budget.reserve(cost.parsed_bytes).await {
+    match state.budget.reserve(&caller.principal, cost.parsed_bytes).await {
         Ok(permit) => budget.merge(permit),
         Err(failure) => return failure_response(&Value::Null, failure),
     }
     drop(body);
-    let session = session_of(&state, &headers).await;
+    let session = session_of(&state, &headers, &caller).await;
     let (id, method, params) = match decoded {
         Decoded::Request { id, method, params } => (id, method, params),
         // Neither needs an answer: a response reaches the task whose node asked, a notification
@@ -281,7 +302,7 @@ async fn post_mcp(
         (Wire::V2025, None) => json!({}),
     };
     let new_session = (wire == Wire::V2025 && method == "initialize")
-        .then(|| Session::new(input::kept_capabilities(params.get("capabilities"))));
+        .then(|| Session::new(input::kept_capabilities(params.get("capabilities")), &caller.principal));
     let ctx = RequestCtx {
         id: id.clone(),
         method,
@@ -324,38 +345,49 @@ async fn post_mcp(
     }
 }
 
-/// What a 2025-11-25 session id says, signed: the client's input capabilities, and a nonce that
-/// tells sessions apart (request ids repeat from one session to the next).
+/// What a 2025-11-25 session id says, signed: the client's input capabilities, a nonce that
+/// tells sessions apart (request ids repeat from one session to the next), and the principal that
+/// opened it, so that nobody else can act in it (its log level, its calls' cancel keys).
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Session {
     #[serde(rename = "c")]
     pub capabilities: Value,
     #[serde(rename = "n")]
     pub nonce: String,
+    #[serde(rename = "p", default)]
+    pub principal: String,
 }
 
 impl Session {
-    fn new(capabilities: Value) -> Self {
-        Self { capabilities, nonce: conveyor_shared::model::random_id() }
+    fn new(capabilities: Value, principal: &str) -> Self {
+        Self { capabilities, nonce: conveyor_shared::model::random_id(), principal: principal.to_owned() }
     }
 }
 
-/// The session a request names, when its id is one this deployment signed. An id that is not
-/// (one from before sessions were signed, or a forged one) is no session: the request is served,
-/// and its tools cannot ask the client anything.
-async fn session_of(state: &AppState, headers: &HeaderMap) -> Option<Session> {
+/// The session a request names, when its id is one this deployment signed for this caller. An id
+/// that is not (a forged one, or another principal's) is no session: the request is served, and
+/// its tools cannot ask the client anything; another principal's is in the audit log.
+async fn session_of(state: &AppState, headers: &HeaderMap, caller: &Caller) -> Option<Session> {
     let token = headers.get("mcp-session-id")?.to_str().ok()?;
     let key = state.signer.key(&state.store).await.ok()?;
-    key.verify(Purpose::Session, token).ok()
+    let session: Session = key.verify(Purpose::Session, token).ok()?;
+    if session.principal != caller.principal {
+        crate::methods::audit_denied(caller, "session", &session.nonce, "a session id of another principal");
+        return None;
+    }
+    Some(session)
 }
 
-/// Reads the body within the body deadline, holding budget for it first: the Content-Length when
-/// the client sends one (refused at once when over the limit), else the largest body allowed.
+/// Reads the body within the body deadline, holding budget for it as it comes: the whole
+/// Content-Length first when the client sends one (refused at once when over the limit), else as
+/// the bytes arrive, so that a body that trickles in holds only what has arrived.
 async fn read_body(
     state: &AppState,
+    caller: &Caller,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<(Bytes, crate::state::BudgetPermit), Response> {
+    use http_body_util::BodyExt as _;
     let limit = state.config.max_body_bytes;
     let too_large = || {
         failure_response(
@@ -367,6 +399,7 @@ async fn read_body(
             .with_status(StatusCode::PAYLOAD_TOO_LARGE),
         )
     };
+    let refused = |failure: RpcFailure| failure_response(&Value::Null, failure);
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -374,19 +407,35 @@ async fn read_body(
     if declared.is_some_and(|n| n > limit) {
         return Err(too_large());
     }
-    let budget = state
-        .budget
-        .reserve(declared.unwrap_or(limit))
-        .await
-        .map_err(|failure| failure_response(&Value::Null, failure))?;
+    let budget = &state.budget;
+    let mut held = budget.reserve(&caller.principal, declared.unwrap_or(0)).await.map_err(refused)?;
+    let mut reserved = declared.unwrap_or(0);
     let timeout = state.config.body_timeout;
-    match tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await {
-        Ok(Ok(bytes)) => Ok((bytes, budget)),
-        Ok(Err(e)) if is_length_limit(&e) => Err(too_large()),
-        Ok(Err(e)) => Err(failure_response(
-            &Value::Null,
-            RpcFailure::invalid_request(format!("cannot read the request body: {e}")),
-        )),
+    let read = async {
+        let mut body = body;
+        let mut bytes = Vec::with_capacity(declared.unwrap_or(0));
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| {
+                refused(RpcFailure::invalid_request(format!("cannot read the request body: {e}")))
+            })?;
+            let Ok(data) = frame.into_data() else { continue };
+            let size = bytes.len() + data.len();
+            if size > limit {
+                return Err(too_large());
+            }
+            if size > reserved {
+                // Grow by at least 64 KiB at a time, so that a body of small chunks costs few waits.
+                let more = (size - reserved).max(64 * 1024).min(limit - reserved);
+                held.merge(budget.reserve(&caller.principal, more).await.map_err(refused)?);
+                reserved += more;
+            }
+            bytes.extend_from_slice(&data);
+        }
+        Ok(Bytes::from(bytes))
+    };
+    match tokio::time::timeout(timeout, read).await {
+        Ok(Ok(bytes)) => Ok((bytes, held)),
+        Ok(Err(response)) => Err(response),
         Err(_) => {
             let mut response = failure_response(
                 &Value::Null,
@@ -401,17 +450,6 @@ async fn read_body(
             Err(response)
         }
     }
-}
-
-fn is_length_limit(error: &axum::Error) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(e) = source {
-        if e.is::<http_body_util::LengthLimitError>() {
-            return true;
-        }
-        source = e.source();
-    }
-    false
 }
 
 /// On 2026-07-28 an error's HTTP status follows its code: unknown and removed methods are 404,

@@ -5,14 +5,14 @@
 //!
 //! # Layout
 //!
-//! - [`http`]: the axum router; Host/Origin checks, content negotiation, body limit, the
+//! - [`http`]: the axum router of the public listener; Host/Origin checks, content negotiation, body limit, the
 //!   `Mcp-Method`/`Mcp-Name` headers, JSON or SSE replies; `/healthz` and `/readyz`.
 //! - [`wire`]: which revision a request speaks, and each revision's task shapes.
 //! - [`methods`]: one module per JSON-RPC method, and the wait on a task through the gateway's
 //!   inbox that relays progress and ends with the result.
 //! - [`catalog`]: the tools workers publish, cached, with compiled input schemas.
 //! - [`metrics`]: MCP requests counted and timed by method and reply; `/metrics` with the
-//!   deployment's gauges.
+//!   deployment's gauges, on its own listener (`--metrics-listen`).
 //! - [`rpc`]: JSON-RPC envelopes and [`rpc::RpcFailure`], the one error type handlers return.
 //! - [`signing`]: signed tokens any replica recognises: 2025-11-25 session ids, MRTR request
 //!   states.

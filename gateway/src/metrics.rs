@@ -1,13 +1,21 @@
 //! The gateway's side of the metrics: each MCP request counted and timed by its JSON-RPC method
-//! and reply, and `/metrics`, which adds the deployment's gauges (read from Redis at scrape time)
-//! to the process's metrics.
+//! and reply, and `/metrics`, which adds the deployment's gauges (read from Redis, at most every
+//! [`STATS_FRESH_FOR`]) to the process's metrics.
+//!
+//! `/metrics` is served on its own listener (`--metrics-listen`, [`router`]), never on the public
+//! one: a scrape reads every shard, and what it tells (queues, workers, dead letters) is for
+//! operators.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use axum::Router;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
+use axum::routing::get;
 use conveyor_shared::metrics::{self, McpOutcome, McpRequest};
+use conveyor_shared::store::ClusterStats;
 use futures::StreamExt;
 
 use crate::methods::{Reply, StreamItem};
@@ -78,10 +86,62 @@ pub(crate) fn measured(request: McpRequest, reply: Result<Reply, RpcFailure>) ->
     }
 }
 
-/// `GET /metrics`: the process's metrics and the deployment's gauges, unauthenticated like
-/// `/healthz`. It answers 200 while Redis is away, with `conveyor_redis_up 0`.
-pub(crate) async fn serve(State(state): State<Arc<AppState>>) -> Response {
-    ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], metrics::scrape(&state.store).await).into_response()
+/// How long the deployment's gauges read for one scrape serve the next: scrapes from several
+/// Prometheus replicas, or a scraper gone wild, cost Redis one read per shard this often at most.
+pub const STATS_FRESH_FOR: Duration = Duration::from_secs(2);
+
+/// The deployment's gauges as last read, and when.
+#[derive(Default)]
+pub struct StatsCache(tokio::sync::Mutex<Option<(Instant, ClusterStats)>>);
+
+impl StatsCache {
+    /// The gauges, read again when older than [`STATS_FRESH_FOR`]; one read at a time.
+    async fn get(&self, store: &conveyor_shared::Store) -> Option<ClusterStats> {
+        let mut cached = self.0.lock().await;
+        if let Some((at, stats)) = cached.as_ref()
+            && at.elapsed() < STATS_FRESH_FOR
+        {
+            return Some(stats.clone());
+        }
+        match tokio::time::timeout(metrics::SCRAPE_REDIS_TIMEOUT, store.cluster_stats()).await {
+            Ok(Ok(stats)) => {
+                *cached = Some((Instant::now(), stats.clone()));
+                Some(stats)
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "cannot read the deployment's gauges for a scrape");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+}
+
+/// The routes of a gateway's metrics listener: `/metrics` (the process's metrics and the
+/// deployment's gauges; 200 with `conveyor_redis_up 0` while Redis is away), `/healthz`, `/readyz`.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/metrics", get(serve))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(crate::http::readyz))
+        .with_state(state)
+}
+
+/// Serves [`router`] on `listener` until `shutdown` fires.
+pub async fn serve_listener(
+    listener: tokio::net::TcpListener,
+    state: Arc<AppState>,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await
+}
+
+async fn serve(State(state): State<Arc<AppState>>) -> Response {
+    let stats = state.stats.get(&state.store).await;
+    let text = metrics::render_scrape(Some(stats.is_some()), stats.as_ref());
+    ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response()
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! What every request handler shares. Nothing here is per client: any replica serves any request.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use conveyor_shared::{Config, Store};
@@ -35,22 +36,35 @@ pub struct SharedLimits {
     pub min_poll_gap_ms: u64,
 }
 
-/// The memory all requests in flight may hold for bodies and parsed JSON, in KiB permits.
+/// The memory requests in flight may hold for bodies and parsed JSON, in KiB permits: all of them
+/// together, and those of one principal, so that one principal's slow or large requests never
+/// take what every caller shares.
 pub struct Budget {
     permits: Arc<Semaphore>,
     total_kib: usize,
+    principal_kib: usize,
+    principals: Mutex<HashMap<String, Arc<Semaphore>>>,
 }
 
-/// Memory a request holds; it returns to the budget when dropped.
-pub struct BudgetPermit(Option<OwnedSemaphorePermit>);
+/// Memory a request holds (of the gateway's budget, and of its principal's share); it returns to
+/// both when dropped.
+#[derive(Default)]
+pub struct BudgetPermit {
+    global: Option<OwnedSemaphorePermit>,
+    principal: Option<OwnedSemaphorePermit>,
+}
 
 impl BudgetPermit {
     pub fn merge(&mut self, other: BudgetPermit) {
-        match (&mut self.0, other.0) {
-            (Some(mine), Some(theirs)) => mine.merge(theirs),
-            (mine @ None, theirs) => *mine = theirs,
-            (_, None) => {}
+        fn join(mine: &mut Option<OwnedSemaphorePermit>, theirs: Option<OwnedSemaphorePermit>) {
+            match (mine.as_mut(), theirs) {
+                (Some(mine), Some(theirs)) => mine.merge(theirs),
+                (None, theirs) => *mine = theirs,
+                (_, None) => {}
+            }
         }
+        join(&mut self.global, other.global);
+        join(&mut self.principal, other.principal);
     }
 }
 
@@ -58,33 +72,125 @@ impl BudgetPermit {
 const BUDGET_WAIT: Duration = Duration::from_secs(2);
 /// The retry hint of a request refused for lack of memory.
 pub const BUSY_RETRY_AFTER_MS: u64 = 1_000;
+/// Principals whose shares are remembered before idle ones are forgotten.
+const REMEMBERED_PRINCIPALS: usize = 1024;
 
 impl Budget {
-    pub fn new(bytes: usize) -> Self {
+    /// A budget of `bytes` for all requests, of which one principal's may hold `per_principal`.
+    pub fn new(bytes: usize, per_principal: usize) -> Self {
         let total_kib = bytes.div_ceil(1024).clamp(1, Semaphore::MAX_PERMITS);
-        Self { permits: Arc::new(Semaphore::new(total_kib)), total_kib }
+        let principal_kib = per_principal.div_ceil(1024).clamp(1, total_kib);
+        Self {
+            permits: Arc::new(Semaphore::new(total_kib)),
+            total_kib,
+            principal_kib,
+            principals: Mutex::new(HashMap::new()),
+        }
     }
 
-    /// Holds `bytes` of the budget, waiting briefly for requests in flight to return theirs.
-    pub async fn reserve(&self, bytes: usize) -> Result<BudgetPermit, RpcFailure> {
-        let kib = bytes.div_ceil(1024).min(self.total_kib) as u32;
+    fn share_of(&self, principal: &str) -> Arc<Semaphore> {
+        let mut shares = self.principals.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if shares.len() >= REMEMBERED_PRINCIPALS && !shares.contains_key(principal) {
+            // A share nobody holds anything of is the same as a new one.
+            shares.retain(|_, share| share.available_permits() < self.principal_kib);
+        }
+        shares
+            .entry(principal.to_owned())
+            .or_insert_with(|| Arc::new(Semaphore::new(self.principal_kib)))
+            .clone()
+    }
+
+    /// Holds `bytes` of the budget for `principal`, waiting briefly for requests in flight to
+    /// return theirs: first of the principal's share, then of the whole.
+    pub async fn reserve(&self, principal: &str, bytes: usize) -> Result<BudgetPermit, RpcFailure> {
+        let kib = bytes.div_ceil(1024).min(self.total_kib);
         if kib == 0 {
-            return Ok(BudgetPermit(None));
+            return Ok(BudgetPermit::default());
         }
-        match tokio::time::timeout(BUDGET_WAIT, self.permits.clone().acquire_many_owned(kib)).await {
-            Ok(Ok(permit)) => Ok(BudgetPermit(Some(permit))),
-            _ => Err(RpcFailure::new(
-                rmcp::model::ErrorCode(crate::methods::OVERLOADED),
+        let share = self.share_of(principal);
+        let mut held = BudgetPermit::default();
+        let acquired = tokio::time::timeout(BUDGET_WAIT, async {
+            let own = kib.min(self.principal_kib) as u32;
+            held.principal = Some(share.acquire_many_owned(own).await.map_err(|_| "principal")?);
+            held.global =
+                Some(self.permits.clone().acquire_many_owned(kib as u32).await.map_err(|_| "global")?);
+            Ok::<(), &str>(())
+        })
+        .await;
+        if matches!(acquired, Ok(Ok(()))) {
+            return Ok(held);
+        }
+        let (limit, what) = if held.principal.is_none() {
+            (
+                "max_inflight_bytes_per_principal",
                 format!(
-                    "Busy: requests in flight hold this gateway's memory for requests ({} MiB, limit max_inflight_bytes); nothing was done. Retry in about {} s.",
-                    self.total_kib / 1024,
-                    BUSY_RETRY_AFTER_MS / 1000
+                    "your requests in flight hold your share of this gateway's memory ({} MiB)",
+                    self.principal_kib / 1024
                 ),
-                Some(
-                    json!({"limit": "max_inflight_bytes", "retryable": true, "retryAfterMs": BUSY_RETRY_AFTER_MS}),
+            )
+        } else {
+            (
+                "max_inflight_bytes",
+                format!(
+                    "requests in flight hold this gateway's memory for requests ({} MiB)",
+                    self.total_kib / 1024
                 ),
-            )),
+            )
+        };
+        Err(RpcFailure::new(
+            rmcp::model::ErrorCode(crate::methods::OVERLOADED),
+            format!(
+                "Busy: {what} (limit {limit}); nothing was done. Retry in about {} s.",
+                BUSY_RETRY_AFTER_MS / 1000
+            ),
+            Some(json!({"limit": limit, "retryable": true, "retryAfterMs": BUSY_RETRY_AFTER_MS})),
+        ))
+    }
+}
+
+/// What a gateway holds for one principal at once (its open streams and waiting calls), counted
+/// per principal and bounded, so that one principal cannot hold what every caller shares.
+pub struct PerPrincipal {
+    held: Mutex<HashMap<String, usize>>,
+    max: usize,
+}
+
+/// One thing held for a principal; it is given back when dropped.
+pub struct Held {
+    of: Arc<PerPrincipal>,
+    principal: String,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut held = self.of.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(count) = held.get_mut(&self.principal) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                held.remove(&self.principal);
+            }
         }
+    }
+}
+
+impl PerPrincipal {
+    pub fn new(max: usize) -> Arc<Self> {
+        Arc::new(Self { held: Mutex::new(HashMap::new()), max })
+    }
+
+    /// One more for `principal`, unless it holds `max` already.
+    pub fn take(self: &Arc<Self>, principal: &str) -> Option<Held> {
+        let mut held = self.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let count = held.entry(principal.to_owned()).or_default();
+        if *count >= self.max {
+            return None;
+        }
+        *count += 1;
+        Some(Held { of: self.clone(), principal: principal.to_owned() })
+    }
+
+    pub fn max(&self) -> usize {
+        self.max
     }
 }
 
@@ -102,8 +208,14 @@ pub struct AppState {
     pub shutdown: tokio_util::sync::CancellationToken,
     /// Signs session ids and MRTR request states with the deployment's shared secret.
     pub signer: crate::signing::Signer,
-    /// Open streams of the web view: each reads Redis on an interval, so there is a bound.
+    /// Open streams of the web view: each reads Redis on an interval, so there is a bound, and
+    /// one principal may hold only a share of it.
     pub ui_streams: Arc<Semaphore>,
+    pub ui_streams_per_principal: Arc<PerPrincipal>,
+    /// Streams and waiting calls of every kind a principal holds open on this gateway.
+    pub streams: Arc<PerPrincipal>,
+    /// The deployment's gauges last read for `/metrics`.
+    pub stats: crate::metrics::StatsCache,
 }
 
 impl AppState {
@@ -111,7 +223,8 @@ impl AppState {
     pub fn new(store: Store, config: Config, http: HttpPolicy) -> Self {
         Self {
             catalog: ToolCatalog::new(store.clone()),
-            budget: Budget::new(config.max_inflight_bytes),
+            budget: Budget::new(config.max_inflight_bytes, config.max_inflight_bytes_per_principal),
+            streams: PerPrincipal::new(config.max_streams_per_principal),
             store,
             config,
             http,
@@ -121,6 +234,8 @@ impl AppState {
             shutdown: tokio_util::sync::CancellationToken::new(),
             signer: crate::signing::Signer::new(None),
             ui_streams: Arc::new(Semaphore::new(crate::ui::MAX_STREAMS)),
+            ui_streams_per_principal: PerPrincipal::new(crate::ui::MAX_STREAMS_PER_PRINCIPAL),
+            stats: crate::metrics::StatsCache::default(),
         }
     }
 
@@ -148,13 +263,35 @@ mod tests {
 
     #[tokio::test]
     async fn the_budget_refuses_what_it_cannot_hold_and_takes_back_what_is_dropped() {
-        let budget = Budget::new(10 * 1024);
-        let held = budget.reserve(8 * 1024).await.expect("fits");
-        let refused = budget.reserve(4 * 1024).await.map(|_| ()).expect_err("over");
+        let budget = Budget::new(10 * 1024, 10 * 1024);
+        let held = budget.reserve("a", 8 * 1024).await.expect("fits");
+        let refused = budget.reserve("b", 4 * 1024).await.map(|_| ()).expect_err("over");
         assert_eq!(refused.error.data.as_ref().expect("data")["limit"], "max_inflight_bytes");
         drop(held);
-        let mut again = budget.reserve(4 * 1024).await.expect("returned");
-        again.merge(budget.reserve(6 * 1024).await.expect("fits too"));
-        assert!(budget.reserve(1).await.is_err());
+        let mut again = budget.reserve("a", 4 * 1024).await.expect("returned");
+        again.merge(budget.reserve("a", 6 * 1024).await.expect("fits too"));
+        assert!(budget.reserve("a", 1).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn one_principal_holds_only_its_share_of_the_budget() {
+        let budget = Budget::new(16 * 1024, 4 * 1024);
+        let held = budget.reserve("mallory", 4 * 1024).await.expect("her share");
+        let refused = budget.reserve("mallory", 1024).await.map(|_| ()).expect_err("over her share");
+        assert_eq!(refused.error.data.as_ref().expect("data")["limit"], "max_inflight_bytes_per_principal");
+        let _alice = budget.reserve("alice", 4 * 1024).await.expect("alice is not held back");
+        drop(held);
+        budget.reserve("mallory", 1024).await.expect("given back");
+    }
+
+    #[test]
+    fn streams_are_counted_per_principal_and_given_back() {
+        let streams = PerPrincipal::new(2);
+        let first = streams.take("mallory").expect("one");
+        let _second = streams.take("mallory").expect("two");
+        assert!(streams.take("mallory").is_none(), "her limit");
+        assert!(streams.take("alice").is_some(), "another principal's own");
+        drop(first);
+        assert!(streams.take("mallory").is_some(), "given back when dropped");
     }
 }

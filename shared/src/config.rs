@@ -25,6 +25,13 @@ pub struct Config {
     /// (`CONVEYOR_MAX_INFLIGHT_BYTES`); a request that would exceed it waits briefly, then is
     /// refused with a retryable error.
     pub max_inflight_bytes: usize,
+    /// The share of that memory one principal's requests may hold
+    /// (`CONVEYOR_MAX_INFLIGHT_BYTES_PER_PRINCIPAL`).
+    pub max_inflight_bytes_per_principal: usize,
+    /// Streams and waiting calls (SSE replies, synchronous calls, `tasks/result`,
+    /// `subscriptions/listen`, resumed streams, the web view) one principal may hold open on one
+    /// gateway (`CONVEYOR_MAX_STREAMS_PER_PRINCIPAL`).
+    pub max_streams_per_principal: usize,
     /// Largest `arguments` of one `tools/call`, in bytes of JSON (`CONVEYOR_MAX_ARGUMENT_BYTES`).
     pub max_argument_bytes: usize,
     /// How long a client may take to send a request's headers, which is also how long an idle
@@ -52,8 +59,12 @@ pub struct Config {
     /// Largest arguments of one DAG node, in bytes of JSON (`CONVEYOR_MAX_DAG_NODE_BYTES`).
     pub max_dag_node_bytes: usize,
     /// Overload limits on new tasks (`CONVEYOR_MAX_QUEUED`, `CONVEYOR_MAX_QUEUED_PER_TOOL`,
-    /// `CONVEYOR_MAX_LIVE_TASKS_PER_PRINCIPAL`; 0 means no limit).
+    /// `CONVEYOR_MAX_LIVE_TASKS_PER_PRINCIPAL`, `CONVEYOR_MAX_NODES_PER_PRINCIPAL`; 0 means no
+    /// limit).
     pub limits: crate::store::Limits,
+    /// The bytes one task may store in Redis in all: arguments, node outputs, result
+    /// (`CONVEYOR_MAX_TASK_BYTES`; 0: no limit).
+    pub max_task_bytes: u64,
 }
 
 impl Default for Config {
@@ -66,6 +77,8 @@ impl Default for Config {
             max_body_bytes: 4 * 1024 * 1024,
             json_limits: crate::json_limits::JsonLimits::default(),
             max_inflight_bytes: 256 * 1024 * 1024,
+            max_inflight_bytes_per_principal: 64 * 1024 * 1024,
+            max_streams_per_principal: 128,
             max_argument_bytes: 1024 * 1024,
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
@@ -82,7 +95,9 @@ impl Default for Config {
                 max_queued: 100_000,
                 max_queued_per_tool: 0,
                 max_live_per_principal: 1_000,
+                max_nodes_per_principal: 50_000,
             },
+            max_task_bytes: 64 * 1024 * 1024,
         }
     }
 }
@@ -139,6 +154,19 @@ impl Config {
                 self.max_inflight_bytes,
                 self.max_body_bytes + json.max_parsed_bytes
             ));
+        }
+        if self.max_inflight_bytes_per_principal < self.max_body_bytes + json.max_parsed_bytes
+            || self.max_inflight_bytes_per_principal > self.max_inflight_bytes
+        {
+            return Err(format!(
+                "the in-flight memory limit per principal (CONVEYOR_MAX_INFLIGHT_BYTES_PER_PRINCIPAL = {}) must hold one largest request ({} bytes) and be at most CONVEYOR_MAX_INFLIGHT_BYTES ({})",
+                self.max_inflight_bytes_per_principal,
+                self.max_body_bytes + json.max_parsed_bytes,
+                self.max_inflight_bytes
+            ));
+        }
+        if self.max_streams_per_principal == 0 {
+            return Err("CONVEYOR_MAX_STREAMS_PER_PRINCIPAL must be at least 1".to_owned());
         }
         if self.header_timeout.is_zero() || self.body_timeout.is_zero() || self.max_connections == 0 {
             return Err("CONVEYOR_HEADER_TIMEOUT_MS, CONVEYOR_BODY_TIMEOUT_MS and CONVEYOR_MAX_CONNECTIONS must be above zero".to_owned());

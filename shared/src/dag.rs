@@ -152,27 +152,134 @@ fn collect_references(value: &Value, found: &mut Vec<(String, String)>) {
     }
 }
 
-/// Replaces every upstream reference with the value its pointer selects from `outputs` (node id
-/// to that node's result); the error names the reference that does not resolve.
-pub fn resolve_references(value: &Value, outputs: &HashMap<String, Value>) -> Result<Value, String> {
-    if let Some((from, pointer)) = upstream_reference(value) {
-        let output = outputs.get(from).ok_or_else(|| format!("no output of node `{from}`"))?;
-        return output
-            .pointer(pointer)
-            .cloned()
-            .ok_or_else(|| format!("the output of node `{from}` has nothing at `{pointer}`"));
+/// Bounds on resolving one node's upstream references (a worker's settings).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResolveLimits {
+    /// Largest resolved arguments, in bytes of compact JSON.
+    pub max_resolved_bytes: usize,
+    /// Most memory one upstream output may take once parsed ([`crate::json_limits::measure`]):
+    /// an output is parsed only to pick the values the references point at.
+    pub max_parsed_bytes: usize,
+}
+
+impl Default for ResolveLimits {
+    fn default() -> Self {
+        Self { max_resolved_bytes: 4 * 1024 * 1024, max_parsed_bytes: 64 * 1024 * 1024 }
     }
-    Ok(match value {
-        Value::Array(items) => {
-            Value::Array(items.iter().map(|v| resolve_references(v, outputs)).collect::<Result<_, _>>()?)
+}
+
+/// Why a node's arguments could not be resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResolveError {
+    /// The upstream node has no stored output.
+    NoOutput { from: String },
+    /// The pointer selects nothing in the upstream output.
+    NoValue { from: String, pointer: String },
+    /// The upstream output is not JSON, or would take more memory than allowed once parsed.
+    Unreadable { from: String, why: String },
+    /// The arguments would be larger than allowed once resolved; nothing was built.
+    TooLarge { size: usize, max: usize },
+}
+
+impl std::fmt::Display for ResolveError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NoOutput { from } => write!(f, "no output of node `{from}`"),
+            Self::NoValue { from, pointer } => {
+                write!(f, "the output of node `{from}` has nothing at `{pointer}`")
+            }
+            Self::Unreadable { from, why } => write!(f, "the output of node `{from}` cannot be read: {why}"),
+            Self::TooLarge { size, max } => write!(
+                f,
+                "the node's arguments would be {size} bytes once its upstream values are put in; the limit is {max} bytes (max_node_argument_bytes)"
+            ),
         }
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .map(|(k, v)| Ok((k.clone(), resolve_references(v, outputs)?)))
-                .collect::<Result<_, String>>()?,
-        ),
+    }
+}
+
+impl std::error::Error for ResolveError {}
+
+/// Replaces every upstream reference in `arguments` with the value its pointer selects from the
+/// referenced node's output (`outputs`: node id to the output's stored JSON text), within
+/// `limits`. The size of the result is known before anything is copied: each referenced value is
+/// measured once, however often it is referenced, so that thousands of references to one large
+/// output are refused after reading it once, not after building gigabytes.
+pub fn resolve_bounded(
+    arguments: &Value,
+    outputs: &HashMap<String, String>,
+    limits: &ResolveLimits,
+) -> Result<Value, ResolveError> {
+    let references = upstream_references(arguments);
+    if references.is_empty() {
+        return Ok(arguments.clone());
+    }
+    // How often each (node, pointer) is referenced, grouped by node so that each output is parsed
+    // once and dropped before the next.
+    let mut wanted: BTreeMap<&str, BTreeMap<&str, usize>> = BTreeMap::new();
+    for (from, pointer) in &references {
+        *wanted.entry(from).or_default().entry(pointer).or_default() += 1;
+    }
+    let parse_limits = crate::json_limits::JsonLimits {
+        max_depth: crate::json_limits::PARSER_MAX_DEPTH,
+        max_parsed_bytes: limits.max_parsed_bytes,
+    };
+    let mut size = template_size(arguments);
+    let mut picked: HashMap<(&str, &str), Value> = HashMap::new();
+    for (from, pointers) in wanted {
+        let text = outputs.get(from).ok_or_else(|| ResolveError::NoOutput { from: from.to_owned() })?;
+        let unreadable = |why: String| ResolveError::Unreadable { from: from.to_owned(), why };
+        crate::json_limits::measure(text.as_bytes(), &parse_limits).map_err(|e| unreadable(e.to_string()))?;
+        let output: Value = serde_json::from_str(text).map_err(|e| unreadable(e.to_string()))?;
+        for (pointer, count) in pointers {
+            let value = output.pointer(pointer).ok_or_else(|| ResolveError::NoValue {
+                from: from.to_owned(),
+                pointer: pointer.to_owned(),
+            })?;
+            let each = crate::json_limits::compact_size(value);
+            size = size.saturating_add(each.saturating_mul(count));
+            if size > limits.max_resolved_bytes {
+                return Err(ResolveError::TooLarge { size, max: limits.max_resolved_bytes });
+            }
+            picked.insert((from, pointer), value.clone());
+        }
+    }
+    if size > limits.max_resolved_bytes {
+        return Err(ResolveError::TooLarge { size, max: limits.max_resolved_bytes });
+    }
+    Ok(substitute(arguments, &picked))
+}
+
+/// Compact JSON bytes of `value` with each upstream reference counted as nothing.
+fn template_size(value: &Value) -> usize {
+    if upstream_reference(value).is_some() {
+        return 0;
+    }
+    match value {
+        Value::Array(items) => {
+            2 + items.len().saturating_sub(1) + items.iter().map(template_size).fold(0, usize::saturating_add)
+        }
+        Value::Object(map) => {
+            let entries = map.iter().map(|(key, v)| {
+                crate::json_limits::compact_size(&Value::String(key.clone())) + 1 + template_size(v)
+            });
+            2 + map.len().saturating_sub(1) + entries.fold(0, usize::saturating_add)
+        }
+        scalar => crate::json_limits::compact_size(scalar),
+    }
+}
+
+fn substitute(value: &Value, picked: &HashMap<(&str, &str), Value>) -> Value {
+    if let Some(reference) = upstream_reference(value) {
+        // Every reference was picked before substitution starts.
+        return picked.get(&reference).cloned().unwrap_or(Value::Null);
+    }
+    match value {
+        Value::Array(items) => Value::Array(items.iter().map(|v| substitute(v, picked)).collect()),
+        Value::Object(map) => {
+            Value::Object(map.iter().map(|(k, v)| (k.clone(), substitute(v, picked))).collect())
+        }
         other => other.clone(),
-    })
+    }
 }
 
 fn valid_id(id: &str) -> bool {
@@ -447,19 +554,71 @@ mod tests {
         assert!(spec(json!({"nodes": [{"id": "a", "kind": "noop"}]})).validate(&too_many).is_ok());
     }
 
+    fn outputs(pairs: &[(&str, Value)]) -> HashMap<String, String> {
+        pairs.iter().map(|(id, v)| ((*id).to_owned(), v.to_string())).collect()
+    }
+
     #[test]
     fn references_resolve_by_pointer() {
-        let outputs =
-            HashMap::from([("a".to_owned(), json!({"content": [{"type": "text", "text": "hi"}], "n": 3}))]);
+        let outputs = outputs(&[("a", json!({"content": [{"type": "text", "text": "hi"}], "n": 3}))]);
         let args = json!({"greeting": {"$from": "a", "pointer": "/content/0/text"}, "list": [{"$from": "a", "pointer": "/n"}], "whole": {"$from": "a"}});
-        let resolved = resolve_references(&args, &outputs).expect("resolves");
+        let limits = ResolveLimits::default();
+        let resolved = resolve_bounded(&args, &outputs, &limits).expect("resolves");
         assert_eq!(resolved["greeting"], "hi");
         assert_eq!(resolved["list"][0], 3);
         assert_eq!(resolved["whole"]["n"], 3);
-        assert!(
-            resolve_references(&json!({"$from": "a", "pointer": "/nope"}), &outputs)
-                .expect_err("missing")
-                .contains("/nope")
-        );
+        let missing = resolve_bounded(&json!({"x": {"$from": "a", "pointer": "/nope"}}), &outputs, &limits)
+            .expect_err("missing");
+        assert!(missing.to_string().contains("/nope"), "{missing}");
+        let absent =
+            resolve_bounded(&json!({"x": {"$from": "b"}}), &outputs, &limits).expect_err("no output");
+        assert_eq!(absent, ResolveError::NoOutput { from: "b".to_owned() });
+    }
+
+    #[test]
+    fn the_resolved_size_is_exact_and_known_before_anything_is_built() {
+        let big = json!({"text": "x".repeat(10_000)});
+        let outputs = outputs(&[("big", big.clone())]);
+        let args = json!({"a": {"$from": "big"}, "b": [1, {"$from": "big", "pointer": "/text"}], "c": "é"});
+        let resolved = resolve_bounded(&args, &outputs, &ResolveLimits::default()).expect("fits");
+        let exact = resolved.to_string().len();
+        let just = ResolveLimits { max_resolved_bytes: exact, ..ResolveLimits::default() };
+        assert_eq!(resolve_bounded(&args, &outputs, &just).expect("exactly at the limit"), resolved);
+        let under = ResolveLimits { max_resolved_bytes: exact - 1, ..ResolveLimits::default() };
+        assert!(matches!(
+            resolve_bounded(&args, &outputs, &under),
+            Err(ResolveError::TooLarge { max, .. }) if max == exact - 1
+        ));
+    }
+
+    #[test]
+    fn thousands_of_references_to_one_large_output_are_refused_without_building_them() {
+        let outputs = outputs(&[("big", json!({"text": "x".repeat(1024 * 1024)}))]);
+        let references: Vec<Value> =
+            (0..5_000).map(|_| json!({"$from": "big", "pointer": "/text"})).collect();
+        let args = json!({"items": references});
+        let started = std::time::Instant::now();
+        let error = resolve_bounded(&args, &outputs, &ResolveLimits::default()).expect_err("5 GB");
+        assert!(matches!(error, ResolveError::TooLarge { size, .. } if size > 4 * 1024 * 1024), "{error}");
+        assert!(error.to_string().contains("max_node_argument_bytes"), "{error}");
+        // Measured once, not 5,000 times: far under a second even on a slow machine.
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    }
+
+    #[test]
+    fn an_output_too_costly_to_parse_is_not_parsed() {
+        let mut many = String::from("[");
+        for i in 0..200_000 {
+            if i > 0 {
+                many.push(',');
+            }
+            many.push_str(r#"{"a":1}"#);
+        }
+        many.push(']');
+        let outputs = HashMap::from([("n".to_owned(), many)]);
+        let limits = ResolveLimits { max_parsed_bytes: 8 * 1024 * 1024, ..ResolveLimits::default() };
+        let error = resolve_bounded(&json!({"x": {"$from": "n", "pointer": "/0"}}), &outputs, &limits)
+            .expect_err("too costly");
+        assert!(matches!(error, ResolveError::Unreadable { .. }), "{error}");
     }
 }

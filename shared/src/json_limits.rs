@@ -117,6 +117,26 @@ pub fn depth(value: &Value) -> usize {
     deepest
 }
 
+/// Bytes of a value as compact JSON (what `to_string` would write), counted without building the
+/// text. `usize::MAX` for a value serde_json cannot write.
+pub fn compact_size(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 = self.0.saturating_add(buf.len());
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    match serde_json::to_writer(&mut count, value) {
+        Ok(()) => count.0,
+        Err(_) => usize::MAX,
+    }
+}
+
 struct Measure {
     limits: JsonLimits,
     cost: JsonCost,
@@ -292,6 +312,17 @@ mod tests {
         let text = format!(r#"{{"text": "{}"}}"#, "x".repeat(4_000_000));
         let cost = measure(text.as_bytes(), &JsonLimits::default()).expect("fits");
         assert!(cost.parsed_bytes < 4_100_000, "{cost:?}");
+    }
+
+    #[test]
+    fn compact_size_is_the_length_of_the_text() {
+        for value in [
+            serde_json::json!(null),
+            serde_json::json!({"a": [1, 2.5, "x\"y"], "b": {"c": true}, "é": "\u{1F600}"}),
+            serde_json::json!([]),
+        ] {
+            assert_eq!(compact_size(&value), value.to_string().len(), "{value}");
+        }
     }
 
     #[test]

@@ -61,7 +61,16 @@ impl Shard {
         format!("{}:q:{queue}", self.tag())
     }
 
-    /// Hash of load counters: `queued`, `queued:<tool>`, `live:<owner>`.
+    /// Nodes of one queue set aside because the worker that read them had given their owner its
+    /// share of its slots (a list of `task\tnode\ttrace`, oldest first); each goes back to the
+    /// queue's stream when a node of that queue in this shard finishes, or by the shard's
+    /// maintenance. They stay `queued`, with no entry, meanwhile.
+    pub fn held(self, queue: &str) -> String {
+        format!("{}:held:{queue}", self.tag())
+    }
+
+    /// Hash of load counters: `queued`, `queued:<tool>`, `live:<owner>`, `nodes:<owner>` (what an
+    /// owner's live tasks hold beyond one node each), `held` (nodes set aside in [`Shard::held`]).
     pub fn load(self) -> String {
         format!("{}:load", self.tag())
     }
@@ -86,16 +95,17 @@ impl Shard {
         format!("{}:owner:{owner}", self.tag())
     }
 
-    /// The task an owner's call with this idempotency key created.
+    /// The task an owner's call with this idempotency key created. Both parts come from callers:
+    /// each is escaped ([`part`]), so that no two (owner, key) pairs name one key.
     pub fn idempotency(self, owner: &str, key: &str) -> String {
-        format!("{}:idem:{owner}:{key}", self.tag())
+        format!("{}:idem:{}:{}", self.tag(), part(owner), part(key))
     }
 
     /// The hidden task of a synchronous call, by the request id the client gave it in `scope` (a
     /// 2025-11-25 session, or the principal), so that `notifications/cancelled` on any gateway
-    /// finds the call's work.
+    /// finds the call's work. Both parts are escaped, as in [`Shard::idempotency`].
     pub fn call(self, scope: &str, request_id: &str) -> String {
-        format!("{}:call:{scope}:{request_id}", self.tag())
+        format!("{}:call:{}:{}", self.tag(), part(scope), part(request_id))
     }
 
     /// When `caller` may next read a task (`tasks/get` no faster than the poll interval).
@@ -117,6 +127,16 @@ impl Shard {
     pub fn inbox(self, process: &str) -> String {
         format!("{}:inbox:{process}", self.tag())
     }
+}
+
+/// A name made by a caller (a principal, an idempotency key, a request id) as one part of a key
+/// with several: `%` and `:` are percent-escaped, so that the part holds no `:` and the parts of a
+/// key never run into each other. Names without either (nearly all) are unchanged.
+pub fn part(name: &str) -> std::borrow::Cow<'_, str> {
+    if !name.contains([':', '%']) {
+        return std::borrow::Cow::Borrowed(name);
+    }
+    std::borrow::Cow::Owned(name.replace('%', "%25").replace(':', "%3A"))
 }
 
 /// The queue a stream key of [`Shard::queue`] belongs to, for labels and reports; `None` for a
@@ -145,9 +165,10 @@ pub fn shard_of(task_id: &str, shards: u16) -> Option<Shard> {
 
 /// The shard of an idempotent call: its key decides, so that a retry finds the first task.
 pub fn shard_of_key(owner: &str, key: &str, shards: u16) -> Shard {
-    // FNV-1a: stable across processes and builds, unlike std's hasher.
+    // FNV-1a: stable across processes and builds, unlike std's hasher. The owner goes in escaped
+    // and ended by `:`, which it cannot hold then, so that (owner, key) pairs stay apart.
     let mut hash: u32 = 0x811c_9dc5;
-    for byte in owner.bytes().chain([0]).chain(key.bytes()) {
+    for byte in part(owner).bytes().chain([b':']).chain(key.bytes()) {
         hash ^= u32::from(byte);
         hash = hash.wrapping_mul(0x0100_0193);
     }
@@ -187,6 +208,7 @@ mod tests {
             s.task("x"),
             s.nodes("x"),
             s.queue("greet"),
+            s.held("greet"),
             s.load(),
             s.retries(),
             s.expiring(),
@@ -225,6 +247,17 @@ mod tests {
         assert_eq!(shard_of("zzzz0123456789abcdef0123456789ab", 16), None);
         assert_eq!(shard_of("000a", 16), None);
         assert_eq!(shard_of("000a0123456789abcdef0123456789a!", 16), None);
+    }
+
+    #[test]
+    fn keys_built_from_two_caller_names_never_meet() {
+        let s = Shard(0);
+        // Principal `al` with key `x:y`, and principal `al:x` with key `y`.
+        assert_ne!(s.idempotency("al", "x:y"), s.idempotency("al:x", "y"));
+        assert_ne!(s.call("al", "x:y"), s.call("al:x", "y"));
+        assert_ne!(s.idempotency("a%3Ab", "c"), s.idempotency("a:b", "c"));
+        assert_eq!(s.idempotency("alice", "k1"), "cv:{cv.0}:idem:alice:k1", "plain names are unchanged");
+        assert_eq!(part("a:b%c"), "a%3Ab%25c");
     }
 
     #[test]

@@ -19,6 +19,8 @@
 //! - [`input`]: what a tool asks of the client mid-call (elicitation, sampling, roots) and the
 //!   client capability each request needs.
 //! - [`dag`]: the graph of a DAG task, its validation and upstream references.
+//! - [`schema`]: a tool's input schema compiled once, and what it finds wrong with arguments (the
+//!   gateway checks a call, a worker a graph node's resolved arguments).
 //! - [`json_limits`]: bounds on outside JSON: a body measured before it is parsed, a result's
 //!   depth before it is stored.
 //! - [`config`]: [`Config`], the settings of a deployment.
@@ -38,6 +40,7 @@ pub mod json_limits;
 pub mod keys;
 pub mod metrics;
 pub mod model;
+pub mod schema;
 pub mod scripts;
 pub mod store;
 pub mod telemetry;

@@ -494,20 +494,6 @@ pub fn render_scrape(redis_up: Option<bool>, cluster: Option<&ClusterStats>) -> 
     text
 }
 
-/// A gateway's scrape: the process's metrics and the deployment's gauges, read from Redis within
-/// [`SCRAPE_REDIS_TIMEOUT`]; without them, and with `conveyor_redis_up 0`, when Redis does not
-/// answer in time.
-pub async fn scrape(store: &Store) -> String {
-    match tokio::time::timeout(SCRAPE_REDIS_TIMEOUT, store.cluster_stats()).await {
-        Ok(Ok(stats)) => render_scrape(Some(true), Some(&stats)),
-        Ok(Err(e)) => {
-            tracing::debug!(error = %e, "cannot read the deployment's gauges for a scrape");
-            render_scrape(Some(false), None)
-        }
-        Err(_) => render_scrape(Some(false), None),
-    }
-}
-
 /// A worker's scrape: the process's metrics, and whether Redis answers a `PING` within
 /// [`SCRAPE_REDIS_TIMEOUT`] (`conveyor_redis_up`).
 pub async fn scrape_process(store: &Store) -> String {
@@ -595,6 +581,7 @@ mod tests {
             stream,
             entry_id: entry_id.to_owned(),
             traceparent: None,
+            owner: "alice".to_owned(),
         }
     }
 

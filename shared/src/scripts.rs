@@ -58,3 +58,4 @@ script!(SETTLE_DAG, "settle_dag");
 script!(EXPAND_PLAN, "expand_plan");
 script!(MAINTAIN, "maintain");
 script!(WATCH_TASK, "watch_task");
+script!(RELEASE_HELD, "release_held");

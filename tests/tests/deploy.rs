@@ -424,8 +424,17 @@ async fn the_compose_topology_runs_with_real_processes() {
         ("CONVEYOR_LOG_FORMAT", "json"),
     ];
     let mut gateways = Vec::new();
+    let mut gateway_metrics = Vec::new();
     for _ in 0..2 {
-        gateways.push(Conveyor::with_env("gateway", &redis_url, &[], &gateway_env).expect("gateway"));
+        // Each gateway serves /metrics on a listener of its own, never on the public port.
+        let metrics_listen = format!("127.0.0.1:{}", free_port());
+        let env: Vec<(&str, &str)> = gateway_env
+            .iter()
+            .copied()
+            .chain([("CONVEYOR_METRICS_LISTEN", metrics_listen.as_str())])
+            .collect();
+        gateways.push(Conveyor::with_env("gateway", &redis_url, &[], &env).expect("gateway"));
+        gateway_metrics.push(metrics_listen);
     }
     let metrics = metrics_listen_supported();
     let mut workers = Vec::new();
@@ -562,10 +571,13 @@ async fn the_compose_topology_runs_with_real_processes() {
     if metrics {
         // Each gateway serves the deployment's queue gauges, and each worker its endpoints.
         let http = reqwest::Client::new();
-        for gateway in &gateways {
+        for (gateway, listen) in gateways.iter().zip(&gateway_metrics) {
             let text =
-                http.get(format!("{}/metrics", gateway.base)).send().await.expect("metrics").text().await;
+                http.get(format!("http://{listen}/metrics")).send().await.expect("metrics").text().await;
             assert!(text.expect("text").contains("conveyor_tasks_created_total"), "gateway metrics");
+            let public =
+                http.get(format!("{}/metrics", gateway.base)).send().await.expect("metrics").status();
+            assert_eq!(public.as_u16(), 404, "a gateway's public listener serves no metrics");
         }
         for listen in &worker_metrics {
             for path in ["/healthz", "/readyz", "/metrics"] {

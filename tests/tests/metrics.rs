@@ -114,10 +114,21 @@ async fn scrape(base: &str) -> Exposition {
 
 /// Starts a worker with its metrics listener and waits until the listener answers.
 async fn worker_with_metrics(redis_url: &str, extra: &[&str]) -> (Conveyor, String) {
+    with_metrics("worker", redis_url, &[&["--fixtures"], extra].concat()).await
+}
+
+/// Starts `conveyor <command>` with a metrics listener (`--metrics-listen`) and waits until the
+/// listener answers; the listener's base URL. A gateway serves `/metrics` there only.
+async fn with_metrics(command: &str, redis_url: &str, extra: &[&str]) -> (Conveyor, String) {
     let address = format!("127.0.0.1:{}", free_port());
-    let mut args = vec!["--fixtures", "--metrics-listen", address.as_str()];
+    let mut args = vec!["--metrics-listen", address.as_str()];
     args.extend_from_slice(extra);
-    let worker = Conveyor::worker(redis_url, &args).expect("worker");
+    let worker = match command {
+        "worker" => Conveyor::worker(redis_url, &args),
+        "gateway" => Conveyor::gateway(redis_url, &args),
+        _ => Conveyor::up(redis_url, &args),
+    }
+    .expect("conveyor");
     let base = format!("http://{address}");
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -127,11 +138,7 @@ async fn worker_with_metrics(redis_url: &str, extra: &[&str]) -> (Conveyor, Stri
             assert_eq!(r.text().await.expect("a body"), "ok");
             break;
         }
-        assert!(
-            Instant::now() < deadline,
-            "the worker's metrics listener never answered:\n{}",
-            worker.log_text()
-        );
+        assert!(Instant::now() < deadline, "the metrics listener never answered:\n{}", worker.log_text());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     (worker, base)
@@ -202,7 +209,7 @@ fn strings(items: &[&str]) -> Vec<String> {
 #[tokio::test]
 async fn every_counter_matches_a_known_workload() {
     let redis = RedisServer::start().expect("redis");
-    let gateway = Conveyor::gateway(&redis.url(), &[]).expect("gateway");
+    let (gateway, gateway_base) = with_metrics("gateway", &redis.url(), &[]).await;
     let (_worker, worker_base) = worker_with_metrics(&redis.url(), &[]).await;
     let mut client = Counted { mcp: Mcp::new(gateway.mcp_url()), sent: BTreeMap::new() };
     client
@@ -285,7 +292,9 @@ async fn every_counter_matches_a_known_workload() {
     .await;
     let gone = client.call("tasks/get", json!({"taskId": expiring})).await;
     assert!(gone.error_code().is_some(), "the expired task is gone: {}", gone.raw);
-    let gateway_metrics = scrape(&gateway.base).await;
+    let gateway_metrics = scrape(&gateway_base).await;
+    let public = reqwest::get(format!("{}/metrics", gateway.base)).await.expect("GET /metrics");
+    assert_eq!(public.status().as_u16(), 404, "the public listener serves no metrics");
 
     let nodes = worker.series("conveyor_nodes_run_total", &["queue", "tool", "outcome"]);
     let expected_nodes: BTreeMap<Vec<String>, f64> = [
@@ -451,7 +460,7 @@ async fn every_counter_matches_a_known_workload() {
 #[tokio::test]
 async fn the_gauges_follow_the_queues_and_redis() {
     let redis = RedisServer::start().expect("redis");
-    let gateway = Conveyor::gateway(&redis.url(), &["--shards", "2"]).expect("gateway");
+    let (gateway, gateway_base) = with_metrics("gateway", &redis.url(), &["--shards", "2"]).await;
     // One slot: while its node runs, the worker reads nothing more.
     let (_worker, worker_base) =
         worker_with_metrics(&redis.url(), &["--shards", "2", "--concurrency", "1"]).await;
@@ -466,7 +475,7 @@ async fn the_gauges_follow_the_queues_and_redis() {
         client.task("slow_compute", json!({"seconds": 0}), 600_000).await,
         client.task("slow_compute", json!({"seconds": 0}), 600_000).await,
     ];
-    let metrics = scrape(&gateway.base).await;
+    let metrics = scrape(&gateway_base).await;
     let total = |gauge: &str| metrics.sum(gauge, &[("queue", "slow_compute")]);
     assert_eq!(total("conveyor_queue_stream_entries"), 3.0, "{}", metrics.text);
     assert_eq!(total("conveyor_queue_pending_entries"), 1.0, "the running node's entry: {}", metrics.text);
@@ -485,7 +494,9 @@ async fn the_gauges_follow_the_queues_and_redis() {
 
     // Redis gone: both still answer 200, the gateway says Redis is down, the worker is not ready.
     drop(redis);
-    let down = scrape(&gateway.base).await;
+    // The gauges are read at most every couple of seconds, however often Prometheus scrapes.
+    let down =
+        scrape_until(&gateway_base, "Redis is down", |m| m.get("conveyor_redis_up", &[]) == Some(0.0)).await;
     assert_eq!(down.get("conveyor_redis_up", &[]), Some(0.0), "{}", down.text);
     assert!(down.series("conveyor_queue_stream_entries", &["queue"]).is_empty(), "{}", down.text);
     assert_eq!(
@@ -541,7 +552,7 @@ async fn the_gauges_are_read_from_every_shard_of_a_redis_cluster() {
     let cluster = tokio::task::block_in_place(|| conveyor_tests::redis_cluster::RedisCluster::start(3, 0))
         .expect("cluster");
     let url = cluster.seed_url();
-    let gateway = Conveyor::gateway(&url, &["--shards", "6"]).expect("gateway");
+    let (gateway, gateway_base) = with_metrics("gateway", &url, &["--shards", "6"]).await;
     let (_worker, worker_base) = worker_with_metrics(&url, &["--shards", "6"]).await;
     let mut client = Counted { mcp: Mcp::new(gateway.mcp_url()), sent: BTreeMap::new() };
     client.wait_for_tools(&["greet"]).await;
@@ -549,7 +560,7 @@ async fn the_gauges_are_read_from_every_shard_of_a_redis_cluster() {
         client.call("tools/call", json!({"name": "greet", "arguments": {"name": "cluster"}})).await;
     assert_eq!(greeting.result()["content"][0]["text"], "Hello, cluster!", "{}", greeting.raw);
 
-    let metrics = scrape(&gateway.base).await;
+    let metrics = scrape(&gateway_base).await;
     assert_eq!(metrics.get("conveyor_redis_up", &[]), Some(1.0), "{}", metrics.text);
     assert_eq!(metrics.get("conveyor_workers_live", &[("queue", "greet")]), Some(1.0));
     for shard in ["0", "1", "2", "3", "4", "5"] {
@@ -571,11 +582,11 @@ async fn the_gauges_are_read_from_every_shard_of_a_redis_cluster() {
 #[tokio::test]
 async fn conveyor_up_shows_its_workers_metrics_beside_its_gateways() {
     let redis = RedisServer::start().expect("redis");
-    let up = Conveyor::up(&redis.url(), &["--fixtures"]).expect("conveyor up");
+    let (up, up_metrics) = with_metrics("up", &redis.url(), &["--fixtures"]).await;
     let mut client = Counted { mcp: Mcp::new(up.mcp_url()), sent: BTreeMap::new() };
     client.wait_for_tools(&["greet"]).await;
     client.call("tools/call", json!({"name": "greet", "arguments": {"name": "up"}})).await;
-    let metrics = scrape_until(&up.base, "counted the greeting", |m| {
+    let metrics = scrape_until(&up_metrics, "counted the greeting", |m| {
         m.get("conveyor_tasks_settled_total", &[("tool", "greet"), ("status", "completed")]).is_some()
     })
     .await;

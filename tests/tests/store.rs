@@ -13,7 +13,7 @@ use conveyor_shared::model::{
 };
 use conveyor_shared::store::{
     AnswerOutcome, Attempt, CancelOutcome, CompleteOutcome, Created, Limits, MaintainOutcome, NewTask,
-    ParkOutcome, ReclaimOutcome, StartOutcome, TaskIndex, WorkReader,
+    ParkOutcome, ReclaimOutcome, SlotShares, StartOutcome, TaskIndex, WorkReader,
 };
 use conveyor_tests::RedisServer;
 use conveyor_tests::process::{nodes_key, shard_of, task_key};
@@ -67,6 +67,7 @@ fn new_task(shard: Shard) -> NewTask {
         escalable: false,
         call_key: None,
         log_level: None,
+        max_bytes: 0,
     }
 }
 
@@ -122,8 +123,11 @@ impl Harness {
     }
 
     async fn start_item(&self, item: &WorkItem) -> StartOutcome {
-        let mut outcomes =
-            self.store.start_batch(item.shard, std::slice::from_ref(item), 1, "w1").await.expect("start");
+        let mut outcomes = self
+            .store
+            .start_batch(item.shard, std::slice::from_ref(item), 1, "w1", &SlotShares::unlimited())
+            .await
+            .expect("start");
         assert_eq!(outcomes.len(), 1);
         outcomes.remove(0)
     }
@@ -224,9 +228,9 @@ async fn a_task_settles_once_and_expires_after_its_ttl() {
     let got = h.store.get_task(&id).await.expect("get").expect("readable");
     assert_eq!((got.progress, got.total), (Some(1.0), Some(2.0)));
 
-    let done = h.store.complete(&attempt, Some(&ok("done")), false).await.expect("complete");
+    let done = h.store.complete(&attempt, Some(&ok("done")), false, 0).await.expect("complete");
     assert_eq!(done, CompleteOutcome::Settled);
-    let twice = h.store.complete(&attempt, Some(&ok("again")), false).await.expect("complete");
+    let twice = h.store.complete(&attempt, Some(&ok("again")), false, 0).await.expect("complete");
     assert_eq!(twice, CompleteOutcome::Stale);
     let got = h.store.get_task(&id).await.expect("get").expect("exists");
     assert_eq!(got.status, TaskStatus::Completed);
@@ -260,7 +264,7 @@ async fn cancellation_is_final_and_refuses_late_work() {
         CancelOutcome::AlreadyTerminal("cancelled".into())
     );
     assert!(!h.store.report_progress(&attempt, 1.0, None, None).await.expect("progress"));
-    let late = h.store.complete(&attempt, Some(&ok("late")), false).await.expect("complete");
+    let late = h.store.complete(&attempt, Some(&ok("late")), false, 0).await.expect("complete");
     assert_eq!(late, CompleteOutcome::TaskAlreadyTerminal);
     let got = h.store.get_task(&id).await.expect("get").expect("exists");
     assert_eq!(got.status, TaskStatus::Cancelled, "cancelled stays cancelled even when the work finishes");
@@ -285,7 +289,7 @@ async fn a_stale_attempt_cannot_complete_after_the_node_was_handed_back() {
     let second = h.start(&id).await;
     assert_eq!(second.attempt, first.attempt + 1);
     assert_ne!(second.entry_id, first.entry_id, "the node went back under a new entry");
-    let stale = h.store.complete(&first, Some(&ok("stale")), false).await.expect("complete");
+    let stale = h.store.complete(&first, Some(&ok("stale")), false, 0).await.expect("complete");
     assert_eq!(stale, CompleteOutcome::Stale);
     assert!(
         !h.store.report_progress(&first, 1.0, None, None).await.expect("progress"),
@@ -293,7 +297,7 @@ async fn a_stale_attempt_cannot_complete_after_the_node_was_handed_back() {
     );
     let boom = ToolOutcome::Error(RpcError { code: -32603, message: "boom".into(), data: None });
     assert_eq!(
-        h.store.complete(&second, Some(&boom), false).await.expect("complete"),
+        h.store.complete(&second, Some(&boom), false, 0).await.expect("complete"),
         CompleteOutcome::Settled
     );
     let got = h.store.get_task(&id).await.expect("get").expect("exists");
@@ -308,7 +312,7 @@ async fn a_tool_error_fails_a_2025_task_and_completes_a_2026_one() {
         let id = h.create(&NewTask { wire: wire.to_owned(), ..new_task(Shard(0)) }).await;
         let attempt = h.start(&id).await;
         let error = ToolOutcome::Result(result::error_text("nope"));
-        h.store.complete(&attempt, Some(&error), false).await.expect("complete");
+        h.store.complete(&attempt, Some(&error), false, 0).await.expect("complete");
         let got = h.store.get_task(&id).await.expect("get").expect("exists");
         assert_eq!(got.status, expected, "{wire}");
         assert_eq!(got.result.expect("result")["isError"], true);
@@ -341,7 +345,7 @@ async fn a_parked_node_frees_its_entry_and_resumes_with_its_answers_once_all_are
     assert_eq!(h.store.park(&attempt, &input).await.expect("park"), ParkOutcome::Stale, "a park is fenced");
 
     let first = answers(json!({"a": {"action": "accept", "content": {"v": 1}}, "zzz": {"ignored": true}}));
-    assert_eq!(h.store.answer_input(&id, "bob", &first).await.expect("answer"), AnswerOutcome::Missing);
+    assert_eq!(h.store.answer_input(&id, "bob", &first).await.expect("answer"), AnswerOutcome::Denied);
     assert_eq!(
         h.store.answer_input(&id, "alice", &first).await.expect("answer"),
         AnswerOutcome::Answered { remaining: 1, resumed: 0 }
@@ -426,15 +430,15 @@ async fn a_completion_from_an_attempt_that_was_already_retried_is_refused() {
     let graph = json!({"nodes": [{"id": "f", "tool": "flaky", "retries": 2, "backoffMs": 1}]});
     let id = h.create(&dag_task(Shard(2), graph)).await;
     let first = h.start_node(&id, "f").await;
-    let failed = h.store.complete(&first, Some(&tool_error()), false).await.expect("complete");
+    let failed = h.store.complete(&first, Some(&tool_error()), false, 0).await.expect("complete");
     assert!(matches!(failed, CompleteOutcome::Retry { .. }), "{failed:?}");
     assert_eq!(h.promote_retries(Shard(2)).await, 1);
     let second = h.start_node(&id, "f").await;
     assert_eq!(second.attempt, first.attempt + 1);
     // The first attempt's worker was slow and reports success late: refused.
-    let late = h.store.complete(&first, Some(&ok("late")), false).await.expect("complete");
+    let late = h.store.complete(&first, Some(&ok("late")), false, 0).await.expect("complete");
     assert_eq!(late, CompleteOutcome::Stale);
-    let fresh = h.store.complete(&second, Some(&ok("fresh")), false).await.expect("complete");
+    let fresh = h.store.complete(&second, Some(&ok("fresh")), false, 0).await.expect("complete");
     assert_eq!(fresh, CompleteOutcome::Finalize);
     let nodes = h.store.get_nodes(&id).await.expect("nodes");
     assert_eq!(nodes[0].output.as_ref().expect("output")["content"][0]["text"], "fresh");
@@ -514,7 +518,7 @@ async fn overload_limits_refuse_new_work_and_free_up_as_work_moves() {
     assert_eq!(create(b1, live).await, Created::Created, "per principal");
     h.store.cancel_task(&q2.task_id, "alice", "x").await.expect("cancel");
     let attempt = h.start(&q3.task_id).await;
-    h.store.complete(&attempt, Some(&ok("ok")), false).await.expect("complete");
+    h.store.complete(&attempt, Some(&ok("ok")), false, 0).await.expect("complete");
     assert_eq!(create(l1, live).await, Created::Created);
 
     // The counters follow the work: q1 running, l1 and b1 queued; q2's node left the queue
@@ -535,7 +539,7 @@ async fn owner_indexes_lose_tasks_when_their_keys_expire() {
     for (name, shard, ttl_ms) in [("short", Shard(0), 200), ("long", Shard(1), 60_000)] {
         let id = h.create(&NewTask { ttl_ms, ..new_task(shard) }).await;
         let attempt = h.start(&id).await;
-        h.store.complete(&attempt, Some(&ok("ok")), false).await.expect("complete");
+        h.store.complete(&attempt, Some(&ok("ok")), false, 0).await.expect("complete");
         ids.insert(name, id);
     }
     let cancelled = h.create(&NewTask { ttl_ms: 200, ..new_task(Shard(2)) }).await;
@@ -583,14 +587,14 @@ async fn the_work_stream_keeps_only_entries_not_yet_done() {
     let first = h.start(&ids[0]).await;
     let second = h.start(&ids[1]).await;
     assert_eq!(h.xlen(&stream), 3, "started entries stay until their attempt is done");
-    h.store.complete(&first, Some(&ok("ok")), false).await.expect("complete");
+    h.store.complete(&first, Some(&ok("ok")), false, 0).await.expect("complete");
     assert_eq!(h.xlen(&stream), 2, "a completion acknowledges and deletes its entry");
-    h.store.complete(&second, Some(&ok("ok")), false).await.expect("complete");
+    h.store.complete(&second, Some(&ok("ok")), false, 0).await.expect("complete");
     let entries: StreamRangeReply = h.conn().xrange_all(&stream).expect("xrange");
     let left: Vec<String> = entries.ids.iter().filter_map(|e| e.get("task")).collect();
     assert_eq!(left, vec![ids[2].clone()], "the entry not yet done stays");
     let third = h.start(&ids[2]).await;
-    h.store.complete(&third, Some(&ok("ok")), false).await.expect("complete");
+    h.store.complete(&third, Some(&ok("ok")), false, 0).await.expect("complete");
     assert_eq!(h.xlen(&stream), 0);
     assert!(h.pending(&stream).is_empty());
 }
@@ -603,7 +607,7 @@ async fn a_reclaimed_entry_that_is_not_the_nodes_current_one_is_dropped_and_fenc
     let id = h.create(&dag_task(s, graph)).await;
     let old_item = h.item(&id, "f").await;
     let first = run(h.start_item(&old_item).await);
-    let failed = h.store.complete(&first, Some(&tool_error()), false).await.expect("complete");
+    let failed = h.store.complete(&first, Some(&tool_error()), false, 0).await.expect("complete");
     assert!(matches!(failed, CompleteOutcome::Retry { .. }), "{failed:?}");
     assert_eq!(h.promote_retries(s).await, 1);
     let second = h.start_node(&id, "f").await;
@@ -616,7 +620,7 @@ async fn a_reclaimed_entry_that_is_not_the_nodes_current_one_is_dropped_and_fenc
     assert_eq!(h.node_field(&id, "f", "status").as_deref(), Some("running"));
     assert_eq!(h.node_field(&id, "f", "attempt").as_deref(), Some("2"));
     assert_eq!(h.node_field(&id, "f", "losses"), None, "no worker was lost");
-    let done = h.store.complete(&second, Some(&ok("fine")), false).await.expect("complete");
+    let done = h.store.complete(&second, Some(&ok("fine")), false, 0).await.expect("complete");
     assert_eq!(done, CompleteOutcome::Finalize);
 
     let (flaky, builtin) = (s.queue("flaky"), s.queue(keys::BUILTIN_QUEUE));
@@ -652,7 +656,7 @@ async fn a_graph_node_that_asks_lets_the_others_run_and_its_rounds_do_not_spend_
     let again = h.start_node(&id, "c").await;
     assert_eq!(again.attempt, 2, "the resumed node runs as a new attempt");
     // That attempt fails: the round of input was not a failed try, so its one retry is left.
-    let failed = h.store.complete(&again, Some(&tool_error()), false).await.expect("complete");
+    let failed = h.store.complete(&again, Some(&tool_error()), false, 0).await.expect("complete");
     assert!(matches!(failed, CompleteOutcome::Retry { .. }), "{failed:?}");
     assert_eq!(h.promote_retries(s).await, 1);
     assert_eq!(h.start_node(&id, "c").await.attempt, 3);
@@ -690,7 +694,7 @@ async fn an_unsettled_task_expires_when_its_ttl_from_creation_runs_out_and_gives
     }
     let leftover = h.item(&queued, ROOT_NODE).await;
     assert!(matches!(h.start_item(&leftover).await, StartOutcome::Skip(_)));
-    let late = h.store.complete(&attempt, Some(&ok("late")), false).await.expect("complete");
+    let late = h.store.complete(&attempt, Some(&ok("late")), false, 0).await.expect("complete");
     assert_eq!(late, CompleteOutcome::Stale, "the running attempt of an expired task has nothing to settle");
     assert_eq!(h.load(s), load, "nothing moved the counters afterwards");
 }
@@ -725,7 +729,7 @@ async fn load_counters_never_drift() {
     check(&h, 6, 6);
     for id in &ids[2..4] {
         let attempt = h.start(id).await;
-        h.store.complete(&attempt, Some(&ok("ok")), false).await.expect("complete");
+        h.store.complete(&attempt, Some(&ok("ok")), false, 0).await.expect("complete");
     }
     check(&h, 4, 4);
     let handed_back = h.start(&ids[4]).await;
@@ -741,11 +745,18 @@ async fn load_counters_never_drift() {
     }
     let (mut runs, mut skips) = (0, 0);
     for (shard, items) in &by_shard {
-        for outcome in h.store.start_batch(*shard, items, items.len(), "w1").await.expect("start") {
+        for outcome in h
+            .store
+            .start_batch(*shard, items, items.len(), "w1", &SlotShares::unlimited())
+            .await
+            .expect("start")
+        {
             match outcome {
                 StartOutcome::Run { .. } => runs += 1,
                 StartOutcome::Skip(_) => skips += 1,
-                StartOutcome::HandedBack => panic!("every item had a slot"),
+                StartOutcome::HandedBack | StartOutcome::Deferred => {
+                    panic!("every item had a slot, with no share")
+                }
             }
         }
         never_negative(&h);
@@ -776,7 +787,7 @@ async fn a_worker_whose_node_was_taken_over_learns_it_lost_the_node() {
 
     let held = [(stream.clone(), attempt.entry_id.clone())];
     assert_eq!(h.store.renew_leases("w1", &held).await.expect("renew"), held.to_vec());
-    let late = h.store.complete(&attempt, Some(&ok("late")), false).await.expect("complete");
+    let late = h.store.complete(&attempt, Some(&ok("late")), false, 0).await.expect("complete");
     assert_eq!(late, CompleteOutcome::Stale);
     let item = h.item(&id, ROOT_NODE).await;
     match h.start_item(&item).await {
@@ -848,7 +859,7 @@ async fn extra_entries_of_a_batch_go_back_to_their_queue() {
         let id = h.create(&new_task(s)).await;
         items.push(h.item(&id, ROOT_NODE).await);
     }
-    let outcomes = h.store.start_batch(s, &items, 1, "w1").await.expect("start");
+    let outcomes = h.store.start_batch(s, &items, 1, "w1", &SlotShares::unlimited()).await.expect("start");
     assert!(matches!(outcomes[0], StartOutcome::Run { .. }), "{outcomes:?}");
     assert_eq!(outcomes[1..], [StartOutcome::HandedBack, StartOutcome::HandedBack]);
     let stream = s.queue("slow_compute");
@@ -860,7 +871,7 @@ async fn extra_entries_of_a_batch_go_back_to_their_queue() {
     let mut expected = vec![items[1].task_id.as_str(), items[2].task_id.as_str()];
     expected.sort();
     assert_eq!(tasks, expected, "the handed-back nodes are read again");
-    let outcomes = h.store.start_batch(s, &again, 2, "w2").await.expect("start");
+    let outcomes = h.store.start_batch(s, &again, 2, "w2", &SlotShares::unlimited()).await.expect("start");
     assert!(outcomes.iter().all(|o| matches!(o, StartOutcome::Run { .. })), "{outcomes:?}");
 
     let mut pending = h.pending(&stream);
@@ -885,7 +896,7 @@ async fn a_dag_failed_by_one_node_gives_back_the_load_of_its_queued_nodes() {
     let graph = json!({"nodes": [{"id": "x", "tool": "flaky"}, {"id": "y", "tool": "slow_compute"}]});
     let id = h.create(&NewTask { ttl_ms: 300, ..dag_task(s, graph) }).await;
     let x = h.start_node(&id, "x").await;
-    let failed = h.store.complete(&x, Some(&tool_error()), false).await.expect("complete");
+    let failed = h.store.complete(&x, Some(&tool_error()), false, 0).await.expect("complete");
     assert_eq!(failed, CompleteOutcome::Settled, "x's failure fails the task");
     // A failed graph settles with a result that says which node failed (2026-07-28: completed,
     // isError; 2025-11-25: failed).
@@ -982,4 +993,270 @@ async fn with_wait_replicas_a_create_is_answered_only_once_a_replica_has_it() {
     let lonely = new_task(Shard(2));
     let error = store.create_task(&lonely, &Limits::default()).await.expect_err("no replica confirms");
     assert!(error.is_transient() && error.to_string().contains("replicas confirmed"), "{error}");
+}
+
+/// A spread create of `task` by `owner`, starting in `shard`.
+async fn spread(store: &Store, owner: &str, shard: Shard, limits: Limits) -> (Created, NewTask) {
+    let mut task = NewTask { owner: owner.to_owned(), ..new_task(shard) };
+    let created = store.create_task_spread(&mut task, &limits, |_, _| {}).await.expect("create");
+    (created, task)
+}
+
+#[tokio::test]
+async fn a_per_principal_limit_admits_exactly_that_many_over_every_shard() {
+    let h = setup().await;
+    // 5 over 4 shards: shares of 2, 1, 1 and 1, tried from whichever shard a call lands in.
+    let limits = Limits { max_live_per_principal: 5, ..Limits::default() };
+    let mut admitted = Vec::new();
+    let mut refusals = Vec::new();
+    for i in 0..40u16 {
+        match spread(&h.store, "alice", Shard(i % 4), limits).await {
+            (Created::Created, task) => admitted.push(task.task_id),
+            (Created::OverLimit(hit), _) => refusals.push(hit),
+            (other, _) => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(admitted.len(), 5, "exactly the limit is admitted: {admitted:?}");
+    let hit = &refusals[0];
+    assert_eq!(
+        (hit.limit.as_str(), hit.current, hit.max),
+        ("live_tasks_per_principal", 5, 5),
+        "the refusal names the configured figure and the principal's count: {hit:?}"
+    );
+    let shards: BTreeSet<u16> = admitted.iter().map(|id| shard_of(id).0).collect();
+    assert_eq!(shards.len(), 4, "every shard's share was used: {shards:?}");
+    assert_eq!(h.total_load()["live:alice"], 5);
+
+    // A slot freed in any shard admits the next call, wherever it lands first.
+    let freed = admitted.iter().find(|id| shard_of(id).0 == 3).expect("a task in shard 3").clone();
+    h.store.cancel_task(&freed, "alice", "x").await.expect("cancel");
+    let (created, task) = spread(&h.store, "alice", Shard(0), limits).await;
+    assert_eq!(created, Created::Created);
+    assert_eq!(shard_of(&task.task_id), Shard(3), "it moved to the shard with room");
+    assert!(matches!(spread(&h.store, "alice", Shard(1), limits).await.0, Created::OverLimit(_)));
+    // Another principal has limits of its own.
+    assert_eq!(spread(&h.store, "bob", Shard(2), limits).await.0, Created::Created);
+}
+
+#[tokio::test]
+async fn a_call_pinned_to_a_full_shard_lands_in_another_and_keeps_its_keys() {
+    let mut h = setup().await;
+    let limits = Limits { max_live_per_principal: 4, ..Limits::default() };
+    // Fill shard 0's share (1 of 4).
+    assert_eq!(spread(&h.store, "alice", Shard(0), limits).await.0, Created::Created);
+
+    // A call key of shard 0 (a synchronous 2025-11-25 call, found by its request id).
+    let call_key = Shard(0).call("session", "7");
+    let mut call = NewTask { call_key: Some(call_key.clone()), ..new_task(Shard(0)) };
+    assert_eq!(
+        h.store.create_task_spread(&mut call, &limits, |_, _| {}).await.expect("create"),
+        Created::Created
+    );
+    assert_ne!(shard_of(&call.task_id), Shard(0));
+    assert_eq!(h.store.call_task(&call_key).await.expect("get").as_deref(), Some(call.task_id.as_str()));
+
+    // An idempotent call whose key lives in a full shard: a retry still finds the first task.
+    let key = (0..)
+        .map(|i| format!("k{i}"))
+        .find(|k| keys::shard_of_key("alice", k, 4) == Shard(0))
+        .expect("a key");
+    let keyed = || NewTask { idempotency_key: Some(key.clone()), ..new_task(Shard(0)) };
+    let mut first = keyed();
+    assert_eq!(
+        h.store.create_task_spread(&mut first, &limits, |_, _| {}).await.expect("create"),
+        Created::Created
+    );
+    let mut retry = keyed();
+    assert_eq!(
+        h.store.create_task_spread(&mut retry, &limits, |_, _| {}).await.expect("retry"),
+        Created::Duplicate(first.task_id.clone())
+    );
+    let mut other = NewTask { arguments: json!({"seconds": 2}), ..keyed() };
+    assert_eq!(
+        h.store.create_task_spread(&mut other, &limits, |_, _| {}).await.expect("other"),
+        Created::Conflict(first.task_id.clone())
+    );
+    // The moved tasks run like any other.
+    let attempt = h.start(&call.task_id).await;
+    assert_eq!(attempt.shard, shard_of(&call.task_id));
+}
+
+#[tokio::test]
+async fn nodes_held_by_a_principal_are_bounded_and_given_back_when_its_tasks_end() {
+    let mut h = setup().await;
+    let s = Shard(1);
+    // 12 nodes over 4 shards: 3 per shard.
+    let limits = Limits { max_nodes_per_principal: 12, ..Limits::default() };
+    let graph = |n: usize| {
+        let nodes: Vec<Value> = (0..n).map(|i| json!({"id": format!("n{i}"), "kind": "noop"})).collect();
+        json!({"nodes": nodes})
+    };
+    let mut three = dag_task(s, graph(3));
+    assert_eq!(
+        h.store.create_task_spread(&mut three, &limits, |_, _| {}).await.expect("create"),
+        Created::Created
+    );
+    assert_eq!(shard_of(&three.task_id), s, "it fits its first shard");
+    // A single call holds one node: shard 1 is full, so it lands elsewhere.
+    let mut single = new_task(s);
+    assert_eq!(
+        h.store.create_task_spread(&mut single, &limits, |_, _| {}).await.expect("create"),
+        Created::Created
+    );
+    assert_ne!(shard_of(&single.task_id), s);
+    // A graph larger than any shard's share is refused, saying what it needs.
+    let mut four = dag_task(s, graph(4));
+    match h.store.create_task_spread(&mut four, &limits, |_, _| {}).await.expect("create") {
+        Created::OverLimit(hit) => {
+            assert_eq!((hit.limit.as_str(), hit.max, hit.needed), ("nodes_per_principal", 12, 4), "{hit:?}");
+            assert_eq!(hit.current, 4, "3 graph nodes and 1 call: {hit:?}");
+        }
+        other => panic!("expected the node limit, got {other:?}"),
+    }
+    let load = h.load(s);
+    assert_eq!((load["live:alice"], load["nodes:alice"]), (1, 2), "{load:?}");
+    // The graph settles: its nodes go back.
+    for node in ["n0", "n1", "n2"] {
+        let attempt = h.start_node(&three.task_id, node).await;
+        h.store.complete(&attempt, Some(&ok("ok")), false, 0).await.expect("complete");
+    }
+    let finalize = h.item(&three.task_id, keys::FINALIZE_NODE).await;
+    h.store.settle_dag(&finalize, &json!({"content": [], "isError": false}), "done").await.expect("settle");
+    let load = h.load(s);
+    assert_eq!((load["live:alice"], load["nodes:alice"]), (0, 0), "{load:?}");
+}
+
+#[tokio::test]
+async fn a_graph_stores_no_more_than_its_byte_budget() {
+    let mut h = setup().await;
+    let s = Shard(2);
+    let graph = json!({"nodes": [
+        {"id": "a", "tool": "slow_compute"},
+        {"id": "b", "tool": "slow_compute", "retries": 3},
+        {"id": "c", "kind": "noop", "dependsOn": ["a", "b"]}
+    ]});
+    let id = h.create(&NewTask { max_bytes: 4_000, ..dag_task(s, graph.clone()) }).await;
+    let a = h.start_node(&id, "a").await;
+    let fits = ToolOutcome::Result(result::text("x".repeat(1_500)));
+    assert_eq!(h.store.complete(&a, Some(&fits), false, 0).await.expect("a"), CompleteOutcome::Released(0));
+    let b = h.start_node(&id, "b").await;
+    let too_much = ToolOutcome::Result(result::text("y".repeat(3_000)));
+    // Over the budget: b fails for good (its retries are not spent on it) and fails the graph.
+    assert_eq!(h.store.complete(&b, Some(&too_much), false, 0).await.expect("b"), CompleteOutcome::Settled);
+    let task = h.store.get_task(&id).await.expect("get").expect("exists");
+    let result = task.result.expect("a result");
+    assert_eq!(result["isError"], true, "{result}");
+    let error = &result["structuredContent"]["nodes"]["b"]["error"];
+    assert_eq!(error["data"]["limit"], "max_task_bytes", "{result}");
+    assert!(error["message"].as_str().unwrap_or_default().contains("4000"), "names the budget: {result}");
+    assert!(!result.to_string().contains(&"y".repeat(100)), "the oversized output is not stored");
+    assert_eq!(h.load(s).get("live:alice").copied().unwrap_or(0), 0);
+
+    // Arguments alone past the budget: refused before anything is written.
+    let big = json!({"nodes": [{"id": "a", "tool": "slow_compute", "arguments": {"x": "z".repeat(5_000)}}]});
+    let refused =
+        h.store.create_task(&NewTask { max_bytes: 4_000, ..dag_task(s, big) }, &Limits::default()).await;
+    assert!(matches!(refused.expect("create"), Created::OverBudget { max: 4_000, .. }));
+}
+
+#[tokio::test]
+async fn an_output_over_the_node_limit_fails_the_node_for_good() {
+    let mut h = setup().await;
+    let graph = json!({"nodes": [{"id": "a", "tool": "slow_compute", "retries": 5}]});
+    let id = h.create(&dag_task(Shard(0), graph)).await;
+    let a = h.start_node(&id, "a").await;
+    let big = ToolOutcome::Result(result::text("x".repeat(10_000)));
+    assert_eq!(
+        h.store.complete(&a, Some(&big), false, 4_096).await.expect("complete"),
+        CompleteOutcome::Settled
+    );
+    let error = h.node_field(&id, "a", "error").expect("an error");
+    let error: Value = serde_json::from_str(&error).expect("json");
+    assert_eq!(error["data"]["limit"], "max_node_output_bytes", "{error}");
+    assert_eq!(error["data"]["max"], 4_096, "{error}");
+    assert!(h.redis.dead_letters().is_empty(), "nothing an operator could retry");
+}
+
+#[tokio::test]
+async fn a_principal_over_its_share_is_set_aside_and_the_work_behind_it_starts() {
+    let mut h = setup().await;
+    let s = Shard(1);
+    let stream = s.queue("slow_compute");
+    let mut alice = Vec::new();
+    for _ in 0..3 {
+        alice.push(h.create(&new_task(s)).await);
+    }
+    let bob = h.create(&NewTask { owner: "bob".to_owned(), ..new_task(s) }).await;
+    let mut items = Vec::new();
+    for id in alice.iter().chain([&bob]) {
+        items.push(h.item(id, ROOT_NODE).await);
+    }
+    // This worker already runs one of alice's nodes; each principal may take one more slot.
+    let shares = SlotShares { room: [("alice".to_owned(), 1)].into(), default: Some(1) };
+    let outcomes = h.store.start_batch(s, &items, items.len(), "w1", &shares).await.expect("start");
+    let kinds: Vec<&str> = outcomes
+        .iter()
+        .map(|o| match o {
+            StartOutcome::Run { attempt, .. } if attempt.owner == "alice" => "alice runs",
+            StartOutcome::Run { .. } => "bob runs",
+            StartOutcome::Deferred => "set aside",
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    assert_eq!(kinds, ["alice runs", "set aside", "set aside", "bob runs"]);
+    assert_eq!(h.load(s)["held"], 2);
+    assert_eq!(h.load(s)["queued"], 2, "set-aside nodes are still queued");
+    let held: Vec<String> = h.conn().lrange(s.held("slow_compute"), 0, -1).expect("held");
+    assert_eq!(held.len(), 2, "{held:?}");
+    assert_eq!(h.pending(&stream).len(), 2, "only the running nodes' entries are pending");
+    assert_eq!(h.node_field(&alice[1], ROOT_NODE, "entry").as_deref(), Some(""));
+
+    // A node of the queue finishes: one set-aside node goes back on the stream and starts.
+    let first = run(outcomes.into_iter().next().expect("one"));
+    h.store.complete(&first, Some(&ok("ok")), false, 0).await.expect("complete");
+    assert_eq!(h.load(s)["held"], 1);
+    let again = h.start(&alice[1]).await;
+    assert_eq!(
+        h.node_field(&alice[1], ROOT_NODE, "entry").as_deref(),
+        Some(again.entry_id.as_str()),
+        "bound"
+    );
+
+    // The shard's maintenance puts the last one back even when nothing of its queue finishes;
+    // read but never started, its entry is taken over like any other and still not lost.
+    let MaintainOutcome::Due { set_aside, .. } =
+        h.store.maintain(s, "m", Duration::from_secs(5), 100).await.expect("maintain")
+    else {
+        panic!("held elsewhere")
+    };
+    assert_eq!(set_aside, 1);
+    assert_eq!(h.load(s)["held"], 1, "nothing held is put back by a node of another queue, or by none");
+    assert_eq!(h.store.release_held(s, "slow_compute", 8).await.expect("release"), 1);
+    let item = h.item(&alice[2], ROOT_NODE).await;
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let (claimed, _) =
+        h.store.claim_abandoned(s, &stream, "m", Duration::from_millis(50), "0-0", 100).await.expect("claim");
+    assert!(claimed.iter().any(|c| c.entry_id == item.entry_id), "{claimed:?}");
+    assert!(matches!(h.store.reclaim(&item).await.expect("reclaim"), ReclaimOutcome::Requeued { .. }));
+    let last = h.start(&alice[2]).await;
+    for attempt in [again, last] {
+        h.store.complete(&attempt, Some(&ok("ok")), false, 0).await.expect("complete");
+    }
+    assert_eq!(h.load(s).get("held").copied().unwrap_or(0), 0);
+
+    // A set-aside node of a cancelled task leaves the counts, and its item is skipped when read.
+    let doomed = h.create(&new_task(s)).await;
+    let item = h.item(&doomed, ROOT_NODE).await;
+    let full = SlotShares { room: [("alice".to_owned(), 0)].into(), default: Some(0) };
+    assert_eq!(
+        h.store.start_batch(s, &[item], 1, "w1", &full).await.expect("start"),
+        vec![StartOutcome::Deferred]
+    );
+    h.store.cancel_task(&doomed, "alice", "x").await.expect("cancel");
+    assert_eq!(h.store.release_held(s, "slow_compute", 8).await.expect("release"), 1);
+    let item = h.item(&doomed, ROOT_NODE).await;
+    assert!(matches!(h.start_item(&item).await, StartOutcome::Skip(_)));
+    let load = h.load(s);
+    assert!(load.values().all(|count| *count >= 0), "{load:?}");
+    assert_eq!((load["queued"], load["held"], load["live:alice"]), (0, 0, 0), "{load:?}");
 }

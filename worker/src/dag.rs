@@ -9,12 +9,14 @@ use serde_json::{Map, Value, json};
 
 use crate::tool::ToolContext;
 
-/// The node's arguments with every `{"$from", "pointer"}` replaced by the upstream value; a
-/// reference that does not resolve fails the attempt with a message that names it.
+/// The node's arguments with every `{"$from", "pointer"}` replaced by the upstream value, within
+/// `limits`; a reference that does not resolve, or arguments that would be too large, fail the
+/// attempt with a message that names the reference or the limit.
 pub async fn resolve_arguments(
     store: &Store,
     task_id: &str,
     arguments: &Value,
+    limits: &dag::ResolveLimits,
 ) -> Result<Value, ToolOutcome> {
     let references = dag::upstream_references(arguments);
     if references.is_empty() {
@@ -27,7 +29,14 @@ pub async fn resolve_arguments(
         .node_outputs(task_id, &upstream)
         .await
         .map_err(|e| invalid(format!("cannot read upstream outputs: {e}")))?;
-    dag::resolve_references(arguments, &outputs).map_err(invalid)
+    dag::resolve_bounded(arguments, &outputs, limits).map_err(|e| match e {
+        dag::ResolveError::TooLarge { size, max } => ToolOutcome::Error(RpcError {
+            code: -32602,
+            message: e.to_string(),
+            data: Some(json!({"limit": "max_node_argument_bytes", "max": max, "size": size})),
+        }),
+        other => invalid(other.to_string()),
+    })
 }
 
 fn invalid(message: String) -> ToolOutcome {

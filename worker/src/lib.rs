@@ -26,5 +26,5 @@ pub mod runner;
 pub mod tool;
 pub mod tools;
 
-pub use runner::{WorkerOptions, run};
+pub use runner::{NodeLimits, WorkerOptions, run};
 pub use tool::{FnTool, Tool, ToolContext, ToolRegistry};

@@ -23,7 +23,7 @@ use conveyor_shared::metrics::{self, NodeOutcome, NodeRun};
 use conveyor_shared::model::{RpcError, TaskStatus, ToolOutcome, WorkItem, now_ms};
 use conveyor_shared::store::{
     Attempt, CompleteOutcome, ExpandOutcome, MaintainOutcome, ParkOutcome, ReclaimOutcome, RunningNode,
-    StartOutcome, WorkReader, WorkerRecord,
+    SlotShares, StartOutcome, WorkReader, WorkerRecord,
 };
 use conveyor_shared::telemetry::context::{self, TaskTrace, attr};
 use conveyor_shared::{Store, StoreError};
@@ -69,6 +69,51 @@ pub struct WorkerOptions {
     pub max_losses: u32,
     /// How often the worker announces itself (its queues, tools and running nodes).
     pub heartbeat: Duration,
+    /// What one node may take in and hand out.
+    pub node_limits: NodeLimits,
+    /// The share of this worker's slots one principal's nodes may take (0 < share <= 1): the rest
+    /// stays free for other principals, so that one principal's long graph never makes everyone
+    /// else wait for a slot. 1: no share.
+    pub principal_share: f64,
+}
+
+impl WorkerOptions {
+    /// How many of this worker's slots one principal may take; `None`: all of them.
+    pub fn slots_per_principal(&self) -> Option<usize> {
+        if !(self.principal_share > 0.0 && self.principal_share < 1.0) {
+            return None;
+        }
+        let share = (self.concurrency as f64 * self.principal_share).floor() as usize;
+        Some(share.clamp(1, self.concurrency))
+    }
+}
+
+/// Bounds on the bytes one node may take in (its arguments with upstream values put in) and hand
+/// out (its result or error), so that no graph can make a worker, or Redis, hold more than these
+/// per running node, however its nodes feed each other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeLimits {
+    /// Largest arguments of a node once its `$from` references are resolved, in bytes of JSON.
+    pub max_argument_bytes: usize,
+    /// Largest result (or error) a node may store, in bytes of JSON.
+    pub max_output_bytes: usize,
+}
+
+impl Default for NodeLimits {
+    fn default() -> Self {
+        Self { max_argument_bytes: 4 * 1024 * 1024, max_output_bytes: 8 * 1024 * 1024 }
+    }
+}
+
+impl NodeLimits {
+    /// How references are resolved under these limits. An upstream output is parsed to pick
+    /// values out of it; what it may cost in memory scales with what a node may output.
+    pub fn resolve(&self) -> conveyor_shared::dag::ResolveLimits {
+        conveyor_shared::dag::ResolveLimits {
+            max_resolved_bytes: self.max_argument_bytes,
+            max_parsed_bytes: self.max_output_bytes.saturating_mul(8),
+        }
+    }
 }
 
 impl WorkerOptions {
@@ -81,6 +126,8 @@ impl WorkerOptions {
             lease: Duration::from_secs(30),
             max_losses: 3,
             heartbeat: Duration::from_secs(5),
+            node_limits: NodeLimits::default(),
+            principal_share: 0.75,
         }
     }
 }
@@ -234,8 +281,56 @@ struct Worker {
     options: Arc<WorkerOptions>,
     queues: Arc<Vec<String>>,
     running: Running,
+    /// The slots each principal's nodes take on this worker now, counted from the start of a
+    /// node to the end of its job, for the principals' shares.
+    owners: OwnerSlots,
     /// Fires when running nodes must stop and go back to their queue (end of the grace period).
     stop_running: CancellationToken,
+}
+
+/// Slots taken per principal on this worker.
+#[derive(Default, Clone)]
+struct OwnerSlots(Arc<Mutex<HashMap<String, usize>>>);
+
+/// One slot a principal's node takes; given back when dropped.
+struct OwnerSlot {
+    slots: OwnerSlots,
+    owner: String,
+}
+
+impl Drop for OwnerSlot {
+    fn drop(&mut self) {
+        let mut slots = self.slots.lock();
+        if let Some(count) = slots.get_mut(&self.owner) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                slots.remove(&self.owner);
+            }
+        }
+    }
+}
+
+impl OwnerSlots {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
+        // Each change is one call on the map: a poisoned lock holds nothing half-done.
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn take(&self, owner: &str) -> OwnerSlot {
+        *self.lock().entry(owner.to_owned()).or_default() += 1;
+        OwnerSlot { slots: self.clone(), owner: owner.to_owned() }
+    }
+
+    /// How many more slots each principal may take, under a share of `per_principal` slots.
+    fn shares(&self, per_principal: Option<usize>) -> SlotShares {
+        let Some(share) = per_principal else { return SlotShares::unlimited() };
+        let room = self
+            .lock()
+            .iter()
+            .map(|(owner, taken)| (owner.clone(), share.saturating_sub(*taken) as u64))
+            .collect();
+        SlotShares { room, default: Some(share as u64) }
+    }
 }
 
 /// Runs a worker until `shutdown` fires: announces itself and its tools, then consumes work.
@@ -254,6 +349,7 @@ pub async fn run(
         options: Arc::new(options),
         queues: Arc::new(queues),
         running: Running::default(),
+        owners: OwnerSlots::default(),
         stop_running: CancellationToken::new(),
     };
     let name = worker.options.name.clone();
@@ -449,7 +545,16 @@ async fn read_loop(
                 now_items.push(item);
             }
         }
-        dispatch(&worker, now_items, permits, &jobs).await;
+        // Nodes set aside leave their stream, so reading on cannot meet them again: the reader
+        // goes through a principal's backlog to the work behind it, then waits on the stream.
+        let dispatched = dispatch(&worker, now_items, permits, &jobs).await;
+        if dispatched.set_aside > 0 {
+            tracing::debug!(
+                set_aside = dispatched.set_aside,
+                started = dispatched.started,
+                "set aside nodes of principals at their share"
+            );
+        }
     }
 }
 
@@ -475,21 +580,31 @@ async fn hand_back(worker: &Worker, items: Vec<WorkItem>) {
         by_shard.entry(item.shard).or_default().push(item);
     }
     for (shard, items) in by_shard {
-        if let Err(e) = worker.store.start_batch(shard, &items, 0, &worker.options.name).await {
+        let none = SlotShares::unlimited();
+        if let Err(e) = worker.store.start_batch(shard, &items, 0, &worker.options.name, &none).await {
             // They stay pending with this worker, unrenewed: maintenance queues them again later.
             tracing::warn!(entries = items.len(), error = %e, "could not hand entries back");
         }
     }
 }
 
-/// Starts what was read: finalize entries at once, nodes up to the free slots (one script per
-/// shard), the rest handed back to their queue.
+/// What a dispatch did with the nodes it was given.
+#[derive(Debug, Default, Clone, Copy)]
+struct Dispatched {
+    started: usize,
+    set_aside: usize,
+}
+
+/// Starts what was read: finalize entries at once, nodes up to the free slots and each
+/// principal's share of them (one script per shard); a node whose principal has its share is set
+/// aside, the rest handed back to their queue.
 async fn dispatch(
     worker: &Worker,
     items: Vec<WorkItem>,
     mut permits: Vec<OwnedSemaphorePermit>,
     jobs: &TaskTracker,
-) {
+) -> Dispatched {
+    let mut dispatched = Dispatched::default();
     let mut by_shard: HashMap<Shard, (Vec<WorkItem>, usize)> = HashMap::new();
     for item in items {
         if item.task_id.is_empty() {
@@ -515,9 +630,11 @@ async fn dispatch(
         *run = free.min(items.len());
         free -= *run;
     }
+    let shares = worker.owners.shares(worker.options.slots_per_principal());
+    let shares = &shares;
     let starts = futures::future::join_all(by_shard.into_iter().map(|(shard, (items, run))| async move {
         let begun = SystemTime::now();
-        let outcomes = worker.store.start_batch(shard, &items, run, &worker.options.name).await;
+        let outcomes = worker.store.start_batch(shard, &items, run, &worker.options.name, shares).await;
         (items, outcomes, (begun, SystemTime::now()))
     }))
     .await;
@@ -547,6 +664,8 @@ async fn dispatch(
                     ..
                 } => {
                     let Some(permit) = permits.pop() else { continue };
+                    dispatched.started += 1;
+                    let slot = worker.owners.take(&attempt.owner);
                     let span = node_span(&attempt, &tool, &worker.options.name, losses, !answers.is_empty());
                     if conveyor_shared::telemetry::exporting() {
                         context::finished_span(
@@ -574,9 +693,11 @@ async fn dispatch(
                     };
                     jobs.spawn(async move {
                         job.run().await;
+                        drop(slot);
                         drop(permit);
                     });
                 }
+                StartOutcome::Deferred => dispatched.set_aside += 1,
                 StartOutcome::HandedBack => {}
                 StartOutcome::Skip(reason) => {
                     tracing::debug!(task = %item.task_id, node = %item.node_id, %reason, "skipped an entry");
@@ -584,6 +705,7 @@ async fn dispatch(
             }
         }
     }
+    dispatched
 }
 
 /// Renews the leases of the entries this worker runs, three times per lease; stops the runs whose
@@ -682,8 +804,11 @@ async fn maintain(worker: Worker, shutdown: CancellationToken) {
             let look = store.maintain(shard, &worker.options.name, MAINTENANCE_LEASE, MAINTAIN_BATCH).await;
             let next = match look {
                 Ok(MaintainOutcome::HeldElsewhere) => now + MAINTAIN_TRY_EVERY,
-                Ok(MaintainOutcome::Due { retries, expired, next_due_ms }) => {
+                Ok(MaintainOutcome::Due { retries, expired, next_due_ms, set_aside }) => {
                     let busy = !retries.is_empty() || !expired.is_empty();
+                    if set_aside > 0 {
+                        release_set_aside(&worker, shard).await;
+                    }
                     for member in &retries {
                         if let Err(e) = store.promote_retry(shard, member).await {
                             tracing::warn!(error = %e, "could not queue a retry again");
@@ -724,17 +849,36 @@ async fn maintain(worker: Worker, shutdown: CancellationToken) {
     }
 }
 
+/// Nodes the shard's maintenance puts back on their streams per queue and look, when no node
+/// finishing in that queue has put them back: a trickle that finds them a worker with room for
+/// their principal, or sets them aside again.
+const RELEASE_PER_LOOK: u64 = 8;
+
+/// Puts a few set-aside nodes of every queue of `shard` back on their streams.
+async fn release_set_aside(worker: &Worker, shard: Shard) {
+    let Ok(queues) = catalog_queues(&worker.store).await else { return };
+    for queue in queues {
+        if let Err(e) = worker.store.release_held(shard, &queue, RELEASE_PER_LOOK).await {
+            tracing::debug!(shard = %shard, queue = %queue, error = %e, "could not put set-aside nodes back");
+        }
+    }
+}
+
+/// Every queue the catalog knows, and the built-in one.
+async fn catalog_queues(store: &Store) -> Result<Vec<String>, StoreError> {
+    let mut queues: Vec<String> =
+        store.tools().await?.iter().filter_map(|t| t.queue_name().map(str::to_owned)).collect();
+    queues.push(keys::BUILTIN_QUEUE.to_owned());
+    queues.sort();
+    queues.dedup();
+    Ok(queues)
+}
+
 /// Takes over the entries of `shard` whose worker stopped renewing its lease, every queue that
 /// the catalog knows, each scan going on from where the last one stopped.
 async fn reclaim_shard(worker: &Worker, shard: Shard, cursors: &mut HashMap<String, String>) {
     let store = &worker.store;
-    let mut queues: Vec<String> = match store.tools().await {
-        Ok(tools) => tools.iter().filter_map(|t| t.queue_name().map(str::to_owned)).collect(),
-        Err(_) => return,
-    };
-    queues.push(keys::BUILTIN_QUEUE.to_owned());
-    queues.sort();
-    queues.dedup();
+    let Ok(queues) = catalog_queues(store).await else { return };
     for queue in queues {
         let stream = shard.queue(&queue);
         let cursor = cursors.get(&stream).cloned().unwrap_or_else(|| "0-0".to_owned());
@@ -871,13 +1015,14 @@ impl NodeJob {
             reason: reason.clone(),
             metrics: self.metrics.clone(),
         });
-        let arguments = if self.in_graph {
-            crate::dag::resolve_arguments(store, &attempt.task_id, &self.arguments).await
-        } else {
-            Ok(self.arguments.clone())
-        };
-        let outcome = match arguments {
-            Err(outcome) => outcome,
+        // Arguments that cannot be resolved or that break the tool's schema fail the node for good:
+        // another attempt would meet the same upstream values.
+        let mut final_failure = false;
+        let outcome = match self.arguments().await {
+            Err(outcome) => {
+                final_failure = true;
+                outcome
+            }
             Ok(arguments) => {
                 let ctx = ToolContext {
                     task_id: attempt.task_id.clone(),
@@ -944,9 +1089,34 @@ impl NodeJob {
                     Ok(()) => self.park(&input).await,
                     Err(refused) => self.refuse(refused).await,
                 },
-                outcome => self.settle(Some(outcome), false).await,
+                outcome => self.settle(Some(outcome), final_failure).await,
             },
         }
+    }
+
+    /// The arguments the tool runs with. A node of a graph takes its upstream values in (within
+    /// the worker's byte limits) and is checked against its tool's input schema here: the gateway
+    /// could check only what the client sent, not what upstream nodes produced.
+    async fn arguments(&self) -> Result<serde_json::Value, ToolOutcome> {
+        if !self.in_graph {
+            return Ok(self.arguments.clone());
+        }
+        let limits = &self.worker.options.node_limits;
+        let resolved = crate::dag::resolve_arguments(
+            &self.worker.store,
+            &self.attempt.task_id,
+            &self.arguments,
+            &limits.resolve(),
+        )
+        .await?;
+        self.worker.registry.check_arguments(&self.tool, &resolved).map_err(|message| {
+            ToolOutcome::Error(RpcError {
+                code: -32602,
+                message: format!("Invalid arguments for {}: {message}", offer_name(&self.tool)),
+                data: None,
+            })
+        })?;
+        Ok(resolved)
     }
 
     /// Records how the attempt ended, once: on its span (a failure also sets the span's status)
@@ -996,7 +1166,11 @@ impl NodeJob {
             _ => None,
         };
         self.finish(NodeOutcome::of(outcome.as_ref()), error);
-        match self.persist("outcome", || store.complete(attempt, outcome.as_ref(), final_failure)).await {
+        let max_output_bytes = self.worker.options.node_limits.max_output_bytes;
+        let completed = self
+            .persist("outcome", || store.complete(attempt, outcome.as_ref(), final_failure, max_output_bytes))
+            .await;
+        match completed {
             Some(CompleteOutcome::Retry { delay_ms }) => {
                 metrics::node_retried(&self.tool);
                 tracing::info!(task = %attempt.task_id, node = %attempt.node_id, attempt = attempt.attempt, delay_ms, "attempt failed; retry scheduled");
@@ -1195,6 +1369,7 @@ mod tests {
             stream: Shard(0).queue(queue),
             entry_id: entry_id.to_owned(),
             traceparent: None,
+            owner: "alice".to_owned(),
         };
         let metrics = NodeRun::start(&attempt, "runner_test_tool");
         Run {

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use conveyor_shared::input;
 use conveyor_shared::model::{LogLevel, OfferKind, PublishedTool, ToolDefinition, ToolOutcome};
+use conveyor_shared::schema::InputSchema;
 use conveyor_shared::store::Attempt;
 use conveyor_shared::{Store, keys};
 use futures::future::BoxFuture;
@@ -261,6 +262,8 @@ impl ToolContext {
 #[derive(Default, Clone)]
 pub struct ToolRegistry {
     tools: BTreeMap<String, Arc<dyn Tool>>,
+    /// Each tool's compiled input schema, for a graph node's resolved arguments.
+    schemas: BTreeMap<String, InputSchema>,
     /// Names in registration order: the order of `tools/list`.
     order: Vec<String>,
 }
@@ -283,10 +286,34 @@ impl ToolRegistry {
             .kind()
             .key(&definition)
             .expect("a definition needs a string `name` (a resource `uri`, a template `uriTemplate`)");
+        let schema = definition
+            .get("inputSchema")
+            .filter(|_| matches!(tool.kind(), OfferKind::Tool | OfferKind::Step));
+        match schema.map(InputSchema::compile) {
+            Some(Ok(schema)) => {
+                self.schemas.insert(name.clone(), schema);
+            }
+            Some(Err(e)) => {
+                tracing::warn!(tool = %name, error = %e, "the tool's inputSchema does not compile; its arguments are not checked");
+                self.schemas.remove(&name);
+            }
+            None => {
+                self.schemas.remove(&name);
+            }
+        }
         if self.tools.insert(name.clone(), Arc::new(tool)).is_none() {
             self.order.push(name);
         }
         self
+    }
+
+    /// Checks arguments against the input schema of the tool `name` (what is wrong, in one line).
+    /// Built-in nodes and tools without a schema take anything.
+    pub fn check_arguments(&self, name: &str, arguments: &Value) -> Result<(), String> {
+        match self.schemas.get(name).and_then(|schema| schema.check(arguments)) {
+            Some(errors) => Err(errors),
+            None => Ok(()),
+        }
     }
 
     pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
@@ -324,6 +351,9 @@ impl ToolRegistry {
         for name in self.order.iter().filter(|n| names.contains(n) || is_kept_step(n)) {
             if let Some(tool) = self.tools.get(name) {
                 only.tools.insert(name.clone(), tool.clone());
+                if let Some(schema) = self.schemas.get(name) {
+                    only.schemas.insert(name.clone(), schema.clone());
+                }
                 only.order.push(name.clone());
             }
         }

@@ -43,7 +43,10 @@ pub(crate) async fn client_response(state: &AppState, caller: &Caller, id: &Valu
             tracing::info!(task = %task_id, %key, %status, "an answer arrived for a task that no longer waits for it");
         }
         Ok(AnswerOutcome::Missing) => {
-            tracing::info!(task = %task_id, %key, principal = %caller.principal, "an answer for an unknown task, or one of another principal");
+            tracing::info!(task = %task_id, %key, principal = %caller.principal, "an answer for an unknown task");
+        }
+        Ok(AnswerOutcome::Denied) => {
+            super::audit_denied(caller, "response", task_id, "an answer to another principal's task");
         }
         Err(e) => tracing::warn!(task = %task_id, error = %e, "could not record the client's answer"),
     }
@@ -83,6 +86,9 @@ pub(crate) async fn notification(
     match state.store.cancel_task(&task_id, &caller.principal, &message).await {
         Ok(CancelOutcome::Cancelled) => {
             tracing::info!(target: "conveyor::audit", event = "call_cancelled", principal = %caller.principal, task = %task_id, "synchronous call cancelled");
+        }
+        Ok(CancelOutcome::Missing) if state.store.get_task(&task_id).await.ok().flatten().is_some() => {
+            super::audit_denied(caller, method, &task_id, "the call belongs to another principal");
         }
         Ok(_) => {}
         Err(e) => tracing::warn!(task = %task_id, error = %e, "could not cancel a call"),

@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 
 use super::RequestCtx;
 use super::offers::META_COMPLETIONS;
+use crate::access::Offer;
 use crate::rpc::RpcFailure;
 use crate::state::AppState;
 
@@ -34,9 +35,23 @@ pub(super) async fn complete(state: &AppState, ctx: &RequestCtx) -> Result<Value
             "Invalid params: `ref` must be {\"type\": \"ref/prompt\", \"name\"} or {\"type\": \"ref/resource\", \"uri\"}",
         )
     })?;
+    let granted = |offer: &crate::catalog::CatalogTool| match offer.kind {
+        OfferKind::Prompt => {
+            state.access.may_use(&ctx.caller, Offer::Prompt, field("name").unwrap_or_default())
+        }
+        _ => state.access.may_use_template(&ctx.caller, field("uri").unwrap_or_default()),
+    };
     let offer = match state.catalog.get(&key).await? {
-        Some(offer) if offer.live => offer,
-        _ => {
+        Some(offer) if offer.live && granted(&offer) => offer,
+        found => {
+            if found.is_some_and(|o| o.live) {
+                super::audit_denied(
+                    &ctx.caller,
+                    "completion/complete",
+                    &key,
+                    "the access policy does not grant this offer",
+                );
+            }
             return Err(RpcFailure::invalid_params(format!(
                 "Invalid params: nothing named by `ref` ({key})"
             )));

@@ -226,9 +226,13 @@ async fn wait_terminal(
     let shard = state.store.shard_of(&task_id).ok_or_else(|| task_not_found(&task_id))?;
     let inbox = hub.inbox(shard);
     let watch = async |task_id: &str| -> Result<TaskRecord, RpcFailure> {
-        match state.store.watch_task(task_id, &inbox).await? {
+        match state.store.watch_task(task_id, &inbox, caller.owner_filter()).await? {
             Some(t) if caller.may_see(&t.owner) => Ok(t),
-            _ => Err(task_not_found(task_id)),
+            Some(_) => {
+                super::audit_denied(&caller, "follow", task_id, "the task belongs to another principal");
+                Err(task_not_found(task_id))
+            }
+            None => Err(task_not_found(task_id)),
         }
     };
     let read = async |task_id: &str| -> Result<TaskRecord, RpcFailure> {

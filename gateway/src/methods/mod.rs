@@ -40,6 +40,7 @@ mod tools_list;
 use std::sync::Arc;
 
 use conveyor_shared::model::{RpcError, TaskMode, TaskRecord};
+use conveyor_shared::store::limits::Polled;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use rmcp::model::{ErrorCode, TASKS_EXTENSION_ID};
@@ -154,7 +155,7 @@ async fn handle_2025(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, Rpc
         "resources/list" => resources::resources_list(&state, &ctx).await?,
         "resources/templates/list" => resources::resource_templates_list(&state, &ctx).await?,
         "resources/read" => return resources::resources_read(state, ctx).await,
-        "resources/subscribe" | "resources/unsubscribe" => resources::resources_subscribe(&ctx)?,
+        "resources/subscribe" | "resources/unsubscribe" => resources::resources_subscribe(&state, &ctx)?,
         "completion/complete" => completion::complete(&state, &ctx).await?,
         "logging/setLevel" => logging::set_level(&state, &ctx).await?,
         method => return Err(RpcFailure::method_not_found(method)),
@@ -276,6 +277,12 @@ pub(crate) async fn owned_task(state: &AppState, ctx: &RequestCtx) -> Result<Tas
         .ok_or_else(|| task_not_found(task_id))
 }
 
+/// [`owned_task`] within the poll gap ([`polled_task`]).
+pub(crate) async fn owned_task_polled(state: &AppState, ctx: &RequestCtx) -> Result<TaskRecord, RpcFailure> {
+    let task_id = string_param(&ctx.params, "taskId")?;
+    polled_task(state, &ctx.caller, &ctx.method, task_id).await?.ok_or_else(|| task_not_found(task_id))
+}
+
 /// `task_id`'s record if `caller` may see it (its own, or any for an operator). `None` for an
 /// unknown or expired task, for the hidden task of a synchronous call (it is never listed, so it
 /// is not found either), and for another principal's, whose refusal goes to the audit log under
@@ -286,7 +293,11 @@ pub(crate) async fn visible_task(
     method: &str,
     task_id: &str,
 ) -> Result<Option<TaskRecord>, conveyor_shared::StoreError> {
-    Ok(match store.get_task(task_id).await? {
+    Ok(visible(caller, method, task_id, store.get_task(task_id).await?))
+}
+
+fn visible(caller: &Caller, method: &str, task_id: &str, task: Option<TaskRecord>) -> Option<TaskRecord> {
+    match task {
         Some(task) if task.mode == TaskMode::Sync => None,
         Some(task) if caller.may_see(&task.owner) => Some(task),
         Some(_) => {
@@ -294,7 +305,78 @@ pub(crate) async fn visible_task(
             None
         }
         None => None,
+    }
+}
+
+/// [`visible_task`] for a reader that polls (`tasks/get`, the task resources, the web view's task
+/// API): with a poll gap configured, a caller that reads one task faster than the gap is told when
+/// to come back, whichever of them it reads through, so that none is a way around the gap.
+pub(crate) async fn polled_task(
+    state: &AppState,
+    caller: &Caller,
+    method: &str,
+    task_id: &str,
+) -> Result<Option<TaskRecord>, RpcFailure> {
+    let gap = state.shared_limits.min_poll_gap_ms;
+    if gap == 0 {
+        return Ok(visible_task(&state.store, caller, method, task_id).await?);
+    }
+    match state.store.get_task_polled(task_id, &caller.principal, gap).await? {
+        Polled::Read(task) => Ok(visible(caller, method, task_id, task.map(|t| *t))),
+        Polled::TooSoon { retry_after_ms } => Err(RpcFailure::new(
+            ErrorCode(OVERLOADED),
+            format!(
+                "Polling too fast: read task `{task_id}` at most every {gap} ms (limit min_poll_gap_ms; its pollInterval says how often to poll). Retry in {retry_after_ms} ms."
+            ),
+            Some(json!({"limit": "min_poll_gap_ms", "max": gap, "retryAfterMs": retry_after_ms})),
+        )),
+    }
+}
+
+/// One more stream or waiting call for `caller` on this gateway, or the refusal that names the
+/// limit (`max_streams_per_principal`). Held as long as the stream or the wait lasts.
+pub(crate) fn hold_stream(state: &AppState, caller: &Caller) -> Result<crate::state::Held, RpcFailure> {
+    state.streams.take(&caller.principal).ok_or_else(|| {
+        tracing::info!(target: "conveyor::audit", event = "denied", principal = %caller.principal, reason = "streams per principal", "request refused: too many open streams");
+        too_many_streams(state)
     })
+}
+
+/// The refusal of a stream or waiting call over the principal's limit.
+pub(crate) fn too_many_streams(state: &AppState) -> RpcFailure {
+    RpcFailure::new(
+        ErrorCode(OVERLOADED),
+        format!(
+            "Too many open streams: a principal may hold {} streams and waiting calls open on one gateway (limit max_streams_per_principal); nothing was started. Close one, or retry in about 1 s.",
+            state.streams.max()
+        ),
+        Some(
+            json!({"limit": "max_streams_per_principal", "max": state.streams.max(), "retryAfterMs": 1_000}),
+        ),
+    )
+}
+
+/// A reply that keeps `held` until it has been sent: a stream drops it when it ends.
+pub(crate) fn holding(
+    reply: Result<Reply, RpcFailure>,
+    held: crate::state::Held,
+) -> Result<Reply, RpcFailure> {
+    match reply {
+        Ok(Reply::Stream(stream)) => Ok(Reply::Stream(
+            stream
+                .map(move |item| {
+                    let _held = &held;
+                    item
+                })
+                .boxed(),
+        )),
+        other => other,
+    }
+}
+
+/// Whether an RFC 6570 level-1 template (`{name}`, `{+name}`) can produce `uri`.
+pub(crate) fn template_matches(template: &str, uri: &str) -> bool {
+    offers::match_template(template, uri).is_some()
 }
 
 /// An access the caller was refused, in the audit log.

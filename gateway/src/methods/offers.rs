@@ -69,8 +69,9 @@ pub(super) async fn run_offer(
     arguments: Value,
 ) -> Result<Reply, RpcFailure> {
     let round = rounds::RoundInput::of(&ctx)?;
+    let held = super::hold_stream(&state, &ctx.caller)?;
     if let Some(request_state) = &round.request_state {
-        return rounds::continue_round(
+        let reply = rounds::continue_round(
             state,
             ctx.id.clone(),
             ctx.caller.clone(),
@@ -80,15 +81,16 @@ pub(super) async fn run_offer(
             ctx.accepts_sse,
         )
         .await;
+        return super::holding(reply, held);
     }
     let shard = state.store.pick_shard();
     let task_id = new_task_id(shard);
     crate::telemetry::record_task(&task_id);
     let hub = state.store.events().await?;
-    let waiter = hub.waiter(&task_id);
+    let mut waiter = hub.waiter(&task_id);
     let catalog = state.catalog.snapshot().await?;
     let created_at_ms = now_ms();
-    let new = NewTask {
+    let mut new = NewTask {
         task_id,
         owner: ctx.caller.principal.clone(),
         tool: offer.name.clone(),
@@ -111,16 +113,35 @@ pub(super) async fn run_offer(
         escalable: false,
         call_key: None,
         log_level: None,
+        max_bytes: state.config.max_task_bytes,
     };
-    match state.store.create_task(&new, &state.config.limits).await? {
+    let created = state
+        .store
+        .create_task_spread(&mut new, &state.config.limits, |moved, shard| {
+            waiter = hub.waiter(&moved.task_id);
+            moved.waiter = Some(hub.inbox(shard));
+        })
+        .await?;
+    match created {
         Created::Created => {}
         Created::OverLimit(hit) => return Err(super::tools_call::over_limit(&hit)),
+        Created::OverBudget { size, max } => return Err(super::tools_call::over_budget(size, max)),
         other => return Err(RpcFailure::internal(format!("could not start `{}`: {other:?}", offer.name))),
     }
     let record = new.record();
     let mode = ReplyMode::of(ctx.accepts_sse, false);
-    rounds::follow_call(state, ctx.wire, ctx.id.clone(), ctx.caller.clone(), record, Some(waiter), None, mode)
-        .await
+    let reply = rounds::follow_call(
+        state,
+        ctx.wire,
+        ctx.id.clone(),
+        ctx.caller.clone(),
+        record,
+        Some(waiter),
+        None,
+        mode,
+    )
+    .await;
+    super::holding(reply, held)
 }
 
 /// Matches a URI against an RFC 6570 level-1 template (`{name}` stands for one or more characters

@@ -8,12 +8,25 @@ use serde_json::{Value, json};
 
 use super::offers::{LIST_TTL_MS, run_offer, with_cache_hints};
 use super::{Reply, RequestCtx, string_param};
+use crate::access::Offer;
+use crate::catalog::CatalogTool;
 use crate::rpc::RpcFailure;
 use crate::state::AppState;
 
+/// The name a prompt is listed, called and granted by.
+pub(super) fn prompt_name(prompt: &CatalogTool) -> &str {
+    prompt.definition.get("name").and_then(Value::as_str).unwrap_or_default()
+}
+
 pub(super) async fn prompts_list(state: &AppState, ctx: &RequestCtx) -> Result<Value, RpcFailure> {
-    let prompts: Vec<Value> =
-        state.catalog.offers(OfferKind::Prompt).await?.iter().map(|p| p.definition.clone()).collect();
+    let prompts: Vec<Value> = state
+        .catalog
+        .offers(OfferKind::Prompt)
+        .await?
+        .iter()
+        .filter(|p| state.access.may_use(&ctx.caller, Offer::Prompt, prompt_name(p)))
+        .map(|p| p.definition.clone())
+        .collect();
     Ok(with_cache_hints(ctx.wire, json!({"prompts": prompts}), LIST_TTL_MS))
 }
 
@@ -21,8 +34,22 @@ pub(super) async fn prompts_get(state: Arc<AppState>, mut ctx: RequestCtx) -> Re
     let name = string_param(&ctx.params, "name")?.to_owned();
     let key = format!("prompt/{name}");
     let prompt = match state.catalog.get(&key).await? {
-        Some(prompt) if prompt.kind == OfferKind::Prompt && prompt.live => prompt,
-        _ => {
+        Some(prompt)
+            if prompt.kind == OfferKind::Prompt
+                && prompt.live
+                && state.access.may_use(&ctx.caller, Offer::Prompt, &name) =>
+        {
+            prompt
+        }
+        found => {
+            if found.is_some_and(|p| p.kind == OfferKind::Prompt) {
+                super::audit_denied(
+                    &ctx.caller,
+                    "prompts/get",
+                    &name,
+                    "the access policy does not grant this prompt",
+                );
+            }
             return Err(RpcFailure::invalid_params(format!(
                 "Unknown prompt: `{name}`. prompts/list names the prompts this server offers."
             )));

@@ -13,6 +13,8 @@ use serde_json::{Value, json};
 
 use super::offers::{LIST_TTL_MS, match_template, reply_with_cache_hints, run_offer, with_cache_hints};
 use super::{Reply, RequestCtx, string_param};
+use crate::access::Offer;
+use crate::catalog::CatalogTool;
 use crate::rpc::RpcFailure;
 use crate::state::AppState;
 
@@ -72,8 +74,14 @@ fn task_embedded_template() -> Value {
 }
 
 pub(super) async fn resources_list(state: &AppState, ctx: &RequestCtx) -> Result<Value, RpcFailure> {
-    let mut resources: Vec<Value> =
-        state.catalog.offers(OfferKind::Resource).await?.iter().map(|r| r.definition.clone()).collect();
+    let mut resources: Vec<Value> = state
+        .catalog
+        .offers(OfferKind::Resource)
+        .await?
+        .iter()
+        .filter(|r| state.access.may_use(&ctx.caller, Offer::Resource, resource_uri(r)))
+        .map(|r| r.definition.clone())
+        .collect();
     resources.push(tasks_resource());
     Ok(with_cache_hints(ctx.wire, json!({"resources": resources}), LIST_TTL_MS))
 }
@@ -84,6 +92,7 @@ pub(super) async fn resource_templates_list(state: &AppState, ctx: &RequestCtx) 
         .offers(OfferKind::ResourceTemplate)
         .await?
         .iter()
+        .filter(|t| state.access.may_use_template(&ctx.caller, template_of(t)))
         .map(|r| r.definition.clone())
         .collect();
     templates.push(task_state_template());
@@ -119,6 +128,16 @@ pub(super) async fn resources_read(state: Arc<AppState>, ctx: RequestCtx) -> Res
         return task_embedded(&state, &ctx, &uri, task_id).await.map(Reply::Result);
     }
     let wire = ctx.wire;
+    if !state.access.may_use(&ctx.caller, Offer::Resource, &uri) {
+        // Refused as unknown, like a tool the policy does not grant, whatever serves it.
+        super::audit_denied(
+            &ctx.caller,
+            "resources/read",
+            &uri,
+            "the access policy does not grant this resource",
+        );
+        return Err(not_found(&uri));
+    }
     let snapshot = state.catalog.snapshot().await?;
     let live = |kind: OfferKind| snapshot.tools.iter().filter(move |t| t.live && t.kind == kind);
     if let Some(resource) = live(OfferKind::Resource).find(|r| r.definition.get("uri") == Some(&json!(uri))) {
@@ -173,7 +192,7 @@ async fn task_state(
     uri: &str,
     task_id: &str,
 ) -> Result<Value, RpcFailure> {
-    let task = visible_task(state, ctx, uri, task_id).await?;
+    let task = polled_task(state, ctx, uri, task_id).await?;
     let nodes = state.store.get_nodes(task_id).await?;
     let body = task_view(&task, Some(&nodes));
     let contents = json!([{"uri": uri, "mimeType": "application/json", "text": body.to_string()}]);
@@ -235,6 +254,17 @@ async fn visible_task(
     super::visible_task(&state.store, &ctx.caller, &ctx.method, task_id).await?.ok_or_else(|| not_found(uri))
 }
 
+/// [`visible_task`] for the resource a client polls for a task's state: within the poll gap, as
+/// `tasks/get` reads it. (A finished task's result and documents never change, and are read once.)
+async fn polled_task(
+    state: &AppState,
+    ctx: &RequestCtx,
+    uri: &str,
+    task_id: &str,
+) -> Result<TaskRecord, RpcFailure> {
+    super::polled_task(state, &ctx.caller, &ctx.method, task_id).await?.ok_or_else(|| not_found(uri))
+}
+
 /// How long what a finished task holds may be cached: it never changes until the task expires.
 fn cacheable_for(task: &TaskRecord) -> u64 {
     task.created_at_ms.saturating_add(task.ttl_ms).saturating_sub(conveyor_shared::model::now_ms())
@@ -267,10 +297,29 @@ async fn task_embedded(
 /// `resources/subscribe` and `unsubscribe` (2025-11-25): accepted for a resource this server
 /// knows. Updates reach 2026-07-28 clients on `subscriptions/listen`; a 2025-11-25 session has no
 /// stream of its own to carry them (the gateway serves no GET stream), so nothing is kept.
-pub(super) fn resources_subscribe(ctx: &RequestCtx) -> Result<Value, RpcFailure> {
+pub(super) fn resources_subscribe(state: &AppState, ctx: &RequestCtx) -> Result<Value, RpcFailure> {
     let uri = string_param(&ctx.params, "uri")?;
     if uri.is_empty() {
         return Err(RpcFailure::invalid_params("Invalid params: `uri` must not be empty"));
     }
+    if !is_task_resource(uri) && !state.access.may_use(&ctx.caller, Offer::Resource, uri) {
+        super::audit_denied(&ctx.caller, &ctx.method, uri, "the access policy does not grant this resource");
+        return Err(not_found(uri));
+    }
     Ok(json!({}))
+}
+
+/// Whether `uri` is one of the gateway's resources of the caller's own tasks, which need no rule.
+pub(super) fn is_task_resource(uri: &str) -> bool {
+    uri.starts_with(TASKS_RESOURCE)
+}
+
+/// A worker resource's URI, by which it is granted.
+fn resource_uri(resource: &CatalogTool) -> &str {
+    resource.definition.get("uri").and_then(Value::as_str).unwrap_or_default()
+}
+
+/// A template's URI template, by which it is offered.
+pub(super) fn template_of(template: &CatalogTool) -> &str {
+    template.definition.get("uriTemplate").and_then(Value::as_str).unwrap_or_default()
 }

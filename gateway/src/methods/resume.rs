@@ -70,7 +70,11 @@ pub async fn resume(
 ) -> Result<ReplyStream, RpcFailure> {
     let task = match state.store.get_task(&point.task_id).await? {
         Some(task) if caller.may_see(&task.owner) => task,
-        _ => return Err(task_not_found(&point.task_id)),
+        Some(_) => {
+            super::audit_denied(&caller, "GET /mcp", &point.task_id, "a stream of another principal's task");
+            return Err(task_not_found(&point.task_id));
+        }
+        None => return Err(task_not_found(&point.task_id)),
     };
     let kind = point.kind;
     let follow = Follow {

@@ -178,6 +178,14 @@ pub(super) async fn continue_round(
             .with_data(json!({"reason": "requestState integrity check failed"}))
     })?;
     if round.p != caller.principal || round.n != tool {
+        if round.p != caller.principal {
+            super::audit_denied(
+                &caller,
+                "tools/call",
+                &round.t,
+                "a requestState of another principal's call",
+            );
+        }
         return Err(RpcFailure::invalid_params(
             "Invalid params: this `requestState` belongs to another call (another tool or caller)",
         ));
@@ -193,6 +201,10 @@ pub(super) async fn continue_round(
     let responses = responses.unwrap_or_default();
     match state.store.answer_input(&round.t, &caller.principal, &responses).await? {
         AnswerOutcome::Missing => return Err(gone()),
+        AnswerOutcome::Denied => {
+            super::audit_denied(&caller, "tools/call", &round.t, "the call belongs to another principal");
+            return Err(gone());
+        }
         AnswerOutcome::Answered { .. } | AnswerOutcome::NotWaiting(_) => {}
     }
     let task = state.store.get_task(&round.t).await?.ok_or_else(gone)?;

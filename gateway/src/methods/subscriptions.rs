@@ -123,15 +123,30 @@ pub(super) async fn listen(state: Arc<AppState>, ctx: RequestCtx) -> Result<Repl
             "subscriptions/listen answers with an SSE stream: send `Accept: text/event-stream`",
         ));
     }
-    let filter = Filter::parse(&ctx.params)?;
+    let mut filter = Filter::parse(&ctx.params)?;
+    // A resource the policy does not grant is not agreed to: the acknowledgement leaves it out.
+    filter.resource_uris.retain(|uri| {
+        let granted = super::resources::is_task_resource(uri)
+            || state.access.may_use(&ctx.caller, crate::access::Offer::Resource, uri);
+        if !granted {
+            super::audit_denied(
+                &ctx.caller,
+                "subscriptions/listen",
+                uri,
+                "the access policy does not grant this resource",
+            );
+        }
+        granted
+    });
     if !filter.task_ids.is_empty() && !client_has_tasks_extension(&ctx.params) {
         return Err(missing_capability(
             format!("task notifications need the {} extension", rmcp::model::TASKS_EXTENSION_ID),
             json!({"extensions": {rmcp::model::TASKS_EXTENSION_ID: {}}}),
         ));
     }
+    let held = super::hold_stream(&state, &ctx.caller)?;
     let (tx, rx) = mpsc::channel(64);
-    let subscription = Subscription { id: ctx.id.clone(), caller: ctx.caller.clone(), tx };
+    let subscription = Subscription { id: ctx.id.clone(), caller: ctx.caller.clone(), tx, _held: held };
     tokio::spawn(async move { subscription.run(state, filter).await });
     Ok(Reply::Stream(ReceiverStream::new(rx).boxed()))
 }
@@ -140,6 +155,8 @@ struct Subscription {
     id: Value,
     caller: Caller,
     tx: mpsc::Sender<StreamItem>,
+    /// One of the caller's streams, for as long as the subscription lasts.
+    _held: crate::state::Held,
 }
 
 /// What a watched task is watched for.
@@ -236,8 +253,18 @@ impl Subscription {
         let Ok(hub) = state.store.events().await else { return };
         let Some(shard) = state.store.shard_of(task_id) else { return };
         let mut waiter = hub.waiter(task_id);
-        let task = match state.store.watch_task(task_id, &hub.inbox(shard)).await {
+        let task = match state.store.watch_task(task_id, &hub.inbox(shard), self.caller.owner_filter()).await
+        {
             Ok(Some(task)) if task.mode == TaskMode::Task && self.caller.may_see(&task.owner) => task,
+            Ok(Some(task)) if task.mode == TaskMode::Task => {
+                super::audit_denied(
+                    &self.caller,
+                    "subscriptions/listen",
+                    task_id,
+                    "the task belongs to another principal",
+                );
+                return;
+            }
             _ => return,
         };
         if watch.status {

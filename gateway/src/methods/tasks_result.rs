@@ -23,6 +23,7 @@ pub(super) async fn tasks_result(state: Arc<AppState>, ctx: RequestCtx) -> Resul
     if task.status.is_terminal() {
         return task_result_payload(&task).map(Reply::Result);
     }
+    let held = super::hold_stream(&state, &ctx.caller)?;
     // An SSE reply can wait as long as the task runs (keep-alives hold it open); a JSON one is
     // bounded so that no proxy cuts it silently.
     let deadline =
@@ -49,7 +50,10 @@ pub(super) async fn tasks_result(state: Arc<AppState>, ctx: RequestCtx) -> Resul
             Err(RpcFailure::internal(format!("task `{}` stopped being followed before its end", t.task_id)))
         }
     });
-    reply_from(stream, if ctx.accepts_sse { ReplyMode::Sse } else { ReplyMode::Json }).await
+    super::holding(
+        reply_from(stream, if ctx.accepts_sse { ReplyMode::Sse } else { ReplyMode::Json }).await,
+        held,
+    )
 }
 
 pub(super) fn task_result_payload(task: &TaskRecord) -> Result<Value, RpcFailure> {

@@ -22,6 +22,10 @@ pub(super) async fn tasks_update(state: &AppState, ctx: &RequestCtx) -> Result<V
     }
     match state.store.answer_input(task_id, &ctx.caller.principal, responses).await? {
         AnswerOutcome::Missing => Err(task_not_found(task_id)),
+        AnswerOutcome::Denied => {
+            super::audit_denied(&ctx.caller, &ctx.method, task_id, "the task belongs to another principal");
+            Err(task_not_found(task_id))
+        }
         AnswerOutcome::Answered { .. } | AnswerOutcome::NotWaiting(_) => Ok(json!({})),
     }
 }

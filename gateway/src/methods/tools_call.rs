@@ -56,7 +56,8 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
     let round = rounds::RoundInput::of(&ctx)?;
     if let Some(request_state) = &round.request_state {
         // A later round of a call that asked for input: it continues that call, whatever else.
-        return rounds::continue_round(
+        let held = super::hold_stream(&state, &ctx.caller)?;
+        let reply = rounds::continue_round(
             state,
             ctx.id.clone(),
             ctx.caller.clone(),
@@ -66,6 +67,7 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
             ctx.accepts_sse,
         )
         .await;
+        return super::holding(reply, held);
     }
     let task_param = params.get("task").filter(|t| !t.is_null());
     let as_task = match ctx.wire {
@@ -166,12 +168,11 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
     };
     // A synchronous call hears of its task's progress and end in this gateway's inbox: the local
     // waiter is registered before the task exists, so that not even its first event is missed.
-    let (waiter, inbox) = if as_task {
-        (None, None)
-    } else {
-        let hub = state.store.events().await?;
-        (Some(hub.waiter(&task_id)), Some(hub.inbox(shard)))
-    };
+    // A synchronous call holds its connection while its task runs: one of the caller's streams.
+    let held = if as_task { None } else { Some(super::hold_stream(&state, &ctx.caller)?) };
+    let hub = if as_task { None } else { Some(state.store.events().await?) };
+    let mut waiter = hub.as_ref().map(|hub| hub.waiter(&task_id));
+    let inbox = hub.as_ref().map(|hub| hub.inbox(shard));
     let created_at_ms = now_ms();
     let mut new = NewTask {
         task_id,
@@ -196,10 +197,21 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
         escalable,
         call_key: call_scope.map(|scope| shard.call(&scope, &request_id)),
         log_level,
+        max_bytes: state.config.max_task_bytes,
     };
+    let created = state
+        .store
+        .create_task_spread(&mut new, &state.config.limits, |moved, shard| {
+            // Another shard has room: a synchronous call listens for its task there.
+            if let Some(hub) = &hub {
+                waiter = Some(hub.waiter(&moved.task_id));
+                moved.waiter = Some(hub.inbox(shard));
+            }
+        })
+        .await?;
+    crate::telemetry::record_task(&new.task_id);
     let mut record = new.record();
-    let mut waiter = waiter;
-    match state.store.create_task(&new, &state.config.limits).await? {
+    match created {
         Created::Created => {
             tracing::info!(target: "conveyor::audit", event = "task_created", principal = %ctx.caller.principal, tool = %name, task = %new.task_id, mode = mode.as_str(), "task created");
         }
@@ -207,6 +219,18 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
             // A retried call: answer with the task the first one created; nothing runs twice.
             tracing::info!(task = %earlier, tool = %name, "idempotent retry: returning the earlier task");
             record = state.store.get_task(&earlier).await?.ok_or_else(|| task_not_found(&earlier))?;
+            if record.owner != ctx.caller.principal {
+                // Keys are per principal; a task of another one here is a fault, never an answer.
+                super::audit_denied(
+                    &ctx.caller,
+                    "tools/call",
+                    &earlier,
+                    "an idempotency key naming another principal's task",
+                );
+                return Err(RpcFailure::internal(
+                    "the idempotency key names a task of another principal; use a new key",
+                ));
+            }
             new.task_id = earlier;
             waiter = None;
         }
@@ -216,6 +240,7 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
             )));
         }
         Created::OverLimit(hit) => return Err(over_limit(&hit)),
+        Created::OverBudget { size, max } => return Err(over_budget(size, max)),
         Created::IdTaken => {
             // 112 random bits collided: astronomically unlikely, and nothing was written.
             return Err(RpcFailure::internal("task id collision; retry the call"));
@@ -229,7 +254,7 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
     ctx.params = Value::Null;
     ctx.budget = None;
     let mode = ReplyMode::of(ctx.accepts_sse, progress_token.is_some());
-    rounds::follow_call(
+    let reply = rounds::follow_call(
         state,
         ctx.wire,
         ctx.id.clone(),
@@ -239,7 +264,11 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
         progress_token,
         mode,
     )
-    .await
+    .await;
+    match held {
+        Some(held) => super::holding(reply, held),
+        None => reply,
+    }
 }
 
 /// JSON-RPC code of a synchronous call's answer when it was cancelled (the code LSP and several
@@ -255,19 +284,30 @@ pub(super) fn over_limit(hit: &LimitHit) -> RpcFailure {
     let what = match (hit.limit.as_str(), &hit.tool) {
         ("queued_nodes_per_tool", Some(tool)) => format!("{} queued nodes of tool `{tool}`", hit.max),
         ("live_tasks_per_principal", _) => format!("{} unfinished tasks per principal", hit.max),
+        ("nodes_per_principal", _) => format!("{} nodes of unfinished tasks per principal", hit.max),
         _ => format!("{} queued nodes", hit.max),
     };
+    let this_call = if hit.needed > 1 { format!("; this call needs {}", hit.needed) } else { String::new() };
     RpcFailure::new(
         ErrorCode(OVERLOADED),
         format!(
-            "Overloaded: the limit of {what} is reached ({} now); nothing was started. Retry in about {} s.",
+            "Overloaded: the limit of {what} is reached ({} now{this_call}); nothing was started. Retry in about {} s.",
             hit.current,
             RETRY_AFTER_MS / 1000
         ),
-        Some(
-            json!({"limit": hit.limit, "current": hit.current, "max": hit.max, "tool": hit.tool, "retryAfterMs": RETRY_AFTER_MS}),
-        ),
+        Some(json!({
+            "limit": hit.limit, "current": hit.current, "max": hit.max, "needed": hit.needed, "tool": hit.tool,
+            "retryAfterMs": RETRY_AFTER_MS
+        })),
     )
+}
+
+/// A task whose arguments alone pass the byte budget of a task.
+pub(super) fn over_budget(size: u64, max: u64) -> RpcFailure {
+    RpcFailure::invalid_params(format!(
+        "Invalid params: the task's arguments take {size} bytes as stored; a task may store at most {max} (max_task_bytes)"
+    ))
+    .with_data(json!({"limit": "max_task_bytes", "max": max, "size": size}))
 }
 
 /// A `run_dag` graph, checked before anything is written: its shape and limits, every node's tool,
@@ -321,7 +361,7 @@ async fn checked_graph(
 /// Refuses arguments larger than `max_argument_bytes` (measured as compact JSON), naming the limit.
 fn check_argument_size(state: &AppState, arguments: &Value) -> Result<(), RpcFailure> {
     let max = state.config.max_argument_bytes;
-    let size = json_size(arguments);
+    let size = conveyor_shared::json_limits::compact_size(arguments);
     if size <= max {
         return Ok(());
     }
@@ -329,25 +369,6 @@ fn check_argument_size(state: &AppState, arguments: &Value) -> Result<(), RpcFai
         "Invalid params: the arguments are {size} bytes of JSON; the limit is {max} (max_argument_bytes)"
     ))
     .with_data(json!({"limit": "max_argument_bytes", "max": max, "size": size})))
-}
-
-/// Bytes of a value as compact JSON, counted without building the text.
-fn json_size(value: &Value) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    match serde_json::to_writer(&mut count, value) {
-        Ok(()) => count.0,
-        Err(_) => usize::MAX,
-    }
 }
 
 /// What a synchronous `tools/call` returns once its task settles.

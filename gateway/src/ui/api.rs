@@ -42,7 +42,11 @@ pub(super) async fn task(
     ApiCaller(caller): ApiCaller,
     Path(task_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let task = visible_task(&state, &caller, "ui/task", &task_id).await?;
+    // A reader like tasks/get: the poll gap holds here too.
+    let task = crate::methods::polled_task(&state, &caller, "ui/task", &task_id)
+        .await
+        .map_err(ApiError::Refused)?
+        .ok_or_else(|| ApiError::TaskNotFound(task_id.clone()))?;
     let nodes = state.store.get_nodes(&task_id).await?;
     Ok(Json(view::task_detail(&task, &nodes)))
 }

@@ -36,7 +36,7 @@ use serde_json::json;
 use crate::access::Caller;
 use crate::state::AppState;
 
-pub use stream::{MAX_STREAMS, STREAM_INTERVAL};
+pub use stream::{MAX_STREAMS, MAX_STREAMS_PER_PRINCIPAL, STREAM_INTERVAL};
 pub use view::LIST_LIMIT;
 
 const PAGE: &str = include_str!("assets/index.html");
@@ -124,6 +124,10 @@ pub(crate) enum ApiError {
         "this gateway already serves {MAX_STREAMS} web view streams; close a tab or retry in a few seconds"
     )]
     TooManyStreams,
+    #[error(
+        "you already have {MAX_STREAMS_PER_PRINCIPAL} web view streams open on this gateway; close a tab or retry in a few seconds"
+    )]
+    TooManyOwnStreams,
     #[error("{}", .0.error.message)]
     Refused(crate::rpc::RpcFailure),
 }
@@ -140,7 +144,7 @@ impl IntoResponse for ApiError {
             Self::Refused(failure) => {
                 failure.error.data.as_ref().and_then(|d| d.get("retryAfterMs")).and_then(|v| v.as_u64())
             }
-            Self::TooManyStreams => Some(5_000),
+            Self::TooManyStreams | Self::TooManyOwnStreams => Some(5_000),
             _ => None,
         };
         let status = match &self {
@@ -148,6 +152,7 @@ impl IntoResponse for ApiError {
             Self::NotOperator => StatusCode::FORBIDDEN,
             Self::AlreadyTerminal { .. } => StatusCode::CONFLICT,
             Self::TooManyStreams => StatusCode::SERVICE_UNAVAILABLE,
+            Self::TooManyOwnStreams => StatusCode::TOO_MANY_REQUESTS,
             // Over the principal's rate: the JSON-RPC error's own code says so.
             Self::Refused(failure) if failure.error.code.0 == crate::methods::OVERLOADED => {
                 StatusCode::TOO_MANY_REQUESTS

@@ -5,7 +5,8 @@
 //! [`KEEP_ALIVE`] keeps proxies from closing a quiet stream.
 //!
 //! Bounds: at most [`MAX_STREAMS`] streams per gateway (each costs a few Redis reads per
-//! interval), the list at most [`super::LIST_LIMIT`] tasks, and each stream ends after
+//! interval), of which one principal may hold [`MAX_STREAMS_PER_PRINCIPAL`] (and each counts among
+//! the principal's streams of every kind), the list at most [`super::LIST_LIMIT`] tasks, and each stream ends after
 //! [`MAX_LIFETIME`] so that the page reconnects and its token is checked again (a revoked token
 //! stops working within that time). The stream also ends when the gateway shuts down.
 
@@ -31,6 +32,8 @@ use crate::state::AppState;
 pub const STREAM_INTERVAL: Duration = Duration::from_millis(500);
 /// Open streams one gateway serves at once.
 pub const MAX_STREAMS: usize = 64;
+/// Of those, how many one principal may hold: a page per tab, and room for everyone else.
+pub const MAX_STREAMS_PER_PRINCIPAL: usize = 8;
 /// How often a quiet stream sends a comment.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// How long one stream lasts before the page opens the next.
@@ -49,6 +52,13 @@ pub(super) async fn open(
     ApiCaller(caller): ApiCaller,
     Query(query): Query<StreamQuery>,
 ) -> Response {
+    let Some(own) = state.ui_streams_per_principal.take(&caller.principal) else {
+        tracing::info!(target: "conveyor::audit", event = "denied", principal = %caller.principal, reason = "web view streams per principal", "web view stream refused: {MAX_STREAMS_PER_PRINCIPAL} of this principal are open");
+        return ApiError::TooManyOwnStreams.into_response();
+    };
+    let Some(any) = state.streams.take(&caller.principal) else {
+        return ApiError::Refused(crate::methods::too_many_streams(&state)).into_response();
+    };
     let Ok(permit) = state.ui_streams.clone().try_acquire_owned() else {
         tracing::info!(principal = %caller.principal, "web view stream refused: {MAX_STREAMS} are open");
         return ApiError::TooManyStreams.into_response();
@@ -66,7 +76,7 @@ pub(super) async fn open(
         sent_task: None,
         sent_problem: None,
         ready: Vec::new(),
-        _permit: permit,
+        _permit: (permit, own, any),
     };
     let events = futures::stream::unfold(watch, |mut watch| async move {
         let event = watch.next().await?;
@@ -93,7 +103,7 @@ struct Watch {
     sent_problem: Option<String>,
     /// Events read and not sent yet, last first.
     ready: Vec<Event>,
-    _permit: OwnedSemaphorePermit,
+    _permit: (OwnedSemaphorePermit, crate::state::Held, crate::state::Held),
 }
 
 impl Watch {

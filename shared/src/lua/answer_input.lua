@@ -10,13 +10,17 @@
 -- KEYS[3 ..] the work stream of each of the task's queues, in the order of the task's `queues`
 -- ARGV[1] the record (JSON): task, owner, responses (key -> the client's result as JSON text),
 --   now, queues (how many streams the caller passed)
--- Returns JSON: {"outcome":"missing"} (no such task of this owner) | {"outcome":"notWaiting",
+-- Returns JSON: {"outcome":"missing"} (no such task) | {"outcome":"denied"} (another owner's task;
+--   nothing written) | {"outcome":"notWaiting",
 --   "status":s} | {"outcome":"answered","remaining":n,"resumed":n} | {"outcome":"queuesChanged"}
 local r = cjson.decode(ARGV[1])
 local task = KEYS[1]
 local state = redis.call('HMGET', task, 'status', 'owner', 'inputKeys', 'queues', 'traceparent', 'waiters')
-if not state[1] or state[2] ~= r.owner then
+if not state[1] then
   return cjson.encode({outcome = 'missing'})
+end
+if state[2] ~= r.owner then
+  return cjson.encode({outcome = 'denied'})
 end
 if state[1] ~= 'input_required' then
   return cjson.encode({outcome = 'notWaiting', status = state[1]})

@@ -9,12 +9,14 @@
 --
 -- KEYS[1] task hash   KEYS[2] nodes hash   KEYS[3] load hash   KEYS[4] retry zset
 -- KEYS[5] expiring zset   KEYS[6] dead-letter stream
--- KEYS[7 ..] the work stream of each of the task's queues, in the order of the task's `queues`
+-- KEYS[7 .. 6+Q] the work stream of each of the task's Q queues, in the order of the task's
+-- `queues`, then KEYS[7+Q .. 6+2Q] the held list of each (start_nodes)
 -- ARGV[1] the record (JSON): task, node, attempt, now, outcome ("completed" | "failed" |
 --   "cancelled"), payload (JSON text: the CallToolResult or the JSON-RPC error), isError, message
 --   (status message of a settled single-call task), jitter in [0, 1), maxBackoffMs, final (bool:
 --   no retry whatever is left), deadLetter (bool: a failure that settles the node is recorded in
---   the dead-letter stream), cancelChannel, inlineMax (largest result carried by the event)
+--   the dead-letter stream), cancelChannel, inlineMax (largest result carried by the event),
+--   queueCount (Q)
 -- Returns JSON: {"outcome": "stale" | "retry" (with delayMs) | "dropped" (task already over) |
 --   "settled" (with settled: the task's status, tool: the task's tool, task, and trace: its stored
 --   trace context, for the task span the worker writes) | "released" (with count)
@@ -23,7 +25,7 @@ local r = cjson.decode(ARGV[1])
 local keys = {task = KEYS[1], nodes = KEYS[2], load = KEYS[3], expiring = KEYS[5]}
 local node = r.node
 local n = node_state(KEYS[2], node, {'status', 'kind', 'wire', 'ttlMs', 'nodeCount', 'owner', 'createdAt',
-  'traceparent', 'waiters', 'tool', nf(node, 'rounds')})
+  'traceparent', 'waiters', 'tool', nf(node, 'rounds'), 'maxBytes', 'bytes'})
 if n.status ~= 'running' or n.attempt ~= r.attempt then
   return cjson.encode({outcome = 'stale'})
 end
@@ -31,14 +33,33 @@ local function stream(q)
   return KEYS[6 + q]
 end
 ack(stream(n.q), n.entry)
+-- The node's slot is free: a node of its queue set aside in this shard goes back to the stream.
+if r.queueCount and KEYS[6 + r.queueCount + n.q] then
+  release_held(KEYS[6 + r.queueCount + n.q], stream(n.q), KEYS[3], 1)
+end
 local now = r.now
 local t = n.task
-local task = {owner = t.owner or '', createdAt = t.createdAt, ttlMs = t.ttlMs, waiters = t.waiters}
+local task = {owner = t.owner or '', createdAt = t.createdAt, ttlMs = t.ttlMs, waiters = t.waiters,
+  nodeCount = t.nodeCount}
 local live = is_live(t.status)
 local dag = t.kind == 'dag'
 local payload = r.payload
 -- In a DAG a tool error is a failed node; a single call reports it as its result.
 local failed = r.outcome == 'failed' or (dag and r.outcome == 'completed' and r.isError)
+-- A graph's nodes store their outputs in the task, within its byte budget; one that would pass it
+-- fails for good with an error that says so (a retry would store as much again).
+local stored_bytes = nil
+if dag and r.outcome ~= 'cancelled' then
+  local fits, used, budget = fits_budget(t, #payload)
+  if not fits then
+    payload = over_budget(node, #payload, used, budget)
+    failed = true
+    r.final = true
+    r.deadLetter = false
+    fits, used = fits_budget(t, #payload)
+  end
+  stored_bytes = used
+end
 
 -- Rounds of input (the node parked and resumed) are attempts too, but not failed ones.
 local tries = r.attempt - tonumber(t[nf(node, 'rounds')] or '0')
@@ -62,6 +83,10 @@ elseif failed then
 end
 -- The node's fields, written with the task's when the task settles now (one command).
 local node_fields = {nf(node, 'status'), node_status, nf(node, 'finishedAt'), now}
+if stored_bytes then
+  node_fields[#node_fields + 1] = 'bytes'
+  node_fields[#node_fields + 1] = stored_bytes
+end
 local dead_letter = ''
 -- A reply after this point also says whether a dead letter was written, for the worker's metrics.
 local function reply(outcome, fields)
@@ -133,9 +158,17 @@ if failed and n.onFailure == 'fail' then
   -- A failed graph is a tool-level failure, like a tool's isError: its result says which node
   -- failed and how every node ended (completed with isError on 2026-07-28; failed, with the
   -- result kept, on 2025-11-25).
-  local result = '{"content":[{"type":"text","text":' .. cjson.encode('Failed: ' .. reason) ..
-    '}],"structuredContent":{"failedNode":' .. cjson.encode(node) .. ',"nodes":' .. node_outcomes(KEYS[2]) ..
-    '},"isError":true}'
+  local function failure_result(with_outputs)
+    return '{"content":[{"type":"text","text":' .. cjson.encode('Failed: ' .. reason) ..
+      '}],"structuredContent":{"failedNode":' .. cjson.encode(node) .. ',"nodes":' ..
+      node_outcomes(KEYS[2], with_outputs) .. '},"isError":true}'
+  end
+  local result = failure_result(true)
+  if not fits_budget({maxBytes = t.maxBytes, bytes = stored_bytes}, #result) then
+    -- Every node's outputs again would pass the budget: the outcomes say how each node ended, and
+    -- why the failed ones failed.
+    result = failure_result(false)
+  end
   local status = 'completed'
   if t.wire == '2025-11-25' then
     status = 'failed'

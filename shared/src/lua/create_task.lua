@@ -16,8 +16,12 @@
 --   may turn into the client's task), call (bool: KEYS ends with the call key), logLevel (the
 --   least severe level of logged messages the client gets, or "")
 -- Returns JSON: {"outcome":"created"} | {"outcome":"exists"} | {"outcome":"duplicate","task":id}
---   | {"outcome":"conflict","task":id}
---   | {"outcome":"limit","limit":name,"current":n,"max":n,"tool":name}
+--   | {"outcome":"conflict","task":id} | {"outcome":"budget","size":n,"max":n} (the arguments alone
+--   pass the task's byte budget)
+--   | {"outcome":"limit","limit":name,"current":n,"max":n,"needed":n,"tool":name,"live":n,"nodes":n,
+--   "queued":n} (needed: what this task would add to the count)
+--   (live, nodes: the owner's live tasks and the nodes they hold in this shard; queued: the
+--   shard's queued nodes)
 local r = cjson.decode(ARGV[1])
 local keys = {task = KEYS[1], nodes = KEYS[2], load = KEYS[3]}
 local queue_count = #r.queues
@@ -39,6 +43,9 @@ end
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return cjson.encode({outcome = 'exists'})
 end
+if r.maxBytes > 0 and r.bytes > r.maxBytes then
+  return cjson.encode({outcome = 'budget', size = r.bytes, max = r.maxBytes})
+end
 
 local roots, roots_by_tool = 0, {}
 for _, n in ipairs(r.nodes) do
@@ -47,24 +54,31 @@ for _, n in ipairs(r.nodes) do
     roots_by_tool[n.tool] = (roots_by_tool[n.tool] or 0) + 1
   end
 end
+-- Each limit is this shard's share of the deployment's (-1: none); the shares add up to the
+-- configured figure, and a gateway refused here tries the other shards before it refuses the call.
 local lim = r.limits
-if lim.live > 0 or lim.queued > 0 or lim.perTool > 0 then
-  local load = redis.call('HMGET', KEYS[3], 'live:' .. r.owner, 'queued')
+if lim.live >= 0 or lim.queued >= 0 or lim.perTool >= 0 or lim.nodes >= 0 then
+  local load = redis.call('HMGET', KEYS[3], 'live:' .. r.owner, 'queued', 'nodes:' .. r.owner)
   local live, queued = tonumber(load[1] or '0'), tonumber(load[2] or '0')
-  local function over(limit, current, max, tool)
-    return cjson.encode({outcome = 'limit', limit = limit, current = current, max = max, tool = tool or ''})
+  local held = live + tonumber(load[3] or '0')
+  local function over(limit, current, max, needed, tool)
+    return cjson.encode({outcome = 'limit', limit = limit, current = current, max = max, needed = needed,
+      tool = tool or '', live = live, nodes = held, queued = queued})
   end
-  if lim.live > 0 and live + 1 > lim.live then
-    return over('live_tasks_per_principal', live, lim.live)
+  if lim.live >= 0 and live + 1 > lim.live then
+    return over('live_tasks_per_principal', live, lim.live, 1)
   end
-  if lim.queued > 0 and queued + roots > lim.queued then
-    return over('queued_nodes', queued, lim.queued)
+  if lim.nodes >= 0 and held + #r.nodes > lim.nodes then
+    return over('nodes_per_principal', held, lim.nodes, #r.nodes)
   end
-  if lim.perTool > 0 then
+  if lim.queued >= 0 and queued + roots > lim.queued then
+    return over('queued_nodes', queued, lim.queued, roots)
+  end
+  if lim.perTool >= 0 then
     for tool, count in pairs(roots_by_tool) do
       local current = tonumber(redis.call('HGET', KEYS[3], 'queued:' .. tool) or '0')
       if string.sub(tool, 1, 1) ~= '$' and current + count > lim.perTool then
-        return over('queued_nodes_per_tool', current, lim.perTool, tool)
+        return over('queued_nodes_per_tool', current, lim.perTool, count, tool)
       end
     end
   end
@@ -92,6 +106,14 @@ if r.logLevel ~= '' then
   task_fields[#task_fields + 1] = 'logLevel'
   task_fields[#task_fields + 1] = r.logLevel
 end
+if r.maxBytes > 0 then
+  task_fields[#task_fields + 1] = 'maxBytes'
+  task_fields[#task_fields + 1] = r.maxBytes
+  if #r.nodes > 1 then
+    task_fields[#task_fields + 1] = 'bytes'
+    task_fields[#task_fields + 1] = r.bytes
+  end
+end
 if r.escalable then
   task_fields[#task_fields + 1] = 'escalable'
   task_fields[#task_fields + 1] = '1'
@@ -101,6 +123,7 @@ if r.answers ~= '' and #r.nodes == 1 then
   task_fields[#task_fields + 1] = r.answers
 end
 redis.call('HINCRBY', KEYS[3], 'live:' .. r.owner, 1)
+hold_nodes(KEYS[3], r.owner, #r.nodes - 1)
 if #r.nodes == 1 then
   -- A single call: the task and its node in one write.
   write_node(keys, streams, r.id, r.nodes[1], r.trace, task_fields)

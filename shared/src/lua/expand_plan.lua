@@ -14,7 +14,7 @@ local n = node_state(KEYS[2], node)
 if n.status ~= 'running' or n.attempt ~= r.attempt then
   return cjson.encode({outcome = 'stale'})
 end
-local t = redis.call('HMGET', KEYS[1], 'status', 'kind', 'traceparent', 'queues')
+local t = redis.call('HMGET', KEYS[1], 'status', 'kind', 'traceparent', 'queues', 'owner', 'maxBytes', 'bytes')
 if t[1] ~= 'working' then
   return cjson.encode({outcome = 'dropped'})
 end
@@ -25,6 +25,15 @@ for _, p in ipairs(r.nodes) do
   if redis.call('HEXISTS', KEYS[2], nf(p.id, 'status')) == 1 then
     return cjson.encode({outcome = 'refused', reason = 'planned node id ' .. p.id .. ' is already taken'})
   end
+end
+local planned_bytes = #r.output
+for _, p in ipairs(r.nodes) do
+  planned_bytes = planned_bytes + #p.args
+end
+local fits, used, budget = fits_budget({maxBytes = t[6], bytes = t[7]}, planned_bytes)
+if not fits then
+  return cjson.encode({outcome = 'refused', reason = 'the planned graph takes ' .. planned_bytes ..
+    ' bytes, which passes the task\'s budget of ' .. budget .. ' bytes (max_task_bytes)'})
 end
 local streams = {}
 for i = 1, #r.queues do
@@ -40,7 +49,9 @@ for _, p in ipairs(r.nodes) do
   write_node(keys, streams, r.task, p, t[3])
 end
 local message = 'Planned ' .. #r.nodes .. ' nodes'
-redis.call('HSET', KEYS[1], 'kind', 'dag', 'outputNode', r.planOutput, 'nodeCount', 1 + #r.nodes,
+-- The planned nodes join what the owner's live tasks hold.
+hold_nodes(KEYS[3], t[5] or '', #r.nodes)
+redis.call('HSET', KEYS[1], 'bytes', used, 'kind', 'dag', 'outputNode', r.planOutput, 'nodeCount', 1 + #r.nodes,
   'nodesSettled', 1, 'weightTotal', weight_total, 'weightSettled', n.weight, 'progress', n.weight,
   'total', weight_total, 'statusMessage', message, 'updatedAt', r.now, 'queues', cjson.encode(r.queues))
 notify(KEYS[1], cjson.encode({task = r.task, type = 'progress', progress = tonumber(n.weight),

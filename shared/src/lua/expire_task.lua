@@ -8,7 +8,7 @@
 -- Returns JSON: {"outcome": "expired" (with settled: "expired" and tool when the task was unsettled)
 --   | "notYet" | "gone"}
 local r = cjson.decode(ARGV[1])
-local t = redis.call('HMGET', KEYS[1], 'status', 'owner', 'createdAt', 'ttlMs', 'tool', 'traceparent')
+local t = redis.call('HMGET', KEYS[1], 'status', 'owner', 'createdAt', 'ttlMs', 'tool', 'traceparent', 'nodeCount')
 if not t[1] then
   redis.call('ZREM', KEYS[4], r.task)
   redis.call('ZREM', KEYS[5], r.task)
@@ -26,6 +26,7 @@ if is_live(t[1]) then
   reply.task = r.task
   reply.trace = t[6]
   redis.call('HINCRBY', KEYS[3], 'live:' .. t[2], -1)
+  hold_nodes(KEYS[3], t[2], 1 - (tonumber(t[7]) or 1))
   drop_queued(KEYS[2], KEYS[3], nil)
   notify(KEYS[1], cjson.encode({task = r.task, type = 'expired'}))
   redis.call('SPUBLISH', r.cancelChannel, r.task)

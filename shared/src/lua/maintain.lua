@@ -3,9 +3,11 @@
 -- has run out. The holder then runs one per-task script for each (promote_retry, expire_task).
 --
 -- KEYS[1] the shard's maintenance lease   KEYS[2] retry zset   KEYS[3] expiring zset
+-- KEYS[4] the shard's load hash
 -- ARGV[1] the record (JSON): worker, now, leaseMs, max
 -- Returns JSON: {"held": false} when another worker holds the lease, else {"held": true,
---   "retries": [members], "expired": [task ids], "nextDueMs": ms or null}
+--   "retries": [members], "expired": [task ids], "nextDueMs": ms or null, "setAside": n (nodes set
+--   aside in the shard's held lists)}
 local r = cjson.decode(ARGV[1])
 local holder = redis.call('GET', KEYS[1])
 if holder and holder ~= r.worker then
@@ -24,7 +26,9 @@ for _, key in ipairs({KEYS[2], KEYS[3]}) do
     end
   end
 end
-local reply = {held = true, retries = retries, expired = expired, nextDueMs = next_due or cjson.null}
+local set_aside = tonumber(redis.call('HGET', KEYS[4], 'held') or '0')
+local reply = {held = true, retries = retries, expired = expired, nextDueMs = next_due or cjson.null,
+  setAside = set_aside}
 if #retries == 0 then
   reply.retries = cjson.null
 end

@@ -31,6 +31,31 @@ local function enqueue(nodes, stream, load, task_id, node, tool, trace)
   return entry
 end
 
+-- Whether `entry` is the stream entry node `n` may start from: the one bound to it, or any entry
+-- of a node that was set aside (queued, with no entry: it went back to its stream unbound, see
+-- release_held).
+local function is_current(n, entry)
+  return n.entry == entry or (n.status == 'queued' and n.entry == '')
+end
+
+-- Nodes set aside in a queue's held list go back to its stream, up to `count`, oldest first: a
+-- slot of that queue came free. Each keeps no entry until a worker starts it (is_current). An
+-- item whose node has moved on meanwhile is skipped by the start that reads it.
+local function release_held(held, stream, load, count)
+  local items = redis.call('LPOP', held, count)
+  if not items then
+    return 0
+  end
+  for _, item in ipairs(items) do
+    local task, node, trace = string.match(item, '^([^\t]*)\t([^\t]*)\t(.*)$')
+    if task then
+      redis.call('XADD', stream, '*', 'task', task, 'node', node, 'trace', trace)
+    end
+  end
+  redis.call('HINCRBY', load, 'held', -#items)
+  return #items
+end
+
 -- A queued node leaves its queue (started, dropped, cancelled or expired).
 local function dequeued(load, tool, count)
   redis.call('HINCRBY', load, 'queued', -(count or 1))
@@ -82,10 +107,20 @@ local function status_event(task_id, status, message, field, value, inline_max)
   return event .. '}'
 end
 
--- A live task ends: its status never changes again, it leaves its owner's live count and the
--- expiry index, its keys expire when its TTL (counted from creation) runs out, and its waiters
--- hear of it. `t` holds the task's owner, createdAt, ttlMs and (when read) waiters; `extra` are
--- more fields to write to the task's hash in the same command (the settling node's).
+-- The count of nodes an owner's live tasks hold beyond their first (`nodes:<owner>` in the load
+-- hash) moves by `delta`. With the live count (one per task) it says how many nodes the owner's
+-- live tasks hold; a single call has one node and never touches it.
+local function hold_nodes(load, owner, delta)
+  if delta ~= 0 then
+    redis.call('HINCRBY', load, 'nodes:' .. owner, delta)
+  end
+end
+
+-- A live task ends: its status never changes again, it leaves its owner's live and node counts
+-- and the expiry index, its keys expire when its TTL (counted from creation) runs out, and its
+-- waiters hear of it. `t` holds the task's owner, createdAt, ttlMs, nodeCount and (when read)
+-- waiters; `extra` are more fields to write to the task's hash in the same command (the settling
+-- node's).
 local function settle(keys, task_id, t, status, field, value, message, now, inline_max, extra)
   local fields = extra or {}
   fields[#fields + 1] = 'status'
@@ -100,6 +135,7 @@ local function settle(keys, task_id, t, status, field, value, message, now, inli
   end
   redis.call('HSET', keys.task, unpack(fields))
   redis.call('HINCRBY', keys.load, 'live:' .. t.owner, -1)
+  hold_nodes(keys.load, t.owner, 1 - (tonumber(t.nodeCount) or 1))
   redis.call('ZREM', keys.expiring, task_id)
   local expires = tonumber(t.createdAt) + tonumber(t.ttlMs)
   redis.call('PEXPIREAT', keys.task, expires)
@@ -107,6 +143,23 @@ local function settle(keys, task_id, t, status, field, value, message, now, inli
     redis.call('PEXPIREAT', keys.nodes, expires)
   end
   notify(keys.task, status_event(task_id, status, message, field, value, inline_max), t.waiters)
+end
+
+-- A task's budget of stored bytes (`maxBytes`, set at creation; 0 or absent: none) against what
+-- its nodes have stored so far (`bytes`). Returns whether `more` bytes still fit, and the total
+-- they would make.
+local function fits_budget(t, more)
+  local budget = tonumber(t.maxBytes or '0') or 0
+  local used = (tonumber(t.bytes or '0') or 0) + more
+  return budget <= 0 or used <= budget, used, budget
+end
+
+-- The error of a node whose output would pass its task's byte budget, as JSON text.
+local function over_budget(node, size, used, budget)
+  return cjson.encode({code = -32603,
+    message = 'node ' .. node .. ' would store ' .. size .. ' bytes, which passes its task\'s budget of ' ..
+      budget .. ' bytes (max_task_bytes; ' .. (used - size) .. ' already stored)',
+    data = {limit = 'max_task_bytes', max = budget, size = size}})
 end
 
 -- The stored record of a node, with the defaults a single tool call leaves out, and the named
@@ -186,10 +239,10 @@ local function pending_requests(task, owners)
 end
 
 -- Every node's outcome in a DAG task, as the JSON object text of a result's
--- `structuredContent.nodes`: status, attempts, duration, and the output of a completed node or the
--- error of a failed one (their stored texts, not decoded). Fields of input requests (`ask/...`,
--- `answer/...`) hold a `/`, which no node id does, and are left out.
-local function node_outcomes(task)
+-- `structuredContent.nodes`: status, attempts, duration, the error of a failed node and (with
+-- `with_outputs`) the output of a completed one (their stored texts, not decoded). Fields of input
+-- requests (`ask/...`, `answer/...`) hold a `/`, which no node id does, and are left out.
+local function node_outcomes(task, with_outputs)
   local fields = redis.call('HGETALL', task)
   local nodes, order = {}, {}
   for i = 1, #fields, 2 do
@@ -213,7 +266,7 @@ local function node_outcomes(task)
       end
       local item = '"status":' .. cjson.encode(n.status) .. ',"attempts":' .. (n.attempt or '0') ..
         ',"durationMs":' .. duration
-      if n.status == 'completed' and n.output then
+      if with_outputs and n.status == 'completed' and n.output then
         item = item .. ',"output":' .. n.output
       elseif n.error then
         item = item .. ',"error":' .. n.error

@@ -14,7 +14,7 @@ ack(KEYS[4], r.entry)
 if not status then
   return cjson.encode({outcome = 'dropped', reason = 'task no longer exists'})
 end
-if n.entry ~= r.entry or (n.status ~= 'running' and n.status ~= 'queued') then
+if not is_current(n, r.entry) or (n.status ~= 'running' and n.status ~= 'queued') then
   return cjson.encode({outcome = 'dropped', reason = 'not the current entry of its node'})
 end
 if not is_live(status) then

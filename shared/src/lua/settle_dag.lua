@@ -8,15 +8,27 @@
 -- Returns JSON: {"outcome": "settled" (with settled: the task's status, and tool) | "dropped"}
 local r = cjson.decode(ARGV[1])
 ack(KEYS[5], r.entry)
-local t = redis.call('HMGET', KEYS[1], 'status', 'ttlMs', 'wire', 'owner', 'createdAt', 'tool', 'traceparent')
+local t = redis.call('HMGET', KEYS[1], 'status', 'ttlMs', 'wire', 'owner', 'createdAt', 'tool', 'traceparent',
+  'nodeCount', 'maxBytes', 'bytes')
 if not is_live(t[1]) then
   return cjson.encode({outcome = 'dropped'})
 end
+local result, message, is_error = r.result, r.message, r.isError
+local fits, used, budget = fits_budget({maxBytes = t[9], bytes = t[10]}, #result)
+if not fits then
+  -- The assembled result repeats what the nodes stored; past the budget, the task fails saying so.
+  message = 'Failed: the result would be ' .. #result .. ' bytes, which passes the task\'s budget of ' .. budget ..
+    ' bytes (max_task_bytes; ' .. (used - #result) .. ' already stored)'
+  result = '{"content":[{"type":"text","text":' .. cjson.encode(message) ..
+    '}],"structuredContent":{"limit":"max_task_bytes","max":' .. budget .. ',"size":' .. #result .. '},"isError":true}'
+  is_error = true
+end
 local status = 'completed'
-if r.isError and t[3] == '2025-11-25' then
+if is_error and t[3] == '2025-11-25' then
   -- That revision's rule: a tool error fails the task (its result is still kept).
   status = 'failed'
 end
 settle({task = KEYS[1], nodes = KEYS[2], load = KEYS[3], expiring = KEYS[4]}, r.task,
-  {owner = t[4] or '', createdAt = t[5], ttlMs = t[2]}, status, 'result', r.result, r.message, r.now, r.inlineMax)
+  {owner = t[4] or '', createdAt = t[5], ttlMs = t[2], nodeCount = t[8]}, status, 'result', result, message,
+  r.now, r.inlineMax)
 return cjson.encode({outcome = 'settled', settled = status, tool = t[6], task = r.task, trace = t[7]})

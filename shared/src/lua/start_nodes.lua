@@ -1,41 +1,50 @@
 -- start_nodes: a worker starts a batch of work entries it read from one shard, in one step. Each
 -- entry either starts its node's next attempt (the attempt number is the fencing token, and the
--- entry is bound to it), is handed back to its queue (the worker has no free slot for it), or is
+-- entry is bound to it), is set aside because the worker already gives the node's owner its share
+-- of its slots, is handed back to its queue (the worker has no free slot for it), or is
 -- acknowledged and dropped (its task is gone or over, or it is not the node's current entry).
 --
--- KEYS[1] the shard's load hash, then for each item i: KEYS[3i-1] task hash, KEYS[3i] nodes hash,
---   KEYS[3i+1] the stream the entry came from
+-- A node set aside waits in its queue's held list, still queued but with no entry, so that the
+-- entries behind it (other principals' work) are read at once; it goes back to the stream when a
+-- node of that queue finishes in this shard (complete_node) or by the shard's maintenance.
+--
+-- KEYS[1] the shard's load hash, then for each item i: KEYS[4i-2] task hash, KEYS[4i-1] nodes
+--   hash, KEYS[4i] the stream the entry came from, KEYS[4i+1] that queue's held list
 -- ARGV[1] the record (JSON): now, worker, items (each: task, node, entry, trace, run (bool: false
---   hands the entry back))
+--   hands the entry back)), room (owner -> slots this worker still gives that owner), defaultRoom
+--   (slots it gives an owner not in room; -1: no share)
 -- Returns JSON: one result per item, in order:
 --   {"outcome":"run","attempt":n,"tool":t,"args":json-text,"token":json-text,"timeoutMs":n,
 --    "losses":n,"queues":[...],"kind":k,"answers":json-text,"state":json-text,"caps":json-text,
---    "logLevel":level-or-""}
+--    "logLevel":level-or-"","owner":o}
 --   (answers and state: what a parked node was given when it resumed, or "")
---   | {"outcome":"handedBack"} | {"outcome":"skip","reason":text}
+--   | {"outcome":"deferred"} | {"outcome":"handedBack"} | {"outcome":"skip","reason":text}
 local r = cjson.decode(ARGV[1])
 local load = KEYS[1]
+local room = r.room
 local results = {}
 for i, item in ipairs(r.items) do
-  local task, nodes, stream = KEYS[3 * i - 1], KEYS[3 * i], KEYS[3 * i + 1]
+  local task, nodes, stream, held = KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i], KEYS[4 * i + 1]
   local node = item.node
   local n = node_state(nodes, node, {'status', 'kind', 'progressToken', 'nodesSettled', 'nodeCount',
-    'queues', 'createdAt', 'ttlMs', 'clientCaps', nf(node, 'answers'), nf(node, 'state'), 'logLevel'})
+    'queues', 'createdAt', 'ttlMs', 'clientCaps', nf(node, 'answers'), nf(node, 'state'), 'logLevel', 'owner'})
   local t = n.task
+  local owner = t.owner or ''
   local result
   local function run(attempt)
     return {outcome = 'run', attempt = attempt, tool = n.tool, args = n.args or '{}', token = t.progressToken or '',
       timeoutMs = n.timeoutMs, losses = n.losses, queues = cjson.decode(t.queues or '[]'), kind = t.kind or 'single',
       answers = t[nf(node, 'answers')] or '', state = t[nf(node, 'state')] or '', caps = t.clientCaps or '{}',
-      logLevel = t.logLevel or ''}
+      logLevel = t.logLevel or '', owner = owner}
   end
+  local left = room[owner] or r.defaultRoom
   if n.status == 'running' and n.entry == item.entry then
     -- This worker already started it (its reply was lost and the batch was sent again).
     result = run(n.attempt)
   elseif not t.status then
     ack(stream, item.entry)
     result = {outcome = 'skip', reason = 'task no longer exists'}
-  elseif n.status ~= 'queued' or n.entry ~= item.entry then
+  elseif n.status ~= 'queued' or not is_current(n, item.entry) then
     ack(stream, item.entry)
     result = {outcome = 'skip', reason = 'not the current entry of node ' .. node .. ' (' .. tostring(n.status) .. ')'}
   elseif not item.run then
@@ -52,17 +61,33 @@ for i, item in ipairs(r.items) do
     -- Past its TTL: the shard's maintenance expires the task and frees its load.
     ack(stream, item.entry)
     result = {outcome = 'skip', reason = 'task expired'}
+  elseif left >= 0 and left < 1 then
+    -- The worker's share for this owner is taken: set aside, so that what follows it is read.
+    ack(stream, item.entry)
+    redis.call('RPUSH', held, item.task .. '\t' .. node .. '\t' .. (item.trace or ''))
+    redis.call('HINCRBY', load, 'held', 1)
+    redis.call('HSET', nodes, nf(node, 'entry'), '')
+    result = {outcome = 'deferred'}
   else
+    if left >= 0 then
+      room[owner] = left - 1
+    end
     dequeued(load, n.tool)
     local attempt = n.attempt + 1
-    if t.kind == 'dag' then
-      redis.call('HSET', nodes, nf(node, 'status'), 'running', nf(node, 'attempt'), attempt,
-        nf(node, 'startedAt'), r.now, nf(node, 'worker'), r.worker, 'updatedAt', r.now, 'statusMessage',
-        'Running ' .. node .. ' (' .. t.nodesSettled .. ' of ' .. t.nodeCount .. ' nodes settled)')
-    else
-      redis.call('HSET', nodes, nf(node, 'status'), 'running', nf(node, 'attempt'), attempt,
-        nf(node, 'startedAt'), r.now, nf(node, 'worker'), r.worker)
+    local fields = {nf(node, 'status'), 'running', nf(node, 'attempt'), attempt, nf(node, 'startedAt'), r.now,
+      nf(node, 'worker'), r.worker}
+    if n.entry ~= item.entry then
+      -- A node that was set aside is bound to the entry it starts from now.
+      fields[#fields + 1] = nf(node, 'entry')
+      fields[#fields + 1] = item.entry
     end
+    if t.kind == 'dag' then
+      fields[#fields + 1] = 'updatedAt'
+      fields[#fields + 1] = r.now
+      fields[#fields + 1] = 'statusMessage'
+      fields[#fields + 1] = 'Running ' .. node .. ' (' .. t.nodesSettled .. ' of ' .. t.nodeCount .. ' nodes settled)'
+    end
+    redis.call('HSET', nodes, unpack(fields))
     result = run(attempt)
   end
   results[i] = result

@@ -2,16 +2,25 @@
 -- its events): its inbox channel joins the task's waiters, and the task is read in the same step,
 -- so that no event can fall between the read and the wait.
 --
+-- The owner is checked before anything is written: a waiter that may not see the task reads it
+-- (so that the refusal can be told and audited) but never joins it.
+--
 -- KEYS[1] task hash
--- ARGV[1] the waiter's inbox channel   ARGV[2 ..] the task fields to read
+-- ARGV[1] the waiter's inbox channel   ARGV[2] the owner the waiter may see ("" for any)
+-- ARGV[3 ..] the task fields to read
 -- Returns the values of those fields (all nil when there is no such task).
 local fields = {}
-for i = 2, #ARGV do
+for i = 3, #ARGV do
   fields[#fields + 1] = ARGV[i]
 end
-local values = redis.call('HMGET', KEYS[1], 'waiters', unpack(fields))
+local values = redis.call('HMGET', KEYS[1], 'waiters', 'owner', unpack(fields))
 if not values[1] and redis.call('EXISTS', KEYS[1]) == 0 then
   return {}
+end
+if ARGV[2] ~= '' and values[2] ~= ARGV[2] then
+  table.remove(values, 1)
+  table.remove(values, 1)
+  return values
 end
 local waiters = cjson.decode(values[1] or '[]')
 local known = false
@@ -22,5 +31,6 @@ if not known then
   waiters[#waiters + 1] = ARGV[1]
   redis.call('HSET', KEYS[1], 'waiters', cjson.encode(waiters))
 end
+table.remove(values, 1)
 table.remove(values, 1)
 return values

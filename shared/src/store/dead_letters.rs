@@ -92,7 +92,7 @@ impl Store {
         } else {
             let upstream: Vec<String> = references.into_iter().map(|(from, _)| from).collect();
             let outputs = self.node_outputs(&letter.task_id, &upstream).await?;
-            match dag::resolve_references(&letter.arguments, &outputs) {
+            match dag::resolve_bounded(&letter.arguments, &outputs, &dag::ResolveLimits::default()) {
                 Ok(resolved) => resolved,
                 Err(e) => {
                     return Ok(Err(format!(
@@ -102,7 +102,7 @@ impl Store {
             }
         };
         let original = self.get_task(&letter.task_id).await?;
-        let new = NewTask {
+        let mut new = NewTask {
             task_id: new_task_id(self.pick_shard()),
             owner: letter.owner.clone(),
             tool: letter.tool.clone(),
@@ -126,8 +126,9 @@ impl Store {
             escalable: false,
             call_key: None,
             log_level: None,
+            max_bytes: 0,
         };
-        if self.create_task(&new, &Limits::default()).await? != Created::Created {
+        if self.create_task_spread(&mut new, &Limits::default(), |_, _| {}).await? != Created::Created {
             return Ok(Err("task id collision; run the retry again".to_owned()));
         }
         let key = shard.dead_letters();

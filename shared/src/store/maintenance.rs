@@ -19,8 +19,9 @@ use crate::telemetry::context::LostAttempt;
 pub enum MaintainOutcome {
     /// Another worker holds the shard's lease.
     HeldElsewhere,
-    /// This worker holds it: these retries and expiries are due, and the next falls due then.
-    Due { retries: Vec<String>, expired: Vec<String>, next_due_ms: Option<u64> },
+    /// This worker holds it: these retries and expiries are due, the next falls due then, and
+    /// this many nodes are set aside in the shard's held lists.
+    Due { retries: Vec<String>, expired: Vec<String>, next_due_ms: Option<u64>, set_aside: u64 },
 }
 
 /// What became of an entry taken over from a lost worker.
@@ -43,6 +44,13 @@ struct MaintainReply {
     expired: Option<Vec<String>>,
     #[serde(default)]
     next_due_ms: Option<f64>,
+    #[serde(default)]
+    set_aside: i64,
+}
+
+#[derive(Deserialize)]
+struct ReleaseReply {
+    released: u64,
 }
 
 #[derive(Deserialize)]
@@ -78,7 +86,7 @@ impl Store {
         lease: Duration,
         max: usize,
     ) -> Result<MaintainOutcome, StoreError> {
-        let keys = [shard.maintenance_lease(), shard.retries(), shard.expiring()];
+        let keys = [shard.maintenance_lease(), shard.retries(), shard.expiring(), shard.load()];
         let record =
             json!({"worker": worker, "now": now_ms(), "leaseMs": lease.as_millis() as u64, "max": max});
         let reply: MaintainReply = self.script(&scripts::MAINTAIN, &keys, &record).await?;
@@ -89,7 +97,17 @@ impl Store {
             retries: reply.retries.unwrap_or_default(),
             expired: reply.expired.unwrap_or_default(),
             next_due_ms: reply.next_due_ms.map(|ms| ms as u64),
+            set_aside: u64::try_from(reply.set_aside).unwrap_or(0),
         })
+    }
+
+    /// Puts up to `count` nodes set aside in `queue`'s held list of `shard` back on its stream.
+    /// Returns how many went back.
+    pub async fn release_held(&self, shard: Shard, queue: &str, count: u64) -> Result<u64, StoreError> {
+        let keys = [shard.held(queue), shard.queue(queue), shard.load()];
+        let reply: ReleaseReply =
+            self.script(&scripts::RELEASE_HELD, &keys, &json!({"count": count.max(1)})).await?;
+        Ok(reply.released)
     }
 
     /// Queues a due retry (a member of the shard's retry set) again. Returns whether it was.

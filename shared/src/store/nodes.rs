@@ -30,6 +30,8 @@ pub struct Attempt {
     pub stream: String,
     pub entry_id: String,
     pub traceparent: Option<String>,
+    /// The principal the task belongs to, whose share of the worker's slots the attempt takes.
+    pub owner: String,
 }
 
 /// What a worker must do with one entry of a batch it read.
@@ -58,10 +60,31 @@ pub enum StartOutcome {
         /// The least severe level of logged messages the client wants; `None`: none.
         log_level: Option<crate::model::LogLevel>,
     },
+    /// The worker gives the node's owner all the slots it may have: the node was set aside (its
+    /// queue's held list) until a slot of its queue comes free, so that other owners' work behind
+    /// it starts now.
+    Deferred,
     /// The entry went back to its queue for another worker (this one had no free slot).
     HandedBack,
     /// The entry was acknowledged without running, for the given reason.
     Skip(String),
+}
+
+/// How many more of a worker's slots each owner may take, for a batch it starts: owners at zero
+/// have their nodes set aside ([`StartOutcome::Deferred`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SlotShares {
+    /// Owners the worker runs nodes of now, and how many more each may take.
+    pub room: HashMap<String, u64>,
+    /// How many an owner not in `room` may take; `None`: any number.
+    pub default: Option<u64>,
+}
+
+impl SlotShares {
+    /// No share: every owner may take every slot.
+    pub fn unlimited() -> Self {
+        Self::default()
+    }
 }
 
 /// How a completion was taken.
@@ -113,12 +136,15 @@ struct RunReply {
     caps: String,
     #[serde(default)]
     log_level: String,
+    #[serde(default)]
+    owner: String,
 }
 
 #[derive(Deserialize)]
 #[serde(tag = "outcome", rename_all = "camelCase")]
 enum StartReply {
     Run(Box<RunReply>),
+    Deferred,
     HandedBack,
     Skip { reason: String },
 }
@@ -210,6 +236,7 @@ impl Store {
         items: &[WorkItem],
         run: usize,
         worker: &str,
+        shares: &SlotShares,
     ) -> Result<Vec<StartOutcome>, StoreError> {
         if items.is_empty() {
             return Ok(Vec::new());
@@ -220,12 +247,16 @@ impl Store {
             keys.push(shard.task(&item.task_id));
             keys.push(shard.nodes(&item.task_id));
             keys.push(item.stream.clone());
+            keys.push(shard.held(crate::keys::queue_of_stream(&item.stream).unwrap_or_default()));
             rows.push(json!({
                 "task": item.task_id, "node": item.node_id, "entry": item.entry_id,
                 "trace": item.traceparent.clone().unwrap_or_default(), "run": i < run,
             }));
         }
-        let record = json!({"now": now_ms(), "worker": worker, "items": rows});
+        let default_room = shares.default.map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX));
+        let record = json!({
+            "now": now_ms(), "worker": worker, "items": rows, "room": shares.room, "defaultRoom": default_room,
+        });
         let replies: Vec<StartReply> = self.script(&scripts::START_NODES, &keys, &record).await?;
         if replies.len() != items.len() {
             return Err(StoreError::Corrupt(format!(
@@ -253,6 +284,7 @@ impl Store {
                             state,
                             caps,
                             log_level,
+                            owner,
                         } = *run;
                         let arguments = serde_json::from_str(&args)
                             .map_err(|e| StoreError::Corrupt(format!("node arguments: {e}")))?;
@@ -281,6 +313,7 @@ impl Store {
                                 stream: item.stream.clone(),
                                 entry_id: item.entry_id.clone(),
                                 traceparent: item.traceparent.clone(),
+                                owner,
                             }),
                             tool,
                             arguments,
@@ -294,6 +327,7 @@ impl Store {
                             log_level: log_level.parse().ok(),
                         }
                     }
+                    StartReply::Deferred => StartOutcome::Deferred,
                     StartReply::HandedBack => StartOutcome::HandedBack,
                     StartReply::Skip { reason } => StartOutcome::Skip(reason),
                 })
@@ -393,14 +427,17 @@ impl Store {
 
     /// Settles an attempt with the tool's outcome, or as cancelled when `outcome` is `None`; with
     /// `final_failure` a failure is not retried whatever retries are left (a node that lost its
-    /// worker too often). Acknowledges the attempt's entry in the same script.
+    /// worker too often). An outcome larger than `max_output_bytes` of JSON (0: no limit) is not
+    /// stored: the node fails for good with an error that names the limit. Acknowledges the
+    /// attempt's entry in the same script.
     pub async fn complete(
         &self,
         attempt: &Attempt,
         outcome: Option<&ToolOutcome>,
         final_failure: bool,
+        max_output_bytes: usize,
     ) -> Result<CompleteOutcome, StoreError> {
-        self.complete_with(attempt, outcome, final_failure, true).await
+        self.complete_with(attempt, outcome, final_failure, true, max_output_bytes).await
     }
 
     /// Fails an attempt that was refused before it could do anything (it asked the client for
@@ -411,15 +448,16 @@ impl Store {
         attempt: &Attempt,
         error: RpcError,
     ) -> Result<CompleteOutcome, StoreError> {
-        self.complete_with(attempt, Some(&ToolOutcome::Error(error)), true, false).await
+        self.complete_with(attempt, Some(&ToolOutcome::Error(error)), true, false, 0).await
     }
 
     async fn complete_with(
         &self,
         attempt: &Attempt,
         outcome: Option<&ToolOutcome>,
-        final_failure: bool,
-        dead_letter: bool,
+        mut final_failure: bool,
+        mut dead_letter: bool,
+        max_output_bytes: usize,
     ) -> Result<CompleteOutcome, StoreError> {
         // What is stored must stay readable by every reader (serde_json stops at 128 levels, and
         // the record wraps the result): a deeper outcome fails the node instead of the readers.
@@ -465,6 +503,29 @@ impl Store {
                 ));
             }
         };
+        let (status, payload, is_error, message) = if max_output_bytes > 0 && payload.len() > max_output_bytes
+        {
+            // Another attempt would most likely produce as much again, and an operator cannot
+            // make it smaller: no retry, no dead letter.
+            final_failure = true;
+            dead_letter = false;
+            let error = RpcError {
+                code: -32603,
+                message: format!(
+                    "the node's {} is {} bytes of JSON; a node may store at most {max_output_bytes} (max_node_output_bytes)",
+                    if status == "failed" { "error" } else { "result" },
+                    payload.len()
+                ),
+                data: Some(
+                    json!({"limit": "max_node_output_bytes", "max": max_output_bytes, "size": payload.len()}),
+                ),
+            };
+            let message = format!("Failed: {}", error.message);
+            let payload = serde_json::to_string(&error).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            ("failed", payload, false, message)
+        } else {
+            (status, payload, is_error, message)
+        };
         let shard = attempt.shard;
         let mut keys = vec![
             shard.task(&attempt.task_id),
@@ -475,8 +536,10 @@ impl Store {
             shard.dead_letters(),
         ];
         keys.extend(attempt.queues.iter().map(|q| shard.queue(q)));
+        keys.extend(attempt.queues.iter().map(|q| shard.held(q)));
         let record = json!({
             "task": attempt.task_id, "node": attempt.node_id, "attempt": attempt.attempt, "now": now_ms(),
+            "queueCount": attempt.queues.len(),
             "outcome": status, "payload": payload, "isError": is_error, "message": message,
             "jitter": rand::random::<f64>(), "maxBackoffMs": dag::MAX_BACKOFF_MS, "final": final_failure,
             "deadLetter": dead_letter,
@@ -566,12 +629,13 @@ impl Store {
         Ok(matches!(reply, SettleReply::Settled))
     }
 
-    /// The stored outputs of some nodes of a task, by node id (nodes without one are left out).
+    /// The stored outputs of some nodes of a task as their JSON text, by node id (nodes without
+    /// one are left out): parsed by whoever needs them, within its own bounds.
     pub async fn node_outputs(
         &self,
         task_id: &str,
         node_ids: &[String],
-    ) -> Result<HashMap<String, Value>, StoreError> {
+    ) -> Result<HashMap<String, String>, StoreError> {
         let Some(shard) = self.shard_of(task_id) else { return Ok(HashMap::new()) };
         if node_ids.is_empty() {
             return Ok(HashMap::new());
@@ -580,11 +644,7 @@ impl Store {
         let fields: Vec<String> = node_ids.iter().map(|n| format!("{n}:output")).collect();
         let values: Vec<Option<String>> =
             self.query(|| redis::cmd("HMGET").arg(&key).arg(&fields).clone()).await?;
-        Ok(node_ids
-            .iter()
-            .zip(values)
-            .filter_map(|(id, v)| Some((id.clone(), serde_json::from_str(&v?).ok()?)))
-            .collect())
+        Ok(node_ids.iter().zip(values).filter_map(|(id, v)| Some((id.clone(), v?))).collect())
     }
 
     /// The queue of each tool, as the catalog knows it (for planned graphs and dead-letter retries).

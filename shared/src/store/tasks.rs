@@ -55,6 +55,9 @@ pub struct NewTask {
     /// A synchronous call whose tool may turn it into the client's task ([`TaskMode::Sync`] only):
     /// it is indexed for its owner from the start, and listed once it escalates.
     pub escalable: bool,
+    /// The bytes the task may store in Redis in all (its arguments, its nodes' outputs, its
+    /// result): a node that would pass it fails with an error naming `max_task_bytes`. 0: none.
+    pub max_bytes: u64,
 }
 
 /// What `create_task` did.
@@ -69,37 +72,88 @@ pub enum Created {
     Conflict(String),
     /// An overload limit would be exceeded (nothing written).
     OverLimit(LimitHit),
+    /// The task's arguments alone would take more than its byte budget (nothing written).
+    OverBudget {
+        size: u64,
+        max: u64,
+    },
 }
 
 /// Which overload limit a call hit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LimitHit {
-    /// `queued_nodes`, `queued_nodes_per_tool` or `live_tasks_per_principal`.
+    /// `queued_nodes`, `queued_nodes_per_tool`, `live_tasks_per_principal` or
+    /// `nodes_per_principal`.
     pub limit: String,
-    /// The count in the task's shard, and the shard's share of the limit.
+    /// The count it is measured on, and the limit: over the whole deployment once every shard
+    /// was tried ([`Store::create_task_spread`]); in one shard, and its share, from
+    /// [`Store::create_task`].
     pub current: u64,
     pub max: u64,
+    /// What the refused task would have added to the count (1 task, or its nodes).
+    pub needed: u64,
     /// The tool, for the per-tool limit.
     pub tool: Option<String>,
+    /// This shard's counts of the owner (live tasks, nodes they hold) and of queued nodes, so
+    /// that refusals from every shard add up to the deployment's.
+    pub counts: LoadCounts,
+}
+
+/// What one shard counts of an owner and of its queues when it refuses a task.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub struct LoadCounts {
+    #[serde(default)]
+    pub live: u64,
+    #[serde(default)]
+    pub nodes: u64,
+    #[serde(default)]
+    pub queued: u64,
 }
 
 /// Overload limits a new task is checked against, for the whole deployment; 0 means no limit.
-/// Each shard enforces its share (the limit divided by the shard count, rounded up).
+/// Each shard holds a share, and the shares add up to the limit exactly: a call refused by its
+/// shard tries the others ([`Store::create_task_spread`]), so a configured limit admits exactly
+/// that many, wherever a slot is free.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Limits {
     pub max_queued: u64,
     pub max_queued_per_tool: u64,
     pub max_live_per_principal: u64,
+    /// Nodes one principal's unfinished tasks may hold (a single call holds one): its share of
+    /// what the deployment queues.
+    pub max_nodes_per_principal: u64,
 }
 
 impl Limits {
-    fn per_shard(self, shards: u16) -> Value {
-        let share = |limit: u64| if limit == 0 { 0 } else { limit.div_ceil(u64::from(shards.max(1))) };
+    /// Shard `shard`'s share of each limit (-1: no limit): the limit divided by the shard count,
+    /// the remainder going one each to the first shards.
+    fn for_shard(self, shard: Shard, shards: u16) -> Value {
+        let shards = u64::from(shards.max(1));
+        let k = u64::from(shard.0);
+        let share = |limit: u64| -> i64 {
+            if limit == 0 {
+                return -1;
+            }
+            let share = limit / shards + u64::from(k < limit % shards);
+            i64::try_from(share).unwrap_or(i64::MAX)
+        };
         json!({
             "queued": share(self.max_queued),
             "perTool": share(self.max_queued_per_tool),
             "live": share(self.max_live_per_principal),
+            "nodes": share(self.max_nodes_per_principal),
         })
+    }
+
+    /// The configured figure of a limit, by the name a refusal gives it.
+    fn configured(&self, limit: &str) -> u64 {
+        match limit {
+            "queued_nodes" => self.max_queued,
+            "queued_nodes_per_tool" => self.max_queued_per_tool,
+            "live_tasks_per_principal" => self.max_live_per_principal,
+            "nodes_per_principal" => self.max_nodes_per_principal,
+            _ => 0,
+        }
     }
 }
 
@@ -139,8 +193,10 @@ pub enum AnswerOutcome {
     Answered { remaining: u32, resumed: u32 },
     /// The task waits for no input (it has this status); nothing changed.
     NotWaiting(String),
-    /// No such task for this owner.
+    /// No such task.
     Missing,
+    /// The task is another owner's; nothing changed.
+    Denied,
 }
 
 /// How `tasks/cancel` found the task.
@@ -159,9 +215,26 @@ pub enum CancelOutcome {
 enum CreateReply {
     Created,
     Exists,
-    Duplicate { task: String },
-    Conflict { task: String },
-    Limit { limit: String, current: u64, max: u64, tool: String },
+    Duplicate {
+        task: String,
+    },
+    Conflict {
+        task: String,
+    },
+    Budget {
+        size: u64,
+        max: u64,
+    },
+    Limit {
+        limit: String,
+        current: u64,
+        max: u64,
+        #[serde(default)]
+        needed: u64,
+        tool: String,
+        #[serde(flatten)]
+        counts: LoadCounts,
+    },
 }
 
 #[derive(Deserialize)]
@@ -176,6 +249,7 @@ enum CancelReply {
 #[serde(tag = "outcome", rename_all = "camelCase")]
 enum AnswerReply {
     Missing,
+    Denied,
     NotWaiting { status: String },
     Answered { remaining: u32, resumed: u32 },
     QueuesChanged,
@@ -243,6 +317,16 @@ pub(crate) fn queue_of<'a>(tool: &'a str, queues: &'a HashMap<String, String>) -
         return keys::BUILTIN_QUEUE;
     }
     queues.get(tool).map(String::as_str).unwrap_or(tool)
+}
+
+/// What tells two calls with one idempotency key apart: the tool and its arguments.
+fn fingerprint(new: &NewTask) -> String {
+    format!("{} {}", new.tool, new.arguments)
+}
+
+/// What a new task's arguments and nodes take as stored: its `arguments` field and each node's.
+fn stored_bytes(arguments: &Value, nodes: &[NodeRow]) -> usize {
+    crate::json_limits::compact_size(arguments) + nodes.iter().map(|n| n.args.len()).sum::<usize>()
 }
 
 /// The node of a single tool call.
@@ -376,9 +460,11 @@ impl Store {
             "nodes": nodes,
             "waiter": new.waiter.clone().unwrap_or_default(),
             "idem": new.idempotency_key.is_some(),
-            "fingerprint": format!("{} {}", new.tool, new.arguments),
+            "fingerprint": fingerprint(new),
             "idemTtl": new.ttl_ms.saturating_add(IDEMPOTENCY_SLACK_MS),
-            "limits": limits.per_shard(self.shards()),
+            "limits": limits.for_shard(shard, self.shards()),
+            "maxBytes": new.max_bytes,
+            "bytes": stored_bytes(&new.arguments, &nodes),
         });
         let reply: CreateReply = self.durable_script(&scripts::CREATE_TASK, &keys, &record).await?;
         let created = match reply {
@@ -399,17 +485,121 @@ impl Store {
             }
             CreateReply::Duplicate { task } => Created::Duplicate(task),
             CreateReply::Conflict { task } => Created::Conflict(task),
-            CreateReply::Limit { limit, current, max, tool } => Created::OverLimit(LimitHit {
-                limit,
-                current,
-                max,
-                tool: Some(tool).filter(|t| !t.is_empty()),
-            }),
+            CreateReply::Budget { size, max } => Created::OverBudget { size, max },
+            CreateReply::Limit { limit, current, max, needed, tool, counts } => {
+                Created::OverLimit(LimitHit {
+                    limit,
+                    current,
+                    max,
+                    needed,
+                    tool: Some(tool).filter(|t| !t.is_empty()),
+                    counts,
+                })
+            }
         };
         if created == Created::Created {
             crate::metrics::task_created(&new.tool);
         }
         Ok(created)
+    }
+
+    /// Creates a task in whichever shard has room under `limits`: first in the shard its id names
+    /// (a new task lands where the caller picked, at no extra cost when far from every limit);
+    /// when that shard's share of a limit is spent, in each other shard in turn, under a new id
+    /// (`new.task_id` says where it landed). Refused only when every shard refuses, with the
+    /// limit's configured figure and the deployment's count. A call pinned to its shard by an
+    /// idempotency key or a call key that lands elsewhere has its key written in its own shard
+    /// afterwards; when a duplicate won the race for the idempotency key meanwhile, the task just
+    /// made is cancelled and the earlier one returned. `moving` sees the task under each new id
+    /// before it is tried (a caller that waits for the task listens for that id and gives its
+    /// inbox in that shard).
+    pub async fn create_task_spread(
+        &self,
+        new: &mut NewTask,
+        limits: &Limits,
+        mut moving: impl FnMut(&mut NewTask, Shard),
+    ) -> Result<Created, StoreError> {
+        let first = match self.create_task(new, limits).await? {
+            Created::OverLimit(hit) => hit,
+            other => return Ok(other),
+        };
+        let Some(home) = self.shard_of(&new.task_id) else { return Ok(Created::OverLimit(first)) };
+        let idempotency = new.idempotency_key.take();
+        let call_key = new.call_key.take();
+        let mut refusals = vec![first];
+        let mut created = None;
+        for step in 1..self.shards() {
+            let shard = Shard((home.0 + step) % self.shards());
+            let mut moved = new.clone();
+            moved.task_id = format!("{:04x}{}", shard.0, &new.task_id[4..]);
+            moving(&mut moved, shard);
+            match self.create_task(&moved, limits).await? {
+                Created::OverLimit(hit) => refusals.push(hit),
+                other => {
+                    *new = moved;
+                    created = Some(other);
+                    break;
+                }
+            }
+        }
+        new.idempotency_key = idempotency;
+        new.call_key = call_key;
+        let Some(created) = created else {
+            let first = &refusals[0];
+            let current = refusals
+                .iter()
+                .map(|hit| match first.limit.as_str() {
+                    "live_tasks_per_principal" => hit.counts.live,
+                    "nodes_per_principal" => hit.counts.nodes,
+                    "queued_nodes" => hit.counts.queued,
+                    _ if hit.limit == first.limit && hit.tool == first.tool => hit.current,
+                    _ => 0,
+                })
+                .sum();
+            return Ok(Created::OverLimit(LimitHit {
+                limit: first.limit.clone(),
+                current,
+                max: limits.configured(&first.limit),
+                needed: first.needed,
+                tool: first.tool.clone(),
+                counts: LoadCounts::default(),
+            }));
+        };
+        if created != Created::Created {
+            return Ok(created);
+        }
+        if let Some(call_key) = &new.call_key {
+            let ttl = new.ttl_ms;
+            self.query::<()>(|| redis::cmd("SET").arg(call_key).arg(&new.task_id).arg("PX").arg(ttl).clone())
+                .await?;
+        }
+        if let Some(key) = &new.idempotency_key {
+            let home = keys::shard_of_key(&new.owner, key, self.shards());
+            let idem = home.idempotency(&new.owner, key);
+            let value = format!("{} {}", new.task_id, fingerprint(new));
+            let ttl = new.ttl_ms.saturating_add(IDEMPOTENCY_SLACK_MS);
+            let set: Option<String> = self
+                .query(|| {
+                    redis::cmd("SET").arg(&idem).arg(&value).arg("NX").arg("PX").arg(ttl).arg("GET").clone()
+                })
+                .await?;
+            if let Some(earlier) = set {
+                // A retry of the same call made its task first: ours goes, theirs stands.
+                self.cancel_task(
+                    &new.task_id,
+                    "",
+                    "Cancelled: a retry of this call had already created its task",
+                )
+                .await?;
+                let (task, their_fingerprint) = earlier.split_once(' ').unwrap_or((earlier.as_str(), ""));
+                return Ok(if their_fingerprint == fingerprint(new) {
+                    Created::Duplicate(task.to_owned())
+                } else {
+                    Created::Conflict(task.to_owned())
+                });
+            }
+        }
+        Ok(Created::Created)
     }
 
     /// Keeps the log level a session asked for (`logging/setLevel`) for a day after it last did.
@@ -451,17 +641,23 @@ impl Store {
 
     /// Starts waiting on a task from this process: its inbox joins the task's waiters, and the task
     /// is read in the same step, so that no event falls between the read and the wait. Register a
-    /// local waiter ([`crate::events::EventHub::waiter`]) first.
-    pub async fn watch_task(&self, task_id: &str, inbox: &str) -> Result<Option<TaskRecord>, StoreError> {
+    /// local waiter ([`crate::events::EventHub::waiter`]) first. With `owner` (not empty), a task
+    /// of another owner is read but not joined: nothing is written to what the caller may not see.
+    pub async fn watch_task(
+        &self,
+        task_id: &str,
+        inbox: &str,
+        owner: &str,
+    ) -> Result<Option<TaskRecord>, StoreError> {
         let Some(shard) = self.task_shard(task_id) else { return Ok(None) };
         let key = shard.task(task_id);
-        let inbox = inbox.to_owned();
+        let (inbox, owner) = (inbox.to_owned(), owner.to_owned());
         let values: Vec<Option<String>> = self
             .run(scripts::WATCH_TASK.name, |mut c| {
-                let (key, inbox) = (key.clone(), inbox.clone());
+                let (key, inbox, owner) = (key.clone(), inbox.clone(), owner.clone());
                 async move {
                     let mut invocation = scripts::WATCH_TASK.prepare_invoke();
-                    invocation.key(key).arg(inbox).arg(&TASK_FIELDS[..]);
+                    invocation.key(key).arg(inbox).arg(owner).arg(&TASK_FIELDS[..]);
                     invocation.invoke_async(&mut c).await
                 }
             })
@@ -529,6 +725,7 @@ impl Store {
             let reply: AnswerReply = self.script(&scripts::ANSWER_INPUT, &keys, &record).await?;
             return Ok(match reply {
                 AnswerReply::Missing => AnswerOutcome::Missing,
+                AnswerReply::Denied => AnswerOutcome::Denied,
                 AnswerReply::NotWaiting { status } => AnswerOutcome::NotWaiting(status),
                 AnswerReply::Answered { remaining, resumed } => {
                     AnswerOutcome::Answered { remaining, resumed }

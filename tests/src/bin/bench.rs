@@ -714,6 +714,7 @@ impl Core {
             escalable: false,
             call_key: None,
             log_level: None,
+            max_bytes: 0,
         };
         match self.store.create_task(&new, &Limits::default()).await? {
             Created::Created => Ok((task_id, waiter)),
