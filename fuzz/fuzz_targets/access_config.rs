@@ -1,9 +1,11 @@
 //! The gateway's security configuration, as operators write it: a tokens file and an access file
 //! (TOML). Any text either parses into a policy that answers every question, or is refused with a
-//! message; nothing panics. A parsed policy is asked about a few callers and tools.
+//! message; nothing panics. A parsed policy is asked about a few callers and every kind of offer:
+//! it answers the same twice, a tool's answer is the same asked either way, and a resource
+//! template is offered to whoever may read a URI it produces.
 #![no_main]
 
-use conveyor_gateway::access::AccessPolicy;
+use conveyor_gateway::access::{AccessPolicy, Offer};
 use conveyor_gateway::auth::{Identity, StaticTokens, token_digest};
 use libfuzzer_sys::fuzz_target;
 
@@ -23,6 +25,28 @@ fuzz_target!(|data: &[u8]| {
                 for tool in ["research", "validate_adrs", "run_dag", "", "*"] {
                     let allowed = policy.may_call(&caller, tool);
                     assert_eq!(allowed, policy.may_call(&caller, tool), "a policy answers the same twice");
+                    assert_eq!(allowed, policy.may_use(&caller, Offer::Tool, tool));
+                }
+                for prompt in ["adr_planning", "greet", ""] {
+                    assert_eq!(
+                        policy.may_use(&caller, Offer::Prompt, prompt),
+                        policy.may_use(&caller, Offer::Prompt, prompt)
+                    );
+                }
+                // Each template with URIs it produces.
+                let produced: [(&str, &[&str]); 3] = [
+                    ("conveyor://roots/{root}/{+path}", &["conveyor://roots/repo/src/lib.rs", "conveyor://roots/sample/.env", "conveyor://roots/a/b"]),
+                    ("adr://{template}.{format}", &["adr://nygard.md", "adr://madr.txt"]),
+                    ("test://static", &["test://static"]),
+                ];
+                for (template, uris) in produced {
+                    let offered = policy.may_use_template(&caller, template);
+                    assert_eq!(offered, policy.may_use_template(&caller, template));
+                    for uri in uris {
+                        if policy.may_use(&caller, Offer::Resource, uri) {
+                            assert!(offered, "{uri} may be read, so {template} must be offered");
+                        }
+                    }
                 }
                 assert_eq!(caller.owner_filter().is_empty(), caller.operator || caller.principal.is_empty());
             }
