@@ -112,7 +112,8 @@ fn vault() -> PathBuf {
     std::fs::create_dir_all(dir.join("src")).expect("mkdir");
     std::fs::create_dir_all(dir.join(".git")).expect("mkdir");
     std::fs::create_dir_all(dir.join("private")).expect("mkdir");
-    std::fs::write(dir.join("README.md"), "The vault keeps public notes about deployments.\n").expect("write");
+    std::fs::write(dir.join("README.md"), "The vault keeps public notes about deployments.\n")
+        .expect("write");
     std::fs::write(dir.join("src/app.rs"), "fn deploy() { panic!(\"deployment failed\") }\n").expect("write");
     std::fs::write(dir.join(".env"), "SECRET_TOKEN=hunter2-from-the-env-file\n").expect("write");
     std::fs::write(dir.join(".git/config"), "[remote]\n  token = gitsecret-in-git-config\n").expect("write");
@@ -180,7 +181,8 @@ allow = ["alice"]
         "the root template is not offered to mallory: {}",
         templates.raw
     );
-    for uri in ["conveyor://roots/vault/README.md", "conveyor://roots/vault/", "conveyor://roots/vault/.env"] {
+    for uri in ["conveyor://roots/vault/README.md", "conveyor://roots/vault/", "conveyor://roots/vault/.env"]
+    {
         let read = mallory.call_2025("resources/read", json!({"uri": uri})).await.expect("read");
         assert_eq!(read.error_code(), Some(-32602), "{uri}: {}", read.raw);
         assert!(read.raw.contains("Resource not found"), "refused as unknown: {}", read.raw);
@@ -222,7 +224,8 @@ allow = ["alice"]
         assert_no_secret(path, &read.raw);
         assert!(started.elapsed() < Duration::from_secs(20), "{path} blocked the worker");
     }
-    let research = task(&alice, "research", json!({"root": "vault", "question": "token", "paths": [".env"]})).await;
+    let research =
+        task(&alice, "research", json!({"root": "vault", "question": "token", "paths": [".env"]})).await;
     ended(&alice, &research, Duration::from_secs(30)).await;
     let text = outcome_text(&alice, &research).await;
     assert!(text.contains("hidden"), "research refuses a hidden path by name: {text}");
@@ -249,8 +252,11 @@ allow = ["alice"]
 fn amplifying_graph(layers: usize) -> Value {
     let mut nodes = vec![json!({"id": "root", "kind": "noop"})];
     for layer in 1..=layers {
-        let before: Vec<String> =
-            if layer == 1 { vec!["root".to_owned()] } else { vec![format!("l{}a", layer - 1), format!("l{}b", layer - 1)] };
+        let before: Vec<String> = if layer == 1 {
+            vec!["root".to_owned()]
+        } else {
+            vec![format!("l{}a", layer - 1), format!("l{}b", layer - 1)]
+        };
         for side in ["a", "b"] {
             nodes.push(json!({"id": format!("l{layer}{side}"), "kind": "collect", "dependsOn": before}));
         }
@@ -276,7 +282,10 @@ async fn amplifying_graphs_end_at_a_named_limit_while_another_principal_keeps_wo
     let mallory = client(&conveyor, "mallory");
     alice.wait_for_tool("greet", Duration::from_secs(20)).await.expect("tools");
     for _ in 0..3 {
-        alice.call_2025("tools/call", json!({"name": "greet", "arguments": {"name": "warm"}})).await.expect("greet");
+        alice
+            .call_2025("tools/call", json!({"name": "greet", "arguments": {"name": "warm"}}))
+            .await
+            .expect("greet");
     }
     let (rss_before, (redis_peak_before, redis_before)) = (peak_rss(pid), redis_memory(&redis));
 
@@ -303,9 +312,15 @@ async fn amplifying_graphs_end_at_a_named_limit_while_another_principal_keeps_wo
         assert!(Instant::now() < deadline, "mallory's graphs never ended");
     }
     let amplified = outcome_text(&mallory, &amplify).await;
-    assert!(amplified.contains("\"isError\":true"), "the amplifying graph failed: {}", &amplified[..amplified.len().min(2000)]);
     assert!(
-        ["max_node_argument_bytes", "max_node_output_bytes", "max_task_bytes"].iter().any(|l| amplified.contains(l)),
+        amplified.contains("\"isError\":true"),
+        "the amplifying graph failed: {}",
+        &amplified[..amplified.len().min(2000)]
+    );
+    assert!(
+        ["max_node_argument_bytes", "max_node_output_bytes", "max_task_bytes"]
+            .iter()
+            .any(|l| amplified.contains(l)),
         "it names the limit: {}",
         &amplified[..amplified.len().min(2000)]
     );
@@ -326,7 +341,11 @@ async fn amplifying_graphs_end_at_a_named_limit_while_another_principal_keeps_wo
         fanned.len()
     );
     // Without the budgets the first graph alone took 3 GB in this process and 500 MB in Redis.
-    assert!(rss_after.saturating_sub(rss_before) < 512 * 1024 * 1024, "the process grew by {} MiB", mib(rss_after - rss_before));
+    assert!(
+        rss_after.saturating_sub(rss_before) < 512 * 1024 * 1024,
+        "the process grew by {} MiB",
+        mib(rss_after - rss_before)
+    );
     assert!(
         redis_peak_after.saturating_sub(redis_peak_before) < 256 * 1024 * 1024,
         "Redis grew by {} MiB",
@@ -393,7 +412,10 @@ async fn exact_live_limit(conveyor: &Conveyor) {
         assert_eq!(error["code"], OVERLOADED, "{error}");
         assert_eq!(error["data"]["limit"], "live_tasks_per_principal", "{error}");
         assert_eq!(error["data"]["max"], 50, "the configured figure: {error}");
-        assert!(error["message"].as_str().unwrap_or_default().contains("limit of 50 unfinished tasks"), "{error}");
+        assert!(
+            error["message"].as_str().unwrap_or_default().contains("limit of 50 unfinished tasks"),
+            "{error}"
+        );
     }
     // A slot freed anywhere admits the next call, whichever shard it lands in first.
     for freed in created.iter().take(3) {
@@ -458,7 +480,9 @@ async fn another_principals_call_starts_at_once_while_one_principals_long_graph_
         .collect();
     let graph = task(&mallory, "run_dag", json!({"nodes": nodes})).await;
     let running = |redis: &RedisServer| {
-        (0..200).filter(|i| redis.node_field(&graph, &format!("n{i}"), "status").as_deref() == Some("running")).count()
+        (0..200)
+            .filter(|i| redis.node_field(&graph, &format!("n{i}"), "status").as_deref() == Some("running"))
+            .count()
     };
     let deadline = Instant::now() + Duration::from_secs(20);
     while running(&redis) < 3 {
@@ -468,13 +492,18 @@ async fn another_principals_call_starts_at_once_while_one_principals_long_graph_
 
     // A call of another tool, and one of the very tool whose queue mallory filled.
     let started = Instant::now();
-    let greeting =
-        alice.call_2025("tools/call", json!({"name": "greet", "arguments": {"name": "alice"}})).await.expect("greet");
+    let greeting = alice
+        .call_2025("tools/call", json!({"name": "greet", "arguments": {"name": "alice"}}))
+        .await
+        .expect("greet");
     assert_eq!(greeting.result()["content"][0]["text"], "Hello, alice!", "{}", greeting.raw);
     let greet_took = started.elapsed();
     let started = Instant::now();
     let same_queue = alice
-        .call_2025("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 0, "label": "alice"}}))
+        .call_2025(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": 0, "label": "alice"}}),
+        )
         .await
         .expect("slow_compute");
     assert!(same_queue.raw.contains("computed alice"), "{}", same_queue.raw);
@@ -533,10 +562,16 @@ async fn one_principal_cannot_hold_every_stream_or_the_request_memory() {
             })
         })
         .collect();
+    // Let the four reach the gateway before the fifth is sent.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(waiting.iter().all(|call| !call.is_finished()), "a waiting call ended early");
     let deadline = Instant::now() + Duration::from_secs(20);
     let refused = loop {
         let reply = mallory
-            .call_2025("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 0, "label": "fifth"}}))
+            .call_2025(
+                "tools/call",
+                json!({"name": "slow_compute", "arguments": {"seconds": 0, "label": "fifth"}}),
+            )
             .await
             .expect("call");
         if reply.error_code() == Some(OVERLOADED) {
@@ -547,7 +582,10 @@ async fn one_principal_cannot_hold_every_stream_or_the_request_memory() {
     assert_eq!(refused.status, 200, "a JSON-RPC error, not an HTTP one: {}", refused.raw);
     assert_eq!(refused.message["error"]["data"]["limit"], "max_streams_per_principal", "{}", refused.raw);
     let hers = alice
-        .call_2025("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 0, "label": "alice"}}))
+        .call_2025(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": 0, "label": "alice"}}),
+        )
         .await
         .expect("call");
     assert!(hers.raw.contains("computed alice"), "{}", hers.raw);
@@ -558,7 +596,10 @@ async fn one_principal_cannot_hold_every_stream_or_the_request_memory() {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let reply = mallory
-            .call_2025("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 0, "label": "back"}}))
+            .call_2025(
+                "tools/call",
+                json!({"name": "slow_compute", "arguments": {"seconds": 0, "label": "back"}}),
+            )
             .await
             .expect("call");
         if reply.raw.contains("computed back") {
@@ -570,7 +611,8 @@ async fn one_principal_cannot_hold_every_stream_or_the_request_memory() {
 
     // Web view streams count among her streams (and at most 8 of hers on a gateway).
     let http = reqwest::Client::new();
-    let stream = |who: &str| http.get(format!("{}/ui/api/stream", conveyor.base)).bearer_auth(token(who)).send();
+    let stream =
+        |who: &str| http.get(format!("{}/ui/api/stream", conveyor.base)).bearer_auth(token(who)).send();
     let mut open = Vec::new();
     let mut refused_status = None;
     for _ in 0..12 {
@@ -606,7 +648,11 @@ async fn one_principal_cannot_hold_every_stream_or_the_request_memory() {
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     let hers = alice.call_2025("tools/list", json!({})).await.expect("tools/list");
-    assert!(hers.result()["tools"].is_array(), "alice is served while mallory's bodies trickle: {}", hers.raw);
+    assert!(
+        hers.result()["tools"].is_array(),
+        "alice is served while mallory's bodies trickle: {}",
+        hers.raw
+    );
     // Mallory's own share is what her requests hold: 4 MiB, so a fifth 1 MiB body of hers waits
     // and is refused while four are held.
     let mut held = Vec::new();
@@ -623,7 +669,10 @@ async fn one_principal_cannot_hold_every_stream_or_the_request_memory() {
     }
     drop(trickles);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let body = format!(r#"{{"jsonrpc":"2.0","id":9,"method":"tools/list","params":{{"pad":"{}"}}}}"#, "x".repeat(900_000));
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":9,"method":"tools/list","params":{{"pad":"{}"}}}}"#,
+        "x".repeat(900_000)
+    );
     let over = mallory.post_raw(&[("mcp-protocol-version", "2025-11-25")], body.clone()).await.expect("post");
     assert_eq!(over.message["error"]["data"]["limit"], "max_inflight_bytes_per_principal", "{}", over.raw);
     let hers = alice.post_raw(&[("mcp-protocol-version", "2025-11-25")], body).await.expect("post");
@@ -634,12 +683,8 @@ async fn one_principal_cannot_hold_every_stream_or_the_request_memory() {
 #[tokio::test]
 async fn what_is_signed_or_keyed_for_one_principal_is_no_use_to_another() {
     let redis = RedisServer::start().expect("redis");
-    let conveyor = up(
-        &redis,
-        "tenants-keys",
-        &["al", "al:x", "alice", "mallory"],
-        &["--min-poll-gap-ms", "2000"],
-    );
+    let conveyor =
+        up(&redis, "tenants-keys", &["al", "al:x", "alice", "mallory"], &["--min-poll-gap-ms", "2000"]);
     let al = client(&conveyor, "al");
     let alx = client(&conveyor, "al:x");
     al.wait_for_tool("slow_compute", Duration::from_secs(20)).await.expect("tools");
@@ -652,7 +697,12 @@ async fn what_is_signed_or_keyed_for_one_principal_is_no_use_to_another() {
     let first = al.call_2025("tools/call", keyed("x:y")).await.expect("call");
     let second = alx.call_2025("tools/call", keyed("y")).await.expect("call");
     let (a, b) = (first.result()["task"]["taskId"].clone(), second.result()["task"]["taskId"].clone());
-    assert!(a.is_string() && b.is_string() && a != b, "two principals, two tasks: {} {}", first.raw, second.raw);
+    assert!(
+        a.is_string() && b.is_string() && a != b,
+        "two principals, two tasks: {} {}",
+        first.raw,
+        second.raw
+    );
 
     // A 2025-11-25 session of alice's is no session for mallory.
     let alice = client(&conveyor, "alice");
@@ -667,12 +717,16 @@ async fn what_is_signed_or_keyed_for_one_principal_is_no_use_to_another() {
     let session = init.session_id.clone().expect("a session id");
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "logging/setLevel", "params": {"level": "debug"}});
     let reply = mallory
-        .post_raw(&[("mcp-protocol-version", "2025-11-25"), ("mcp-session-id", session.as_str())], body.to_string())
+        .post_raw(
+            &[("mcp-protocol-version", "2025-11-25"), ("mcp-session-id", session.as_str())],
+            body.to_string(),
+        )
         .await
         .expect("setLevel");
     assert!(reply.message.get("error").is_none(), "{}", reply.raw);
     let mut conn = redis.connection().expect("redis");
-    let levels: Vec<String> = redis::cmd("KEYS").arg("cv:{cv.meta}:log-level:*").query(&mut conn).expect("KEYS");
+    let levels: Vec<String> =
+        redis::cmd("KEYS").arg("cv:{cv.meta}:log-level:*").query(&mut conn).expect("KEYS");
     assert_eq!(levels, ["cv:{cv.meta}:log-level:principal:mallory"], "mallory set only her own level");
     assert!(
         conveyor.log_text().contains("a session id of another principal"),
