@@ -766,3 +766,42 @@ async fn resuming_a_stream_counts_against_the_request_rate() {
     }
     assert!(statuses.contains(&429), "GET /mcp is rate limited: {statuses:?}");
 }
+
+/// The official Python SDK ends its session on any HTTP 5xx: every refusal at a tenant's limits
+/// must be a JSON-RPC error its session survives (`tests/python/tenant_client.py`).
+#[tokio::test]
+async fn the_python_sdk_meets_the_limits_and_its_session_goes_on() {
+    let python =
+        conveyor_tests::python::python_with(&conveyor_tests::python::MCP_1).await.expect("python SDK");
+    let redis = RedisServer::start().expect("redis");
+    let root = vault();
+    let root_arg = format!("vault={}", root.display());
+    let conveyor = up(
+        &redis,
+        "tenants-python",
+        &["mallory"],
+        &["--root", &root_arg, "--max-live-tasks-per-principal", "5"],
+    );
+    client(&conveyor, "mallory").wait_for_tool("slow_compute", Duration::from_secs(20)).await.expect("tools");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python").join("tenant_client.py");
+    let run = tokio::process::Command::new(&python)
+        .arg(&script)
+        .arg(conveyor.mcp_url())
+        .arg(token("mallory"))
+        .arg("5")
+        .env("PYTHONUNBUFFERED", "1")
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(180), run)
+        .await
+        .unwrap_or_else(|_| panic!("the Python client did not finish\n{}", conveyor.log_text()))
+        .expect("the Python client runs");
+    let text = conveyor_tests::process::output_text(&output);
+    assert!(
+        output.status.success(),
+        "the Python client failed\n{text}\n--- conveyor log ---\n{}",
+        conveyor.log_text()
+    );
+    print!("{}", String::from_utf8_lossy(&output.stdout));
+}
