@@ -1260,3 +1260,23 @@ async fn a_principal_over_its_share_is_set_aside_and_the_work_behind_it_starts()
     assert!(load.values().all(|count| *count >= 0), "{load:?}");
     assert_eq!((load["queued"], load["held"], load["live:alice"]), (0, 0, 0), "{load:?}");
 }
+
+#[tokio::test]
+async fn watching_another_owners_task_reads_it_but_writes_nothing() {
+    let h = setup().await;
+    let id = h.create(&new_task(Shard(2))).await;
+    let waiters = |h: &Harness| -> String { h.conn().hget(task_key(&id), "waiters").expect("waiters") };
+    let before = waiters(&h);
+    // Mallory's gateway asks to wait on alice's task: it learns whose it is, and joins nothing.
+    let seen = h.store.watch_task(&id, "cv:{cv.2}:inbox:mallory", "mallory").await.expect("watch");
+    assert_eq!(seen.map(|t| t.owner).as_deref(), Some("alice"));
+    assert_eq!(waiters(&h), before, "nothing written to a task of another owner");
+    // Its owner (or an operator, with no owner filter) joins.
+    h.store.watch_task(&id, "cv:{cv.2}:inbox:alice", "alice").await.expect("watch");
+    h.store.watch_task(&id, "cv:{cv.2}:inbox:ops", "").await.expect("watch");
+    let joined = waiters(&h);
+    assert!(
+        joined.contains("inbox:alice") && joined.contains("inbox:ops") && !joined.contains("mallory"),
+        "{joined}"
+    );
+}
