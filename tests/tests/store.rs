@@ -754,7 +754,7 @@ async fn load_counters_never_drift() {
             match outcome {
                 StartOutcome::Run { .. } => runs += 1,
                 StartOutcome::Skip(_) => skips += 1,
-                StartOutcome::HandedBack | StartOutcome::Deferred => {
+                StartOutcome::HandedBack | StartOutcome::Deferred | StartOutcome::Capped { .. } => {
                     panic!("every item had a slot, with no share")
                 }
             }
@@ -1191,8 +1191,29 @@ async fn a_principal_over_its_share_is_set_aside_and_the_work_behind_it_starts()
     for id in alice.iter().chain([&bob]) {
         items.push(h.item(id, ROOT_NODE).await);
     }
-    // This worker already runs one of alice's nodes; each principal may take one more slot.
-    let shares = SlotShares { room: [("alice".to_owned(), 1)].into(), default: Some(1) };
+    // This worker already runs one of alice's nodes; each principal may take one more slot. At
+    // first her extra nodes wait with the worker, unchanged (a short node frees a slot soon);
+    // marked to be set aside, they are.
+    let set_aside = items.iter().map(|i| (i.stream.clone(), i.entry_id.clone())).collect();
+    let shares =
+        SlotShares { room: [("alice".to_owned(), 1)].into(), default: Some(1), ..SlotShares::default() };
+    let waiting = h
+        .store
+        .start_batch(
+            s,
+            &items[1..3],
+            2,
+            "w1",
+            &SlotShares { room: [("alice".to_owned(), 0)].into(), ..shares.clone() },
+        )
+        .await
+        .expect("start");
+    assert!(
+        waiting.iter().all(|o| matches!(o, StartOutcome::Capped { owner } if owner == "alice")),
+        "{waiting:?}"
+    );
+    assert_eq!(h.pending(&stream).len(), 4, "nothing changed: every entry is still pending");
+    let shares = SlotShares { set_aside, ..shares };
     let outcomes = h.store.start_batch(s, &items, items.len(), "w1", &shares).await.expect("start");
     let kinds: Vec<&str> = outcomes
         .iter()
@@ -1247,7 +1268,11 @@ async fn a_principal_over_its_share_is_set_aside_and_the_work_behind_it_starts()
     // A set-aside node of a cancelled task leaves the counts, and its item is skipped when read.
     let doomed = h.create(&new_task(s)).await;
     let item = h.item(&doomed, ROOT_NODE).await;
-    let full = SlotShares { room: [("alice".to_owned(), 0)].into(), default: Some(0) };
+    let full = SlotShares {
+        room: [("alice".to_owned(), 0)].into(),
+        default: Some(0),
+        set_aside: [(item.stream.clone(), item.entry_id.clone())].into(),
+    };
     assert_eq!(
         h.store.start_batch(s, &[item], 1, "w1", &full).await.expect("start"),
         vec![StartOutcome::Deferred]

@@ -11,7 +11,7 @@
 //! - [`maintain`] runs the maintenance of the shards whose lease this worker holds.
 //! - [`heartbeat`] announces the worker, its queues, tools and running nodes.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -284,6 +284,8 @@ struct Worker {
     /// The slots each principal's nodes take on this worker now, counted from the start of a
     /// node to the end of its job, for the principals' shares.
     owners: OwnerSlots,
+    /// Told whenever a job ends: a reader whose nodes wait for their principal's slot wakes.
+    slot_freed: Arc<tokio::sync::Notify>,
     /// Fires when running nodes must stop and go back to their queue (end of the grace period).
     stop_running: CancellationToken,
 }
@@ -321,6 +323,14 @@ impl OwnerSlots {
         OwnerSlot { slots: self.clone(), owner: owner.to_owned() }
     }
 
+    /// How many more slots `owner` may take under a share of `per_principal` (any number without).
+    fn room(&self, owner: &str, per_principal: Option<usize>) -> usize {
+        match per_principal {
+            None => usize::MAX,
+            Some(share) => share.saturating_sub(self.lock().get(owner).copied().unwrap_or(0)),
+        }
+    }
+
     /// How many more slots each principal may take, under a share of `per_principal` slots.
     fn shares(&self, per_principal: Option<usize>) -> SlotShares {
         let Some(share) = per_principal else { return SlotShares::unlimited() };
@@ -329,7 +339,7 @@ impl OwnerSlots {
             .iter()
             .map(|(owner, taken)| (owner.clone(), share.saturating_sub(*taken) as u64))
             .collect();
-        SlotShares { room, default: Some(share as u64) }
+        SlotShares { room, default: Some(share as u64), ..SlotShares::default() }
     }
 }
 
@@ -350,6 +360,7 @@ pub async fn run(
         queues: Arc::new(queues),
         running: Running::default(),
         owners: OwnerSlots::default(),
+        slot_freed: Arc::new(tokio::sync::Notify::new()),
         stop_running: CancellationToken::new(),
     };
     let name = worker.options.name.clone();
@@ -470,6 +481,11 @@ const PREFETCH_FOR: Duration = Duration::from_millis(250);
 /// may bring more entries than free slots. Those wait in a small buffer and start as slots free
 /// up; one that waits longer than [`PREFETCH_FOR`] (a worker busy with long nodes) goes back to
 /// its queue, so that an idle worker takes it.
+///
+/// A node whose principal already has its share of this worker's slots waits with the worker
+/// for as long ([`Waiting`]): a short node of that principal's frees a slot soon, and then it
+/// starts with no more Redis work than any other. Once its time is up it is set aside in its
+/// queue's held list, so that the entries behind it, other principals' work, are read.
 async fn read_loop(
     worker: Worker,
     mut reader: WorkReader,
@@ -479,6 +495,7 @@ async fn read_loop(
 ) {
     let mut backoff = Backoff::default();
     let mut buffer: std::collections::VecDeque<(WorkItem, tokio::time::Instant)> = Default::default();
+    let mut waiting = Waiting::default();
     loop {
         let first = tokio::select! {
             permit = semaphore.clone().acquire_owned() => Some(match permit {
@@ -493,7 +510,8 @@ async fn read_loop(
             }
         };
         let Some(first) = first else {
-            let rest: Vec<WorkItem> = buffer.drain(..).map(|(item, _)| item).collect();
+            let mut rest: Vec<WorkItem> = buffer.drain(..).map(|(item, _)| item).collect();
+            rest.extend(waiting.drain());
             hand_back(&worker, rest).await;
             return;
         };
@@ -501,34 +519,65 @@ async fn read_loop(
         while let Ok(p) = semaphore.clone().try_acquire_owned() {
             permits.push(p);
         }
+        // Listening before the slots are counted: a job that ends meanwhile still wakes this reader.
+        let freed = worker.slot_freed.notified();
+        tokio::pin!(freed);
+        freed.as_mut().enable();
         hand_back_stale(&worker, &mut buffer).await;
-        let items: Vec<WorkItem> = if buffer.is_empty() {
-            let read =
-                reader.read(&worker.store, &worker.options.name, permits.len(), worker.options.block).await;
-            match read {
-                Ok(items) => {
-                    backoff.reset();
-                    items
-                }
-                Err(e) => {
-                    if e.to_string().contains("NOGROUP") {
-                        // Redis lost its data (restarted without persistence): set the groups up again.
-                        let _ = worker.store.ensure_groups(&worker.queues).await;
-                    } else {
-                        tracing::warn!(error = %e, "reading work failed; reconnecting");
-                        backoff.wait(&shutdown).await;
+        // Waiting nodes whose principal has a free slot now, or whose time is up, go first.
+        let share = worker.options.slots_per_principal();
+        let (mut items, set_aside) = waiting.ready(permits.len(), |owner| worker.owners.room(owner, share));
+        if items.len() < permits.len() {
+            if !buffer.is_empty() {
+                let take = (permits.len() - items.len()).min(buffer.len());
+                items.extend(buffer.drain(..take).map(|(item, _)| item));
+            } else if waiting.len() < worker.options.concurrency {
+                // With nodes in hand, read only what is there; while nodes wait, block no longer
+                // than their time.
+                let block = if !items.is_empty() {
+                    Duration::ZERO
+                } else if waiting.is_empty() {
+                    worker.options.block
+                } else {
+                    PREFETCH_FOR
+                };
+                let count = permits.len() - items.len();
+                match reader.read(&worker.store, &worker.options.name, count, block).await {
+                    Ok(read) => {
+                        backoff.reset();
+                        items.extend(read);
                     }
-                    continue;
+                    Err(e) => {
+                        if e.to_string().contains("NOGROUP") {
+                            // Redis lost its data (restarted without persistence): set the groups up again.
+                            let _ = worker.store.ensure_groups(&worker.queues).await;
+                        } else {
+                            tracing::warn!(error = %e, "reading work failed; reconnecting");
+                            backoff.wait(&shutdown).await;
+                        }
+                        if items.is_empty() {
+                            continue;
+                        }
+                    }
                 }
             }
-        } else {
-            let take = permits.len().min(buffer.len());
-            buffer.drain(..take).map(|(item, _)| item).collect()
-        };
+        }
+        if items.is_empty() {
+            // Every free slot is another principal's share, and the nodes read belong to
+            // principals that have theirs: wait for one of their slots, or for their time.
+            drop(permits);
+            tokio::select! {
+                () = freed => {}
+                () = tokio::time::sleep_until(waiting.next_deadline()) => {}
+                () = shutdown.cancelled() => {}
+            }
+            continue;
+        }
         // After shutdown nothing read is run: it goes back to its queue.
         if shutdown.is_cancelled() {
             let mut rest = items;
             rest.extend(buffer.drain(..).map(|(item, _)| item));
+            rest.extend(waiting.drain());
             hand_back(&worker, rest).await;
             return;
         }
@@ -545,9 +594,7 @@ async fn read_loop(
                 now_items.push(item);
             }
         }
-        // Nodes set aside leave their stream, so reading on cannot meet them again: the reader
-        // goes through a principal's backlog to the work behind it, then waits on the stream.
-        let dispatched = dispatch(&worker, now_items, permits, &jobs).await;
+        let dispatched = dispatch(&worker, now_items, permits, &jobs, set_aside).await;
         if dispatched.set_aside > 0 {
             tracing::debug!(
                 set_aside = dispatched.set_aside,
@@ -555,6 +602,79 @@ async fn read_loop(
                 "set aside nodes of principals at their share"
             );
         }
+        waiting.extend(dispatched.capped);
+    }
+}
+
+/// Nodes read whose principal had its share of this worker's slots, waiting with the worker (their
+/// entries pending, unchanged) for a slot of that principal's, for up to [`PREFETCH_FOR`] from
+/// when they were first read.
+#[derive(Default)]
+struct Waiting {
+    nodes: std::collections::VecDeque<(WorkItem, String, tokio::time::Instant)>,
+    /// When each entry was first read, across tries.
+    since: HashMap<EntryKey, tokio::time::Instant>,
+}
+
+impl Waiting {
+    fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    fn extend(&mut self, capped: Vec<(WorkItem, String)>) {
+        let now = tokio::time::Instant::now();
+        for (item, owner) in capped {
+            let since = *self.since.entry((item.stream.clone(), item.entry_id.clone())).or_insert(now);
+            self.nodes.push_back((item, owner, since));
+        }
+    }
+
+    /// Up to `slots` nodes to try now: as many of each owner's as its `room` (the slots it may
+    /// still take), and those whose time is up (the second set: to be set aside if their owner
+    /// has no room yet).
+    fn ready(&mut self, slots: usize, room: impl Fn(&str) -> usize) -> (Vec<WorkItem>, HashSet<EntryKey>) {
+        let mut ready = Vec::new();
+        let mut set_aside = HashSet::new();
+        let mut taken: HashMap<String, usize> = HashMap::new();
+        let mut kept = std::collections::VecDeque::with_capacity(self.nodes.len());
+        for (item, owner, since) in self.nodes.drain(..) {
+            let due = since.elapsed() >= PREFETCH_FOR;
+            let fits = {
+                let taken = taken.entry(owner.clone()).or_default();
+                let fits = *taken < room(&owner);
+                if fits {
+                    *taken += 1;
+                }
+                fits
+            };
+            if ready.len() < slots && (due || fits) {
+                let key = (item.stream.clone(), item.entry_id.clone());
+                self.since.remove(&key);
+                if due {
+                    set_aside.insert(key);
+                }
+                ready.push(item);
+            } else {
+                kept.push_back((item, owner, since));
+            }
+        }
+        self.nodes = kept;
+        (ready, set_aside)
+    }
+
+    /// When the oldest waiting node's time is up (or soon, when none waits).
+    fn next_deadline(&self) -> tokio::time::Instant {
+        let oldest = self.nodes.iter().map(|(_, _, since)| *since).min();
+        oldest.unwrap_or_else(tokio::time::Instant::now) + PREFETCH_FOR
+    }
+
+    fn drain(&mut self) -> Vec<WorkItem> {
+        self.since.clear();
+        self.nodes.drain(..).map(|(item, _, _)| item).collect()
     }
 }
 
@@ -589,10 +709,12 @@ async fn hand_back(worker: &Worker, items: Vec<WorkItem>) {
 }
 
 /// What a dispatch did with the nodes it was given.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default)]
 struct Dispatched {
     started: usize,
     set_aside: usize,
+    /// Nodes whose principal has its share: left as they were, with the principal.
+    capped: Vec<(WorkItem, String)>,
 }
 
 /// Starts what was read: finalize entries at once, nodes up to the free slots and each
@@ -603,6 +725,7 @@ async fn dispatch(
     items: Vec<WorkItem>,
     mut permits: Vec<OwnedSemaphorePermit>,
     jobs: &TaskTracker,
+    set_aside: HashSet<EntryKey>,
 ) -> Dispatched {
     let mut dispatched = Dispatched::default();
     let mut by_shard: HashMap<Shard, (Vec<WorkItem>, usize)> = HashMap::new();
@@ -630,7 +753,8 @@ async fn dispatch(
         *run = free.min(items.len());
         free -= *run;
     }
-    let shares = worker.owners.shares(worker.options.slots_per_principal());
+    let mut shares = worker.owners.shares(worker.options.slots_per_principal());
+    shares.set_aside = set_aside;
     let shares = &shares;
     let starts = futures::future::join_all(by_shard.into_iter().map(|(shard, (items, run))| async move {
         let begun = SystemTime::now();
@@ -666,6 +790,7 @@ async fn dispatch(
                     let Some(permit) = permits.pop() else { continue };
                     dispatched.started += 1;
                     let slot = worker.owners.take(&attempt.owner);
+                    let freed = worker.slot_freed.clone();
                     let span = node_span(&attempt, &tool, &worker.options.name, losses, !answers.is_empty());
                     if conveyor_shared::telemetry::exporting() {
                         context::finished_span(
@@ -695,8 +820,10 @@ async fn dispatch(
                         job.run().await;
                         drop(slot);
                         drop(permit);
+                        freed.notify_waiters();
                     });
                 }
+                StartOutcome::Capped { owner } => dispatched.capped.push((item, owner)),
                 StartOutcome::Deferred => dispatched.set_aside += 1,
                 StartOutcome::HandedBack => {}
                 StartOutcome::Skip(reason) => {

@@ -1,8 +1,9 @@
 -- start_nodes: a worker starts a batch of work entries it read from one shard, in one step. Each
 -- entry either starts its node's next attempt (the attempt number is the fencing token, and the
--- entry is bound to it), is set aside because the worker already gives the node's owner its share
--- of its slots, is handed back to its queue (the worker has no free slot for it), or is
--- acknowledged and dropped (its task is gone or over, or it is not the node's current entry).
+-- entry is bound to it), waits with the worker or is set aside because the worker already gives
+-- the node's owner its share of its slots, is handed back to its queue (the worker has no free
+-- slot for it), or is acknowledged and dropped (its task is gone or over, or it is not the node's
+-- current entry).
 --
 -- A node set aside waits in its queue's held list, still queued but with no entry, so that the
 -- entries behind it (other principals' work) are read at once; it goes back to the stream when a
@@ -11,14 +12,17 @@
 -- KEYS[1] the shard's load hash, then for each item i: KEYS[4i-2] task hash, KEYS[4i-1] nodes
 --   hash, KEYS[4i] the stream the entry came from, KEYS[4i+1] that queue's held list
 -- ARGV[1] the record (JSON): now, worker, items (each: task, node, entry, trace, run (bool: false
---   hands the entry back)), room (owner -> slots this worker still gives that owner), defaultRoom
---   (slots it gives an owner not in room; -1: no share)
+--   hands the entry back), mayDefer (bool: an entry whose owner has its share is set aside; else
+--   it is left as it is, for the worker to try again when a slot of that owner's frees)), room
+--   (owner -> slots this worker still gives that owner), defaultRoom (slots it gives an owner not in
+--   room; -1: no share)
 -- Returns JSON: one result per item, in order:
 --   {"outcome":"run","attempt":n,"tool":t,"args":json-text,"token":json-text,"timeoutMs":n,
 --    "losses":n,"queues":[...],"kind":k,"answers":json-text,"state":json-text,"caps":json-text,
 --    "logLevel":level-or-"","owner":o}
 --   (answers and state: what a parked node was given when it resumed, or "")
---   | {"outcome":"deferred"} | {"outcome":"handedBack"} | {"outcome":"skip","reason":text}
+--   | {"outcome":"capped","owner":o} (nothing changed) | {"outcome":"deferred"}
+--   | {"outcome":"handedBack"} | {"outcome":"skip","reason":text}
 local r = cjson.decode(ARGV[1])
 local load = KEYS[1]
 local room = r.room
@@ -61,8 +65,12 @@ for i, item in ipairs(r.items) do
     -- Past its TTL: the shard's maintenance expires the task and frees its load.
     ack(stream, item.entry)
     result = {outcome = 'skip', reason = 'task expired'}
+  elseif left >= 0 and left < 1 and not item.mayDefer then
+    -- The worker's share for this owner is taken: the entry stays pending with it, unchanged, for
+    -- a moment; a short node of the owner's frees a slot soon enough.
+    result = {outcome = 'capped', owner = owner}
   elseif left >= 0 and left < 1 then
-    -- The worker's share for this owner is taken: set aside, so that what follows it is read.
+    -- Still no room after that moment: set aside, so that what follows it is read.
     ack(stream, item.entry)
     redis.call('RPUSH', held, item.task .. '\t' .. node .. '\t' .. (item.trace or ''))
     redis.call('HINCRBY', load, 'held', 1)

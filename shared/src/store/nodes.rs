@@ -60,6 +60,10 @@ pub enum StartOutcome {
         /// The least severe level of logged messages the client wants; `None`: none.
         log_level: Option<crate::model::LogLevel>,
     },
+    /// The worker gives the node's owner all the slots it may have, and the entry was not marked
+    /// to be set aside: nothing changed; the worker may try it again when the owner has a free
+    /// slot, or set it aside.
+    Capped { owner: String },
     /// The worker gives the node's owner all the slots it may have: the node was set aside (its
     /// queue's held list) until a slot of its queue comes free, so that other owners' work behind
     /// it starts now.
@@ -78,6 +82,10 @@ pub struct SlotShares {
     pub room: HashMap<String, u64>,
     /// How many an owner not in `room` may take; `None`: any number.
     pub default: Option<u64>,
+    /// Entries (stream, entry id) to set aside when their owner has no room
+    /// ([`StartOutcome::Deferred`]); any other such entry is left as it is
+    /// ([`StartOutcome::Capped`]).
+    pub set_aside: std::collections::HashSet<(String, String)>,
 }
 
 impl SlotShares {
@@ -144,6 +152,7 @@ struct RunReply {
 #[serde(tag = "outcome", rename_all = "camelCase")]
 enum StartReply {
     Run(Box<RunReply>),
+    Capped { owner: String },
     Deferred,
     HandedBack,
     Skip { reason: String },
@@ -251,6 +260,7 @@ impl Store {
             rows.push(json!({
                 "task": item.task_id, "node": item.node_id, "entry": item.entry_id,
                 "trace": item.traceparent.clone().unwrap_or_default(), "run": i < run,
+                "mayDefer": shares.set_aside.contains(&(item.stream.clone(), item.entry_id.clone())),
             }));
         }
         let default_room = shares.default.map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX));
@@ -327,6 +337,7 @@ impl Store {
                             log_level: log_level.parse().ok(),
                         }
                     }
+                    StartReply::Capped { owner } => StartOutcome::Capped { owner },
                     StartReply::Deferred => StartOutcome::Deferred,
                     StartReply::HandedBack => StartOutcome::HandedBack,
                     StartReply::Skip { reason } => StartOutcome::Skip(reason),

@@ -25,7 +25,7 @@ pub struct WorkReader {
 
 impl WorkReader {
     /// Reads up to `count` entries per stream that no worker has seen, blocking up to `block` for
-    /// the first. The read is never abandoned half-way (Redis would still deliver an entry to a
+    /// the first (a zero `block` takes only what is there). The read is never abandoned half-way (Redis would still deliver an entry to a
     /// read its worker stopped waiting for), so it is bounded by `block` plus a margin.
     pub async fn read(
         &mut self,
@@ -38,10 +38,11 @@ impl WorkReader {
             self.conn = Some(store.dedicated_backend().await?.blocking().await?);
         }
         let Some(conn) = self.conn.as_mut() else { return Ok(Vec::new()) };
-        let options = StreamReadOptions::default()
-            .group(keys::WORK_GROUP, consumer)
-            .count(count.max(1))
-            .block(block.as_millis() as usize);
+        let mut options = StreamReadOptions::default().group(keys::WORK_GROUP, consumer).count(count.max(1));
+        // No BLOCK at all for a zero wait: `BLOCK 0` would wait forever.
+        if !block.is_zero() {
+            options = options.block(block.as_millis() as usize);
+        }
         let names: Vec<&str> = self.streams.iter().map(|(_, s)| s.as_str()).collect();
         let ids: Vec<&str> = vec![">"; names.len()];
         let read = redis::AsyncCommands::xread_options::<_, _, Option<StreamReadReply>>(
