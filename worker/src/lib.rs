@@ -7,7 +7,8 @@
 //! # Layout
 //!
 //! - [`tool`]: the [`Tool`] trait, [`ToolContext`] handed to a running tool, and [`ToolRegistry`].
-//! - [`runner`]: [`run`], the worker: batched reads and starts, bounded concurrency, lease renewal,
+//! - [`runner`]: [`run`], the worker: batched reads and starts, bounded concurrency and each
+//!   principal's share of it, byte limits on what a node takes in and hands out, lease renewal,
 //!   cancellation over sharded pub/sub, the maintenance of the shards whose lease it holds,
 //!   heartbeats, graceful shutdown.
 //! - [`dag`]: upstream values in a node's arguments, built-in nodes, a finished graph's result.
