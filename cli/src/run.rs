@@ -1,5 +1,6 @@
 //! What each subcommand does.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -231,18 +232,9 @@ async fn gateway(args: GatewayArgs, shutdown: CancellationToken) -> anyhow::Resu
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let address = listener.local_addr()?;
     tracing::info!(%address, "gateway listening: MCP at http://{address}/mcp");
-    if let Some(metrics_address) = args.metrics_listen {
-        let listener = tokio::net::TcpListener::bind(metrics_address)
-            .await
-            .with_context(|| format!("cannot listen on {metrics_address}"))?;
-        let metrics_address = listener.local_addr()?;
-        tracing::info!(%metrics_address, "gateway metrics at http://{metrics_address}/metrics");
-        let (state, stop) = (state.clone(), shutdown.clone());
-        tokio::spawn(async move {
-            if let Err(e) = conveyor_gateway::metrics::serve_listener(listener, state, stop).await {
-                tracing::warn!(error = %e, "the metrics listener stopped");
-            }
-        });
+    if let Some(address) = args.metrics_listen {
+        let listener = metrics_listener(address, "gateway").await?;
+        serve_metrics(conveyor_gateway::metrics::serve_listener(listener, state.clone(), shutdown.clone()));
     }
     // Serve at once (readiness says whether Redis answers); a deployment whose recorded shard
     // count differs from this gateway's is a configuration error that stops it.
@@ -450,19 +442,29 @@ async fn worker(store: Store, args: WorkerArgs, shutdown: CancellationToken) -> 
         max_output_bytes: args.nodes.max_node_output_bytes,
     };
     if let Some(address) = args.metrics_listen {
-        let listener = tokio::net::TcpListener::bind(address)
-            .await
-            .with_context(|| format!("cannot listen on {address}"))?;
-        let address = listener.local_addr()?;
-        tracing::info!(%address, "worker metrics at http://{address}/metrics");
-        let (store, shutdown) = (store.clone(), shutdown.clone());
-        tokio::spawn(async move {
-            if let Err(e) = conveyor_worker::http::serve(listener, store, shutdown).await {
-                tracing::warn!(error = %e, "the metrics listener stopped");
-            }
-        });
+        let listener = metrics_listener(address, "worker").await?;
+        serve_metrics(conveyor_worker::http::serve(listener, store.clone(), shutdown.clone()));
     }
     conveyor_worker::run(store, registry, options, shutdown).await.context("the worker stopped with an error")
+}
+
+/// Binds a process's metrics listener (`--metrics-listen`) and says where it is.
+async fn metrics_listener(address: SocketAddr, process: &str) -> anyhow::Result<tokio::net::TcpListener> {
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .with_context(|| format!("cannot listen on {address}"))?;
+    let address = listener.local_addr()?;
+    tracing::info!(%address, "{process} metrics at http://{address}/metrics");
+    Ok(listener)
+}
+
+/// Serves a metrics listener beside the process's work; its end is logged, never fatal.
+fn serve_metrics(served: impl std::future::Future<Output = std::io::Result<()>> + Send + 'static) {
+    tokio::spawn(async move {
+        if let Err(e) = served.await {
+            tracing::warn!(error = %e, "the metrics listener stopped");
+        }
+    });
 }
 
 async fn up(mut args: UpArgs) -> anyhow::Result<()> {

@@ -373,6 +373,18 @@ pub fn test_process_env(args: &[&str], env: &[(&str, &str)]) -> Vec<(&'static st
     vars
 }
 
+/// Peak resident memory of a process (`VmHWM`), in bytes.
+pub fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    kib * 1024
+}
+
 /// A running `conveyor` process.
 pub struct Conveyor {
     child: Option<Child>,

@@ -7,21 +7,9 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use conveyor_tests::process::task_key;
+use conveyor_tests::process::{peak_rss, task_key};
 use conveyor_tests::{Conveyor, Mcp, RedisServer};
 use serde_json::{Value, json};
-
-/// Peak resident memory of a process, in bytes (`VmHWM`).
-fn peak_rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("process status");
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .expect("VmHWM");
-    kib * 1024
-}
 
 /// A `tools/call` whose arguments hold `count` one-key objects: about 8 bytes of text each, and
 /// several hundred bytes each once parsed into JSON values.

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use conveyor_gateway::auth::token_digest;
-use conveyor_tests::process::scratch_dir;
+use conveyor_tests::process::{peak_rss, scratch_dir};
 use conveyor_tests::{Conveyor, Mcp, RedisServer};
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -74,18 +74,6 @@ async fn ended(mcp: &Mcp, task_id: &str, within: Duration) -> Value {
 async fn outcome_text(mcp: &Mcp, task_id: &str) -> String {
     let reply = mcp.call_2025("tasks/result", json!({"taskId": task_id})).await.expect("tasks/result");
     reply.raw
-}
-
-/// Peak resident memory of a process (`VmHWM`), in bytes.
-fn peak_rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("process status");
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .expect("VmHWM");
-    kib * 1024
 }
 
 /// Redis's `used_memory_peak` and `used_memory`, in bytes.
