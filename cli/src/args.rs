@@ -420,8 +420,9 @@ pub struct LimitArgs {
     #[arg(long, env = "CONVEYOR_MAX_INFLIGHT_BYTES", default_value_t = 256 * 1024 * 1024)]
     pub max_inflight_bytes: usize,
     /// The share of that memory one principal's requests may hold at once, in bytes; a request
-    /// over it waits up to 2 s, then is refused with a retryable error naming the limit.
-    #[arg(long, env = "CONVEYOR_MAX_INFLIGHT_BYTES_PER_PRINCIPAL", default_value_t = 64 * 1024 * 1024)]
+    /// over it waits up to 2 s, then is refused with a retryable error naming the limit. 0: a
+    /// quarter of --max-inflight-bytes, but at least one largest request (body and parse).
+    #[arg(long, env = "CONVEYOR_MAX_INFLIGHT_BYTES_PER_PRINCIPAL", default_value_t = 0)]
     pub max_inflight_bytes_per_principal: usize,
     /// Streams and waiting calls one principal may hold open on this gateway at once: SSE
     /// replies, synchronous calls waiting for their task, tasks/result, subscriptions/listen,

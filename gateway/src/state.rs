@@ -223,7 +223,7 @@ impl AppState {
     pub fn new(store: Store, config: Config, http: HttpPolicy) -> Self {
         Self {
             catalog: ToolCatalog::new(store.clone()),
-            budget: Budget::new(config.max_inflight_bytes, config.max_inflight_bytes_per_principal),
+            budget: Budget::new(config.max_inflight_bytes, config.inflight_bytes_per_principal()),
             streams: PerPrincipal::new(config.max_streams_per_principal),
             store,
             config,

@@ -26,7 +26,8 @@ pub struct Config {
     /// refused with a retryable error.
     pub max_inflight_bytes: usize,
     /// The share of that memory one principal's requests may hold
-    /// (`CONVEYOR_MAX_INFLIGHT_BYTES_PER_PRINCIPAL`).
+    /// (`CONVEYOR_MAX_INFLIGHT_BYTES_PER_PRINCIPAL`); 0: a quarter of it, but at least one largest
+    /// request ([`Config::inflight_bytes_per_principal`]).
     pub max_inflight_bytes_per_principal: usize,
     /// Streams and waiting calls (SSE replies, synchronous calls, `tasks/result`,
     /// `subscriptions/listen`, resumed streams, the web view) one principal may hold open on one
@@ -77,7 +78,7 @@ impl Default for Config {
             max_body_bytes: 4 * 1024 * 1024,
             json_limits: crate::json_limits::JsonLimits::default(),
             max_inflight_bytes: 256 * 1024 * 1024,
-            max_inflight_bytes_per_principal: 64 * 1024 * 1024,
+            max_inflight_bytes_per_principal: 0,
             max_streams_per_principal: 128,
             max_argument_bytes: 1024 * 1024,
             header_timeout: Duration::from_secs(10),
@@ -155,9 +156,8 @@ impl Config {
                 self.max_body_bytes + json.max_parsed_bytes
             ));
         }
-        if self.max_inflight_bytes_per_principal < self.max_body_bytes + json.max_parsed_bytes
-            || self.max_inflight_bytes_per_principal > self.max_inflight_bytes
-        {
+        let own = self.max_inflight_bytes_per_principal;
+        if own != 0 && (own < self.max_body_bytes + json.max_parsed_bytes || own > self.max_inflight_bytes) {
             return Err(format!(
                 "the in-flight memory limit per principal (CONVEYOR_MAX_INFLIGHT_BYTES_PER_PRINCIPAL = {}) must hold one largest request ({} bytes) and be at most CONVEYOR_MAX_INFLIGHT_BYTES ({})",
                 self.max_inflight_bytes_per_principal,
@@ -175,6 +175,17 @@ impl Config {
             return Err("the DAG node limit (CONVEYOR_MAX_DAG_NODES) must be at least 1".to_owned());
         }
         Ok(())
+    }
+
+    /// The in-flight memory one principal's requests may hold: as configured, or a quarter of all
+    /// of it but at least one largest request (a body and its parse).
+    pub fn inflight_bytes_per_principal(&self) -> usize {
+        match self.max_inflight_bytes_per_principal {
+            0 => (self.max_inflight_bytes / 4)
+                .max(self.max_body_bytes + self.json_limits.max_parsed_bytes)
+                .min(self.max_inflight_bytes),
+            configured => configured,
+        }
     }
 
     /// How a store of this deployment reaches Redis.

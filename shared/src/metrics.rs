@@ -582,6 +582,7 @@ mod tests {
             entry_id: entry_id.to_owned(),
             traceparent: None,
             owner: "alice".to_owned(),
+            release_held: false,
         }
     }
 

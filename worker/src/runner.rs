@@ -1497,6 +1497,7 @@ mod tests {
             entry_id: entry_id.to_owned(),
             traceparent: None,
             owner: "alice".to_owned(),
+            release_held: false,
         };
         let metrics = NodeRun::start(&attempt, "runner_test_tool");
         Run {

@@ -16,7 +16,8 @@
 --   (status message of a settled single-call task), jitter in [0, 1), maxBackoffMs, final (bool:
 --   no retry whatever is left), deadLetter (bool: a failure that settles the node is recorded in
 --   the dead-letter stream), cancelChannel, inlineMax (largest result carried by the event),
---   queueCount (Q)
+--   queueCount (Q), releaseHeld (bool: nodes were set aside in the shard when the attempt
+--   started; then one of its queue's goes back to the stream)
 -- Returns JSON: {"outcome": "stale" | "retry" (with delayMs) | "dropped" (task already over) |
 --   "settled" (with settled: the task's status, tool: the task's tool, task, and trace: its stored
 --   trace context, for the task span the worker writes) | "released" (with count)
@@ -34,7 +35,7 @@ local function stream(q)
 end
 ack(stream(n.q), n.entry)
 -- The node's slot is free: a node of its queue set aside in this shard goes back to the stream.
-if r.queueCount and KEYS[6 + r.queueCount + n.q] then
+if r.releaseHeld and KEYS[6 + r.queueCount + n.q] then
   release_held(KEYS[6 + r.queueCount + n.q], stream(n.q), KEYS[3], 1)
 end
 local now = r.now

@@ -19,13 +19,18 @@
 -- Returns JSON: one result per item, in order:
 --   {"outcome":"run","attempt":n,"tool":t,"args":json-text,"token":json-text,"timeoutMs":n,
 --    "losses":n,"queues":[...],"kind":k,"answers":json-text,"state":json-text,"caps":json-text,
---    "logLevel":level-or-"","owner":o}
+--    "logLevel":level-or-"","owner":o,"setAside":bool}
+--   (setAside: nodes were set aside in this shard when the batch started, so that the attempt's
+--   completion puts one back)
 --   (answers and state: what a parked node was given when it resumed, or "")
 --   | {"outcome":"capped","owner":o} (nothing changed) | {"outcome":"deferred"}
 --   | {"outcome":"handedBack"} | {"outcome":"skip","reason":text}
 local r = cjson.decode(ARGV[1])
 local load = KEYS[1]
 local room = r.room
+-- Read once per batch, so that a completion looks at the held lists only when there is something
+-- in them; what is set aside later is put back by the shard's maintenance, or by a later node.
+local set_aside = tonumber(redis.call('HGET', load, 'held') or '0') > 0
 local results = {}
 for i, item in ipairs(r.items) do
   local task, nodes, stream, held = KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i], KEYS[4 * i + 1]
@@ -39,7 +44,7 @@ for i, item in ipairs(r.items) do
     return {outcome = 'run', attempt = attempt, tool = n.tool, args = n.args or '{}', token = t.progressToken or '',
       timeoutMs = n.timeoutMs, losses = n.losses, queues = cjson.decode(t.queues or '[]'), kind = t.kind or 'single',
       answers = t[nf(node, 'answers')] or '', state = t[nf(node, 'state')] or '', caps = t.clientCaps or '{}',
-      logLevel = t.logLevel or '', owner = owner}
+      logLevel = t.logLevel or '', owner = owner, setAside = set_aside}
   end
   local left = room[owner] or r.defaultRoom
   if n.status == 'running' and n.entry == item.entry then
@@ -74,6 +79,7 @@ for i, item in ipairs(r.items) do
     ack(stream, item.entry)
     redis.call('RPUSH', held, item.task .. '\t' .. node .. '\t' .. (item.trace or ''))
     redis.call('HINCRBY', load, 'held', 1)
+    set_aside = true
     redis.call('HSET', nodes, nf(node, 'entry'), '')
     result = {outcome = 'deferred'}
   else
@@ -99,5 +105,13 @@ for i, item in ipairs(r.items) do
     result = run(attempt)
   end
   results[i] = result
+end
+if set_aside then
+  -- Nodes set aside by this very batch wait for the ones it started.
+  for _, result in ipairs(results) do
+    if result.outcome == 'run' then
+      result.setAside = true
+    end
+  end
 end
 return cjson.encode(results)

@@ -32,6 +32,9 @@ pub struct Attempt {
     pub traceparent: Option<String>,
     /// The principal the task belongs to, whose share of the worker's slots the attempt takes.
     pub owner: String,
+    /// Whether nodes were set aside in the shard when the attempt started: its completion then
+    /// puts one of its queue's back on the stream.
+    pub release_held: bool,
 }
 
 /// What a worker must do with one entry of a batch it read.
@@ -146,6 +149,8 @@ struct RunReply {
     log_level: String,
     #[serde(default)]
     owner: String,
+    #[serde(default)]
+    set_aside: bool,
 }
 
 #[derive(Deserialize)]
@@ -295,6 +300,7 @@ impl Store {
                             caps,
                             log_level,
                             owner,
+                            set_aside,
                         } = *run;
                         let arguments = serde_json::from_str(&args)
                             .map_err(|e| StoreError::Corrupt(format!("node arguments: {e}")))?;
@@ -324,6 +330,7 @@ impl Store {
                                 entry_id: item.entry_id.clone(),
                                 traceparent: item.traceparent.clone(),
                                 owner,
+                                release_held: set_aside,
                             }),
                             tool,
                             arguments,
@@ -550,7 +557,7 @@ impl Store {
         keys.extend(attempt.queues.iter().map(|q| shard.held(q)));
         let record = json!({
             "task": attempt.task_id, "node": attempt.node_id, "attempt": attempt.attempt, "now": now_ms(),
-            "queueCount": attempt.queues.len(),
+            "queueCount": attempt.queues.len(), "releaseHeld": attempt.release_held,
             "outcome": status, "payload": payload, "isError": is_error, "message": message,
             "jitter": rand::random::<f64>(), "maxBackoffMs": dag::MAX_BACKOFF_MS, "final": final_failure,
             "deadLetter": dead_letter,
