@@ -418,6 +418,16 @@ fn registry(offers: &OfferArgs) -> anyhow::Result<Arc<ToolRegistry>> {
 
 async fn worker(store: Store, args: WorkerArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
     let registry = registry(&args.offers)?;
+    run_worker(store, registry, args, shutdown).await
+}
+
+/// A worker over an already built registry (`up` builds it once for all its workers).
+async fn run_worker(
+    store: Store,
+    registry: Arc<ToolRegistry>,
+    args: WorkerArgs,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     if !registry.has_tools() {
         tracing::warn!(
             "this worker offers no tools: start it with --fixtures, or build one with your own tools"
@@ -483,7 +493,10 @@ async fn up(mut args: UpArgs) -> anyhow::Result<()> {
         private = Some(redis);
     }
     let store = store(&args.gateway.redis)?;
-    let mut workers = Vec::new();
+    // Built before anything is served: a tools file the workers refuse stops `up` at once, with
+    // its error, instead of leaving a gateway without workers.
+    let registry = registry(&args.offers)?;
+    let mut workers = tokio::task::JoinSet::new();
     for _ in 0..args.workers {
         let worker_args = WorkerArgs {
             concurrency: args.concurrency,
@@ -496,7 +509,7 @@ async fn up(mut args: UpArgs) -> anyhow::Result<()> {
             nodes: args.nodes.clone(),
             redis: args.gateway.redis.clone(),
         };
-        workers.push(tokio::spawn(worker(store.clone(), worker_args, shutdown.clone())));
+        workers.spawn(run_worker(store.clone(), registry.clone(), worker_args, shutdown.clone()));
     }
     // Serve once this process's workers have announced themselves, so that the first tools/list
     // already lists their tools.
@@ -512,16 +525,48 @@ async fn up(mut args: UpArgs) -> anyhow::Result<()> {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     };
-    if tokio::time::timeout(Duration::from_secs(10), ready).await.is_err() {
-        tracing::warn!("the workers have not announced themselves yet; serving anyway");
+    tokio::select! {
+        announced = tokio::time::timeout(Duration::from_secs(10), ready) => {
+            if announced.is_err() {
+                tracing::warn!("the workers have not announced themselves yet; serving anyway");
+            }
+        }
+        Some(stopped) = workers.join_next() => return stop_up(stopped, &shutdown, workers).await,
     }
-    let served = gateway(args.gateway, shutdown.clone()).await;
+    let served = gateway(args.gateway, shutdown.clone());
+    tokio::pin!(served);
+    // A worker that stops while the gateway serves (it cannot run at all) stops `up` with its
+    // error: a gateway whose workers are gone would take calls that nothing runs.
+    let served = tokio::select! {
+        served = &mut served => served,
+        Some(stopped) = workers.join_next() => {
+            let stopped = stop_up(stopped, &shutdown, workers).await;
+            let _ = served.await;
+            return stopped;
+        }
+    };
     shutdown.cancel();
-    for w in workers {
-        w.await.context("a worker panicked")??;
+    while let Some(stopped) = workers.join_next().await {
+        stopped.context("a worker panicked")??;
     }
     drop(private);
     served
+}
+
+/// `up` after one of its workers stopped on its own: the others and the gateway stop too, and
+/// the worker's error is `up`'s.
+async fn stop_up(
+    stopped: Result<anyhow::Result<()>, tokio::task::JoinError>,
+    shutdown: &CancellationToken,
+    mut others: tokio::task::JoinSet<anyhow::Result<()>>,
+) -> anyhow::Result<()> {
+    shutdown.cancel();
+    while others.join_next().await.is_some() {}
+    match stopped {
+        Ok(Err(e)) => Err(e),
+        Ok(Ok(())) => Err(anyhow::anyhow!("a worker stopped before conveyor was asked to stop")),
+        Err(e) => Err(anyhow::anyhow!("a worker panicked: {e}")),
+    }
 }
 
 async fn show(redis: &RedisArgs, id: &str, json: bool) -> anyhow::Result<()> {

@@ -47,7 +47,8 @@ type Waiters = HashMap<String, HashMap<u64, mpsc::Sender<Delivery>>>;
 struct Shared {
     waiters: Mutex<Waiters>,
     next_id: std::sync::atomic::AtomicU64,
-    cancels: Mutex<Option<mpsc::UnboundedSender<CancelNotice>>>,
+    /// Every cancel listener of the process: one per worker, and `conveyor up --workers N` runs N.
+    cancels: Mutex<Vec<mpsc::UnboundedSender<CancelNotice>>>,
     inboxes: Vec<String>,
 }
 
@@ -78,10 +79,9 @@ impl Shared {
     }
 
     fn cancel(&self, notice: CancelNotice) {
-        let cancels = self.cancels.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(cancels) = cancels.as_ref() {
-            let _ = cancels.send(notice);
-        }
+        let mut cancels = self.cancels.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // A listener whose receiver is gone (its worker stopped) is dropped here.
+        cancels.retain(|listener| listener.send(notice.clone()).is_ok());
     }
 
     fn handle(&self, push: PushInfo, settled: bool) -> Handled {
@@ -177,7 +177,7 @@ impl EventHub {
             shared: Arc::new(Shared {
                 waiters: Mutex::default(),
                 next_id: Default::default(),
-                cancels: Mutex::new(None),
+                cancels: Mutex::default(),
                 inboxes,
             }),
             process: process.into(),
@@ -203,11 +203,11 @@ impl EventHub {
         matches!(live, Ok(Ok(_)))
     }
 
-    /// Cancellations of any shard's tasks from now on (one listener per process; a second call
-    /// replaces the first).
+    /// Cancellations of any shard's tasks from now on. Every listener hears every notice, so the
+    /// workers that share a process each hear the cancels of their own nodes.
     pub fn cancel_notices(&self) -> mpsc::UnboundedReceiver<CancelNotice> {
         let (sender, receiver) = mpsc::unbounded_channel();
-        *self.shared.cancels.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(sender);
+        self.shared.cancels.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(sender);
         receiver
     }
 

@@ -208,3 +208,36 @@ fn processes_with_another_shard_count_than_the_deployment_refuse_to_run() {
         assert!(stderr.contains("CONVEYOR_SHARDS=4"), "{command}: {stderr}");
     }
 }
+
+#[test]
+fn up_whose_workers_refuse_the_tools_file_stops_at_once_with_the_reason() {
+    let redis = conveyor_tests::RedisServer::start().expect("redis");
+    let tools = conveyor_tests::process::scratch_dir("up-bad-tools").join("tools.toml");
+    std::fs::write(&tools, "[[tool]]\nname = \"broken\"\ndescription = \"Runs nothing.\"\nargv = []\n")
+        .expect("write");
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut child = Command::new(conveyor_bin())
+        .args(["up", "--no-auth", "--listen", &listen, "--tools-file"])
+        .arg(&tools)
+        .env("REDIS_URL", redis.url())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("conveyor runs");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("`conveyor up` kept serving although its workers cannot run");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let output = child.wait_with_output().expect("output");
+    assert!(!status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("broken"), "the error names what the tools file got wrong: {stderr}");
+    assert!(std::net::TcpStream::connect(&listen).is_err(), "nothing serves on {listen} after `up` stopped");
+}

@@ -242,6 +242,32 @@ async fn retries_with_backoff_and_timeouts() {
 }
 
 #[tokio::test]
+async fn a_tool_that_ignores_its_timeout_is_aborted_and_runs_no_longer_than_its_node() {
+    // One process runs every node, so `stubborn_sleep` sees the runs of its earlier attempts.
+    let c = cluster(0).await;
+    let task = submit(
+        &c.mcp,
+        json!({"nodes": [{"id": "s", "tool": "stubborn_sleep", "arguments": {"seconds": 30}, "timeoutMs": 200}]}),
+    )
+    .await;
+    let done = settle(&c.mcp, &task, Duration::from_secs(20)).await;
+    assert_eq!(done["result"]["isError"], true, "{done}");
+    assert!(
+        nodes(&done)["s"]["error"]["message"].as_str().unwrap_or_default().contains("timed out after 200 ms"),
+        "{done}"
+    );
+    // Its node is over, so nothing of it runs any more: not beside a retry, not outside the
+    // worker's concurrency.
+    let task = submit(
+        &c.mcp,
+        json!({"nodes": [{"id": "s", "tool": "stubborn_sleep", "arguments": {"seconds": 0}}], "output": "s"}),
+    )
+    .await;
+    let done = settle(&c.mcp, &task, Duration::from_secs(20)).await;
+    assert_eq!(done["result"]["content"][0]["text"], "0 other runs alive", "{done}");
+}
+
+#[tokio::test]
 async fn invalid_graphs_are_refused_before_anything_is_written() {
     let c = cluster(0).await;
     let call = |graph: Value| {

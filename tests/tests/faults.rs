@@ -210,3 +210,41 @@ async fn a_hung_worker_that_wakes_up_cannot_take_its_node_back() {
     assert_eq!(result.result()["content"][0]["text"], "computed fenced", "{}", result.raw);
     assert_eq!(redis.node_field(&task, "root", "attempt").as_deref(), Some("3"));
 }
+
+/// `calls` of `command` in Redis's command statistics.
+fn command_calls(conn: &mut redis::Connection, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(conn).expect("info");
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|calls| calls.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_due_item_that_keeps_failing_does_not_make_maintenance_spin() {
+    let redis = RedisServer::start().expect("redis");
+    let mut conn = redis.connection().expect("conn");
+    // A retry entry that cannot be read, due since long ago, in every shard.
+    for shard in 0..4 {
+        let key = conveyor_shared::keys::Shard(shard).retries();
+        let _: () =
+            redis::cmd("ZADD").arg(&key).arg(0).arg("not a retry entry").query(&mut conn).expect("zadd");
+    }
+    let _worker = Conveyor::worker(&redis.url(), &["--fixtures"]).expect("worker");
+    // Once the worker runs its maintenance, count its scripts over two seconds.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while command_calls(&mut conn, "evalsha") == 0 {
+        assert!(Instant::now() < deadline, "the worker never ran its maintenance");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let before = command_calls(&mut conn, "evalsha");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let scripts = command_calls(&mut conn, "evalsha") - before;
+    // Four shards looked at about once a second each, and nothing else to do: a few dozen at most.
+    assert!(scripts < 100, "{scripts} scripts in 2 s from an idle worker with a bad retry entry");
+    let left: u64 =
+        redis::cmd("ZCARD").arg(conveyor_shared::keys::Shard(0).retries()).query(&mut conn).expect("zcard");
+    assert_eq!(left, 1, "the bad entry stays for an operator to see");
+}

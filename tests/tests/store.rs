@@ -6,6 +6,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use conveyor_shared::Store;
+use conveyor_shared::events::CancelNotice;
 use conveyor_shared::input::{self, InputRequired};
 use conveyor_shared::keys::{self, Shard};
 use conveyor_shared::model::{
@@ -277,6 +278,45 @@ async fn cancellation_is_final_and_refuses_late_work() {
     assert!(matches!(h.start_item(&item).await, StartOutcome::Skip(_)));
     let nope = WorkItem { task_id: new_task_id(Shard(2)), entry_id: "0-1".to_owned(), ..item };
     assert!(matches!(h.start_item(&nope).await, StartOutcome::Skip(_)));
+}
+
+#[tokio::test]
+async fn every_cancel_listener_of_a_process_hears_every_cancel() {
+    // `conveyor up --workers 2` runs two workers on one store: each must hear the cancels, since
+    // either may hold the cancelled task's running node.
+    let h = setup().await;
+    let hub = h.store.events().await.expect("hub");
+    let mut first = hub.cancel_notices();
+    let mut second = hub.cancel_notices();
+    let id = h.create(&new_task(Shard(1))).await;
+    h.store.cancel_task(&id, "alice", "x").await.expect("cancel");
+    for listener in [&mut first, &mut second] {
+        let notice = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                match listener.recv().await.expect("hub alive") {
+                    CancelNotice::Task(task) => return task,
+                    CancelNotice::Resync => continue,
+                }
+            }
+        })
+        .await
+        .expect("every listener hears the cancel");
+        assert_eq!(notice, id);
+    }
+    // A listener whose worker stopped is let go; the others still hear.
+    drop(first);
+    let again = h.create(&new_task(Shard(1))).await;
+    h.store.cancel_task(&again, "alice", "x").await.expect("cancel");
+    let heard = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            if let CancelNotice::Task(task) = second.recv().await.expect("hub alive") {
+                return task;
+            }
+        }
+    })
+    .await
+    .expect("the remaining listener hears");
+    assert_eq!(heard, again);
 }
 
 #[tokio::test]

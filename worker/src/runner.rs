@@ -48,6 +48,11 @@ fn offer_name(key: &str) -> String {
 /// The protocol's error for a request the client did not declare it can take (2026-07-28 names
 /// it; on 2025-11-25 the same code travels with the same `data.requiredCapabilities`).
 const MISSING_CLIENT_CAPABILITY: i32 = -32021;
+/// How long a tool told to stop may take to return before it is aborted: enough for a child
+/// process to get its SIGTERM, then its SIGKILL (`tools::process`).
+const TOOL_STOP_GRACE: Duration = Duration::from_secs(5);
+/// How long a stopping worker keeps trying to record a finished node while Redis is away.
+const PERSIST_WHILE_STOPPING: Duration = Duration::from_secs(10);
 
 /// How a worker runs.
 #[derive(Debug, Clone)]
@@ -498,11 +503,14 @@ async fn read_loop(
     let mut waiting = Waiting::default();
     loop {
         let first = tokio::select! {
+            // Shutdown first: with a free slot also ready, an unbiased choice would read again
+            // (and block) as often as not.
+            biased;
+            () = shutdown.cancelled() => None,
             permit = semaphore.clone().acquire_owned() => Some(match permit {
                 Ok(p) => p,
                 Err(_) => return,
             }),
-            () = shutdown.cancelled() => None,
             // Buffered entries must not outwait their time while every slot is busy.
             () = tokio::time::sleep(PREFETCH_FOR), if !buffer.is_empty() => {
                 hand_back_stale(&worker, &mut buffer).await;
@@ -904,6 +912,8 @@ async fn recheck_running(worker: &Worker) {
 
 /// How long the maintenance holder of a shard waits at most between two looks.
 const MAINTAIN_EVERY: Duration = Duration::from_millis(500);
+/// How long the maintenance of a shard pauses after an item it could not handle.
+const MAINTAIN_AFTER_FAILURE: Duration = Duration::from_secs(1);
 /// How often a worker that does not hold a shard's maintenance lease tries to take it.
 const MAINTAIN_TRY_EVERY: Duration = Duration::from_secs(2);
 /// How long a shard's maintenance lease lasts without renewal: when its holder dies, another
@@ -932,22 +942,37 @@ async fn maintain(worker: Worker, shutdown: CancellationToken) {
             let next = match look {
                 Ok(MaintainOutcome::HeldElsewhere) => now + MAINTAIN_TRY_EVERY,
                 Ok(MaintainOutcome::Due { retries, expired, next_due_ms, set_aside }) => {
-                    let busy = !retries.is_empty() || !expired.is_empty();
                     if set_aside > 0 {
                         release_set_aside(&worker, shard).await;
                     }
+                    // Another look at once only while items are done; an item that keeps failing
+                    // (a corrupt record, Redis refusing) is looked at again after a pause, not in a
+                    // tight loop.
+                    let (mut done, mut failed) = (0usize, 0usize);
                     for member in &retries {
-                        if let Err(e) = store.promote_retry(shard, member).await {
-                            tracing::warn!(error = %e, "could not queue a retry again");
+                        match store.promote_retry(shard, member).await {
+                            Ok(_) => done += 1,
+                            Err(e) => {
+                                failed += 1;
+                                tracing::warn!(error = %e, "could not queue a retry again");
+                            }
                         }
                     }
                     for task_id in &expired {
                         match store.expire_task(shard, task_id).await {
-                            Ok(true) => tracing::info!(task = %task_id, "task expired"),
-                            Ok(false) => {}
-                            Err(e) => tracing::warn!(task = %task_id, error = %e, "could not expire a task"),
+                            Ok(expired) => {
+                                done += 1;
+                                if expired {
+                                    tracing::info!(task = %task_id, "task expired");
+                                }
+                            }
+                            Err(e) => {
+                                failed += 1;
+                                tracing::warn!(task = %task_id, error = %e, "could not expire a task");
+                            }
                         }
                     }
+                    let busy = done > 0 && failed == 0;
                     if last_reclaim.get(&shard).is_none_or(|t| t.elapsed() >= worker.options.lease / 4) {
                         last_reclaim.insert(shard, now);
                         reclaim_shard(&worker, shard, &mut cursors).await;
@@ -959,7 +984,13 @@ async fn maintain(worker: Worker, shutdown: CancellationToken) {
                     let until_due = next_due_ms
                         .map(|due| Duration::from_millis(due.saturating_sub(now_ms())))
                         .unwrap_or(MAINTAIN_EVERY);
-                    if busy { now } else { now + until_due.min(MAINTAIN_EVERY) }
+                    if busy {
+                        now
+                    } else if failed > 0 {
+                        now + MAINTAIN_AFTER_FAILURE
+                    } else {
+                        now + until_due.min(MAINTAIN_EVERY)
+                    }
                 }
                 Err(e) => {
                     tracing::debug!(shard = %shard, error = %e, "shard maintenance failed; trying again");
@@ -1166,12 +1197,14 @@ impl NodeJob {
                     log_level: self.log_level,
                 };
                 let call = self.call(ctx);
+                tokio::pin!(call);
                 match self.timeout {
                     None => call.await,
-                    Some(limit) => match tokio::time::timeout(limit, call).await {
-                        Ok(outcome) => outcome,
-                        Err(_) => {
-                            // The tool is told to stop; the attempt counts as failed.
+                    Some(limit) => tokio::select! {
+                        outcome = &mut call => outcome,
+                        () = tokio::time::sleep(limit) => {
+                            // The tool is told to stop, and the slot stays held until it has (see
+                            // `call`); the attempt counts as failed.
                             let _ = reason.compare_exchange(
                                 0,
                                 StopReason::Timeout as u8,
@@ -1179,6 +1212,7 @@ impl NodeJob {
                                 Ordering::SeqCst,
                             );
                             token.cancel();
+                            let _ = call.await;
                             ToolOutcome::Error(RpcError {
                                 code: -32001,
                                 message: format!("timed out after {} ms", limit.as_millis()),
@@ -1189,6 +1223,8 @@ impl NodeJob {
                 }
             }
         };
+        // Told to stop before it returned: what it returned may be the stop's doing, not its work.
+        let interrupted = token.is_cancelled();
         self.worker.running.remove(attempt);
         if self.worker.stop_running.is_cancelled() {
             let _ =
@@ -1200,14 +1236,20 @@ impl NodeJob {
                 self.finish(NodeOutcome::Lost, Some("another worker took the node over"));
                 tracing::info!(task = %attempt.task_id, node = %attempt.node_id, "stopped a node another worker took over");
             }
-            StopReason::Shutdown if !cancelled_by_task(store, &attempt.task_id).await => {
-                self.hand_back().await
-            }
-            StopReason::Task | StopReason::Shutdown => {
+            StopReason::Task => {
                 tracing::info!(task = %attempt.task_id, node = %attempt.node_id, "node stopped: its task was cancelled");
                 self.settle(None, false).await
             }
-            StopReason::Running | StopReason::Timeout => match outcome {
+            // A node that finished before the stop reached it keeps its outcome below: finished
+            // work is recorded, not run again by another worker.
+            StopReason::Shutdown if interrupted => {
+                if cancelled_by_task(store, &attempt.task_id).await {
+                    self.settle(None, false).await
+                } else {
+                    self.hand_back().await
+                }
+            }
+            StopReason::Running | StopReason::Timeout | StopReason::Shutdown => match outcome {
                 ToolOutcome::Plan(plan) => match crate::dag::check_plan(store, &plan).await {
                     Ok(()) => self.expand(&plan).await,
                     Err(invalid) => self.settle(Some(invalid), false).await,
@@ -1264,13 +1306,37 @@ impl NodeJob {
             return outcome;
         }
         match self.worker.registry.get(&self.tool) {
-            Some(tool) => tokio::spawn(tool.call(ctx)).await.unwrap_or_else(|e| {
-                ToolOutcome::Error(RpcError {
-                    code: -32603,
-                    message: format!("tool `{}` crashed: {e}", self.tool),
-                    data: None,
+            Some(tool) => {
+                let stop = ctx.cancel.clone();
+                let mut running = tokio::spawn(tool.call(ctx));
+                let joined = tokio::select! {
+                    joined = &mut running => joined,
+                    () = stop.cancelled() => {
+                        // A tool told to stop (cancel, timeout, takeover, shutdown) has a grace
+                        // period to clean up (its child processes); one that ignores it is aborted,
+                        // so that it never runs beside its retry or outside the concurrency limit.
+                        match tokio::time::timeout(TOOL_STOP_GRACE, &mut running).await {
+                            Ok(joined) => joined,
+                            Err(_) => {
+                                running.abort();
+                                tracing::warn!(tool = %self.tool, grace_ms = TOOL_STOP_GRACE.as_millis() as u64, "the tool did not stop when told to; aborted it");
+                                return ToolOutcome::Error(RpcError {
+                                    code: -32800,
+                                    message: format!("tool `{}` did not stop when told to and was aborted", self.tool),
+                                    data: None,
+                                });
+                            }
+                        }
+                    }
+                };
+                joined.unwrap_or_else(|e| {
+                    ToolOutcome::Error(RpcError {
+                        code: -32603,
+                        message: format!("tool `{}` crashed: {e}", self.tool),
+                        data: None,
+                    })
                 })
-            }),
+            }
             None => ToolOutcome::Error(RpcError {
                 code: -32601,
                 message: format!(
@@ -1321,15 +1387,24 @@ impl NodeJob {
         Fut: std::future::Future<Output = Result<T, StoreError>>,
     {
         let mut backoff = Backoff::default();
+        let mut stopping_since: Option<tokio::time::Instant> = None;
         loop {
             match op().await {
                 Ok(done) => return Some(done),
                 Err(e) => {
                     tracing::warn!(task = %self.attempt.task_id, error = %e, "could not record the node's {what} yet; retrying");
+                    // A stopping worker keeps trying for a while: work it finished and fails to
+                    // record would be run again by another worker after its lease.
                     if self.worker.stop_running.is_cancelled() {
-                        return None;
+                        let since = *stopping_since.get_or_insert_with(tokio::time::Instant::now);
+                        if since.elapsed() >= PERSIST_WHILE_STOPPING {
+                            tracing::warn!(task = %self.attempt.task_id, "gave up recording the node's {what}: the worker stops");
+                            return None;
+                        }
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    } else {
+                        backoff.wait(&self.worker.stop_running).await;
                     }
-                    backoff.wait(&self.worker.stop_running).await;
                 }
             }
         }
