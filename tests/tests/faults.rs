@@ -248,3 +248,53 @@ async fn a_due_item_that_keeps_failing_does_not_make_maintenance_spin() {
         redis::cmd("ZCARD").arg(conveyor_shared::keys::Shard(0).retries()).query(&mut conn).expect("zcard");
     assert_eq!(left, 1, "the bad entry stays for an operator to see");
 }
+
+/// A node of `flaky` that fails its first two attempts, each of which takes `seconds`, with one
+/// retry: two tries of the tool's are all it may spend. A worker stops reading within 2 s of its stop.
+async fn create_flaky(mcp: &Mcp) -> String {
+    let graph = json!({"nodes": [
+        {"id": "a", "tool": "flaky", "arguments": {"failures": 2, "seconds": 4}, "retries": 1, "backoffMs": 10}
+    ]});
+    create(mcp, "run_dag", graph).await
+}
+
+async fn assert_completes_on_attempt_3(mcp: &Mcp, redis: &RedisServer, task: &str) {
+    let result = mcp.call_2025("tasks/result", json!({"taskId": task})).await.expect("tasks/result");
+    assert_eq!(result.result()["isError"], false, "the graph failed: {}", result.raw);
+    assert_eq!(redis.node_field(task, "a", "attempt").as_deref(), Some("3"), "{}", result.raw);
+}
+
+#[tokio::test]
+async fn a_lost_worker_spends_none_of_its_nodes_retries() {
+    let redis = RedisServer::start().expect("redis");
+    let gateway = Conveyor::gateway(&redis.url(), &[]).expect("gateway");
+    let mut first = Conveyor::worker(&redis.url(), LEASE).expect("worker");
+    let mcp = Mcp::new(gateway.mcp_url());
+    wait_for_tools(&mcp).await;
+    let task = create_flaky(&mcp).await;
+    redis.wait_node_status(&task, "a", "running", Duration::from_secs(10)).await.expect("the node runs");
+    first.signal("KILL");
+    assert!(first.wait_exit(Duration::from_secs(5)));
+    // Attempt 2 is the tool's first try (it fails); its retry, attempt 3, succeeds.
+    let _second = Conveyor::worker(&redis.url(), LEASE).expect("second worker");
+    assert_completes_on_attempt_3(&mcp, &redis, &task).await;
+    assert_eq!(redis.node_field(&task, "a", "losses").as_deref(), Some("1"));
+}
+
+#[tokio::test]
+async fn a_node_handed_back_at_shutdown_spends_none_of_its_retries() {
+    let redis = RedisServer::start().expect("redis");
+    let gateway = Conveyor::gateway(&redis.url(), &[]).expect("gateway");
+    let args = ["--fixtures", "--shutdown-grace-ms", "100"];
+    let mut first = Conveyor::worker(&redis.url(), &args).expect("worker");
+    let mcp = Mcp::new(gateway.mcp_url());
+    wait_for_tools(&mcp).await;
+    let task = create_flaky(&mcp).await;
+    redis.wait_node_status(&task, "a", "running", Duration::from_secs(10)).await.expect("the node runs");
+    first.signal("TERM");
+    assert!(first.wait_exit(Duration::from_secs(10)), "the worker did not stop");
+    assert!(first.log_text().contains("handing them back"), "{}", first.log_text());
+    let _second = Conveyor::worker(&redis.url(), &args).expect("second worker");
+    assert_completes_on_attempt_3(&mcp, &redis, &task).await;
+    assert_eq!(redis.node_field(&task, "a", "losses"), None, "a hand-back is no loss");
+}

@@ -26,7 +26,7 @@ local r = cjson.decode(ARGV[1])
 local keys = {task = KEYS[1], nodes = KEYS[2], load = KEYS[3], expiring = KEYS[5]}
 local node = r.node
 local n = node_state(KEYS[2], node, {'status', 'kind', 'wire', 'ttlMs', 'nodeCount', 'owner', 'createdAt',
-  'traceparent', 'waiters', 'tool', nf(node, 'rounds'), 'maxBytes', 'bytes'})
+  'traceparent', 'waiters', 'tool', nf(node, 'untried'), 'maxBytes', 'bytes'})
 if n.status ~= 'running' or n.attempt ~= r.attempt then
   return cjson.encode({outcome = 'stale'})
 end
@@ -62,8 +62,9 @@ if dag and r.outcome ~= 'cancelled' then
   stored_bytes = used
 end
 
--- Rounds of input (the node parked and resumed) are attempts too, but not failed ones.
-local tries = r.attempt - tonumber(t[nf(node, 'rounds')] or '0')
+-- Attempts that were no try of the tool's spend no retry: rounds of input (the node parked and
+-- resumed), attempts whose worker was lost, and attempts handed back by a worker that stopped.
+local tries = r.attempt - tonumber(t[nf(node, 'untried')] or '0')
 if live and failed and not r.final and tries <= n.retries then
   local delay = n.backoffMs * (2 ^ (tries - 1))
   delay = math.floor(math.min(delay, r.maxBackoffMs) * (0.75 + 0.5 * r.jitter))

@@ -38,7 +38,8 @@ for key, text in pairs(r.requests) do
   redis.call('HSET', KEYS[1], 'ask/' .. full, text)
 end
 redis.call('HDEL', KEYS[1], nf(node, 'worker'))
-redis.call('HINCRBY', KEYS[1], nf(node, 'rounds'), 1)
+-- A round of input is an attempt, but no try of the tool's: it spends no retry.
+redis.call('HINCRBY', KEYS[1], nf(node, 'untried'), 1)
 local pending = pending_requests(KEYS[1], owners)
 redis.call('HSET', KEYS[1], nf(node, 'status'), 'parked', nf(node, 'entry'), '', nf(node, 'asks'), cjson.encode(asks),
   nf(node, 'state'), r.state, nf(node, 'answers'), '', 'status', 'input_required', 'inputRequests', pending,

@@ -29,6 +29,8 @@ if n.status == 'running' then
   local was = redis.call('HMGET', KEYS[2], nf(r.node, 'worker'), nf(r.node, 'startedAt'))
   lost = {tool = n.tool, attempt = n.attempt, worker = was[1] or '', startedMs = tonumber(was[2] or '0')}
   losses = redis.call('HINCRBY', KEYS[2], nf(r.node, 'losses'), 1)
+  -- The lost attempt spends no retry: losses have their own bound (the worker's max losses).
+  redis.call('HINCRBY', KEYS[2], nf(r.node, 'untried'), 1)
   redis.call('HDEL', KEYS[2], nf(r.node, 'worker'))
   enqueue(KEYS[2], KEYS[4], KEYS[3], r.task, r.node, n.tool, r.trace)
 else

@@ -12,6 +12,8 @@ if n.status ~= 'running' or n.attempt ~= r.attempt then
 end
 ack(KEYS[4], n.entry)
 redis.call('HDEL', KEYS[2], nf(r.node, 'worker'))
+-- A handed-back attempt was cut short by its worker's stop: it spends none of the node's retries.
+redis.call('HINCRBY', KEYS[2], nf(r.node, 'untried'), 1)
 if not is_live(redis.call('HGET', KEYS[1], 'status')) then
   -- The task ended meanwhile: nothing to hand back.
   redis.call('HSET', KEYS[2], nf(r.node, 'status'), 'dropped')
