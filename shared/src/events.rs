@@ -38,9 +38,16 @@ pub enum Delivery {
 pub enum CancelNotice {
     /// This task was cancelled (or failed, or expired): stop its running nodes.
     Task(String),
-    /// Notices may have been lost: check every running task's status.
+    /// Notices may have been lost: check every running task's status (and the maintenance
+    /// holder looks at every shard).
     Resync,
+    /// Something in this shard falls due sooner than its maintenance planned to look.
+    Maintain(Shard),
 }
+
+/// The message on a shard's cancel channel that wakes its maintenance (see `prelude.lua`); a task
+/// id never takes this form.
+pub const MAINTAIN_NOTICE: &str = "$maintain";
 
 type Waiters = HashMap<String, HashMap<u64, mpsc::Sender<Delivery>>>;
 
@@ -50,6 +57,8 @@ struct Shared {
     /// Every cancel listener of the process: one per worker, and `conveyor up --workers N` runs N.
     cancels: Mutex<Vec<mpsc::UnboundedSender<CancelNotice>>>,
     inboxes: Vec<String>,
+    /// Each shard's cancel channel, by name.
+    cancel_channels: HashMap<String, Shard>,
 }
 
 impl Shared {
@@ -100,6 +109,10 @@ impl Shared {
                     match InboxMessage::parse(&payload) {
                         Ok(message) => self.deliver(message),
                         Err(e) => tracing::warn!(error = %e, "ignoring a malformed inbox message"),
+                    }
+                } else if payload == MAINTAIN_NOTICE {
+                    if let Some(shard) = self.cancel_channels.get(&channel) {
+                        self.cancel(CancelNotice::Maintain(*shard));
                     }
                 } else {
                     self.cancel(CancelNotice::Task(payload));
@@ -179,6 +192,7 @@ impl EventHub {
                 next_id: Default::default(),
                 cancels: Mutex::default(),
                 inboxes,
+                cancel_channels: (0..shards).map(|s| (Shard(s).cancel_channel(), Shard(s))).collect(),
             }),
             process: process.into(),
             ready,

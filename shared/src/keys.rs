@@ -113,11 +113,6 @@ impl Shard {
         format!("{}:poll:{task_id}:{caller}", self.tag())
     }
 
-    /// Who runs this shard's maintenance (retries, expiries, lost workers): a lease string.
-    pub fn maintenance_lease(self) -> String {
-        format!("{}:maint", self.tag())
-    }
-
     /// Sharded channel on which cancellations of this shard's tasks reach every worker.
     pub fn cancel_channel(self) -> String {
         format!("{}:cancel", self.tag())
@@ -194,6 +189,14 @@ pub fn run_history(tool: &str, name: &str) -> String {
 /// Hash of worker name to its heartbeat record (queues, tools, running nodes, time).
 pub const WORKERS: &str = "cv:{cv.catalog}:workers";
 
+/// Sorted set of worker name to the time (Redis ms) its liveness runs out: its last heartbeat plus
+/// its lease. The maintenance holder takes over a worker's entries once that time has passed.
+pub const ALIVE: &str = "cv:{cv.catalog}:alive";
+
+/// Which worker runs the deployment's maintenance (retries, expiries, lost workers): a lease
+/// string, taken and renewed by heartbeats.
+pub const MAINTAINER: &str = "cv:{cv.catalog}:maintainer";
+
 /// Hash of tool name to the tool as workers publish it (definition, queue, position).
 pub const TOOLS: &str = "cv:{cv.catalog}:tools";
 
@@ -215,7 +218,6 @@ mod tests {
             s.dead_letters(),
             s.owner_tasks("alice"),
             s.idempotency("alice", "k"),
-            s.maintenance_lease(),
             s.cancel_channel(),
             s.inbox("g1"),
         ] {

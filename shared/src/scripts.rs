@@ -59,3 +59,5 @@ script!(EXPAND_PLAN, "expand_plan");
 script!(MAINTAIN, "maintain");
 script!(WATCH_TASK, "watch_task");
 script!(RELEASE_HELD, "release_held");
+script!(HEARTBEAT, "heartbeat");
+script!(FORGET_WORKER, "forget_worker");

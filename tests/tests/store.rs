@@ -104,8 +104,14 @@ impl Harness {
     async fn read(&mut self, consumer: &str) -> Vec<WorkItem> {
         let mut items = Vec::new();
         for reader in &mut self.readers {
-            let read = reader.read(&self.store, consumer, 500, Duration::from_millis(50)).await;
-            items.extend(read.expect("read"));
+            let (mut read, own_pending) =
+                reader.read(&self.store, consumer, 500, Duration::from_millis(50)).await.expect("read");
+            if own_pending {
+                // A new connection reads its consumer's pending entries first; then what is new.
+                read =
+                    reader.read(&self.store, consumer, 500, Duration::from_millis(50)).await.expect("read").0;
+            }
+            items.extend(read);
         }
         items
     }
@@ -142,12 +148,11 @@ impl Harness {
         self.start_node(task_id, ROOT_NODE).await
     }
 
-    /// The retries and expiries of `shard` that are due, as its maintenance lease holder sees them.
+    /// The retries and expiries of `shard` that are due, as its maintenance sees them.
     async fn due(&self, shard: Shard) -> (Vec<String>, Vec<String>) {
-        match self.store.maintain(shard, "m", Duration::from_secs(5), 100).await.expect("maintain") {
-            MaintainOutcome::Due { retries, expired, .. } => (retries, expired),
-            MaintainOutcome::HeldElsewhere => panic!("only this test maintains the shard"),
-        }
+        let MaintainOutcome { retries, expired, .. } =
+            self.store.maintain(shard, 100, Duration::from_secs(5)).await.expect("maintain");
+        (retries, expired)
     }
 
     /// Waits out a short backoff and queues the shard's due retries again; returns how many.
@@ -295,7 +300,7 @@ async fn every_cancel_listener_of_a_process_hears_every_cancel() {
             loop {
                 match listener.recv().await.expect("hub alive") {
                     CancelNotice::Task(task) => return task,
-                    CancelNotice::Resync => continue,
+                    CancelNotice::Resync | CancelNotice::Maintain(_) => continue,
                 }
             }
         })
@@ -814,8 +819,7 @@ async fn a_worker_whose_node_was_taken_over_learns_it_lost_the_node() {
     assert_eq!(attempt.stream, stream);
     tokio::time::sleep(Duration::from_millis(100)).await;
     let lease = Duration::from_millis(50);
-    let (claimed, _) =
-        h.store.claim_abandoned(shard, &stream, "maint", lease, "0-0", 100).await.expect("claim");
+    let (claimed, _) = h.store.claim_from(shard, &stream, "maint", "w1", lease, 100).await.expect("claim");
     assert_eq!(claimed.iter().map(|i| &i.entry_id).collect::<Vec<_>>(), vec![&attempt.entry_id]);
     let reclaimed = h.store.reclaim(&claimed[0]).await.expect("reclaim");
     let ReclaimOutcome::Requeued { losses: 1, lost: Some(lost) } = reclaimed else {
@@ -837,7 +841,7 @@ async fn a_worker_whose_node_was_taken_over_learns_it_lost_the_node() {
 }
 
 #[tokio::test]
-async fn abandoned_entries_behind_many_live_ones_are_reached_by_following_the_cursor() {
+async fn a_lost_workers_unrenewed_entries_are_found_among_many_it_renewed() {
     let mut h = setup().await;
     let s = Shard(0);
     for _ in 0..300 {
@@ -856,25 +860,18 @@ async fn abandoned_entries_behind_many_live_ones_are_reached_by_following_the_cu
         items[..290].iter().map(|i| (i.stream.clone(), i.entry_id.clone())).collect();
     assert!(h.store.renew_leases("w1", &live).await.expect("renew").is_empty());
 
-    // XAUTOCLAIM looks at no more than 10 × COUNT pending entries per call: with COUNT 20 a call
-    // that starts at the beginning sees only the first 200 entries, all live, and claims nothing.
-    // Only by following the cursor does maintenance reach the abandoned entries behind them.
+    // A page of 20 finds the 10 entries left unrenewed behind the 290 renewed ones, and says when
+    // the renewed ones come due.
     let lease = Duration::from_millis(150);
-    let (mut cursor, mut calls, mut claimed) = ("0-0".to_owned(), 0, BTreeSet::new());
-    loop {
-        let (found, next) =
-            h.store.claim_abandoned(s, &stream, "maint", lease, &cursor, 20).await.expect("claim");
-        claimed.extend(found.into_iter().map(|i| i.entry_id));
-        calls += 1;
-        cursor = next;
-        if cursor == "0-0" {
-            break;
-        }
-        assert!(calls < 100, "the cursor never came back to the beginning");
-    }
+    let (found, next) = h.store.claim_from(s, &stream, "maint", "w1", lease, 20).await.expect("claim");
+    let claimed: BTreeSet<String> = found.into_iter().map(|i| i.entry_id).collect();
     let abandoned: BTreeSet<String> = items[290..].iter().map(|i| i.entry_id.clone()).collect();
     assert_eq!(claimed, abandoned, "exactly the entries whose lease was not renewed");
-    assert!(calls >= 2, "one call cannot reach them");
+    let next = next.expect("the renewed entries are still pending");
+    assert!(next <= lease && next > Duration::from_millis(50), "{next:?}");
+    // Nothing of another owner's is taken.
+    let (none, _) = h.store.claim_from(s, &stream, "maint", "w2", lease, 20).await.expect("claim");
+    assert!(none.is_empty());
 }
 
 #[tokio::test]
@@ -973,7 +970,7 @@ async fn a_node_taken_over_after_its_task_was_cancelled_gives_back_its_load() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     let lease = Duration::from_millis(50);
     let (claimed, _) =
-        h.store.claim_abandoned(s, &attempt.stream, "maint", lease, "0-0", 100).await.expect("claim");
+        h.store.claim_from(s, &attempt.stream, "maint", "w1", lease, 100).await.expect("claim");
     assert_eq!(claimed.len(), 1);
     // The task is over: the node is not queued again, and its entry is gone.
     assert!(matches!(h.store.reclaim(&claimed[0]).await.expect("reclaim"), ReclaimOutcome::Dropped(_)));
@@ -1285,18 +1282,15 @@ async fn a_principal_over_its_share_is_set_aside_and_the_work_behind_it_starts()
 
     // The shard's maintenance puts the last one back even when nothing of its queue finishes;
     // read but never started, its entry is taken over like any other and still not lost.
-    let MaintainOutcome::Due { set_aside, .. } =
-        h.store.maintain(s, "m", Duration::from_secs(5), 100).await.expect("maintain")
-    else {
-        panic!("held elsewhere")
-    };
+    let MaintainOutcome { set_aside, .. } =
+        h.store.maintain(s, 100, Duration::from_secs(5)).await.expect("maintain");
     assert_eq!(set_aside, 1);
     assert_eq!(h.load(s)["held"], 1, "nothing held is put back by a node of another queue, or by none");
     assert_eq!(h.store.release_held(s, "slow_compute", 8).await.expect("release"), 1);
     let item = h.item(&alice[2], ROOT_NODE).await;
     tokio::time::sleep(Duration::from_millis(60)).await;
     let (claimed, _) =
-        h.store.claim_abandoned(s, &stream, "m", Duration::from_millis(50), "0-0", 100).await.expect("claim");
+        h.store.claim_from(s, &stream, "m", "w1", Duration::from_millis(50), 100).await.expect("claim");
     assert!(claimed.iter().any(|c| c.entry_id == item.entry_id), "{claimed:?}");
     assert!(matches!(h.store.reclaim(&item).await.expect("reclaim"), ReclaimOutcome::Requeued { .. }));
     let last = h.start(&alice[2]).await;

@@ -72,6 +72,7 @@ if live and failed and not r.final and tries <= n.retries then
     nf(node, 'finishedAt'), now)
   local queues = cjson.decode(redis.call('HGET', KEYS[1], 'queues') or '[]')
   redis.call('ZADD', KEYS[4], now + delay, cjson.encode({r.task, node, queues[n.q] or ''}))
+  wake_maintenance(KEYS[3], r.cancelChannel, now + delay)
   redis.call('HSET', KEYS[1], 'updatedAt', now, 'statusMessage',
     'Node ' .. node .. ' failed (attempt ' .. r.attempt .. '); retrying in ' .. delay .. ' ms')
   return cjson.encode({outcome = 'retry', delayMs = delay})

@@ -14,7 +14,8 @@
 --   caps (JSON text: the client's input capabilities), answers (JSON text of answers the call
 --   came with, for a single call's node, or ""), escalable (bool: a synchronous call that its tool
 --   may turn into the client's task), call (bool: KEYS ends with the call key), logLevel (the
---   least severe level of logged messages the client gets, or "")
+--   least severe level of logged messages the client gets, or ""), cancelChannel (the shard's:
+--   wakes its maintenance when this task's expiry is the shard's next due item)
 -- Returns JSON: {"outcome":"created"} | {"outcome":"exists"} | {"outcome":"duplicate","task":id}
 --   | {"outcome":"conflict","task":id} | {"outcome":"budget","size":n,"max":n} (the arguments alone
 --   pass the task's byte budget)
@@ -57,8 +58,11 @@ end
 -- Each limit is this shard's share of the deployment's (-1: none); the shares add up to the
 -- configured figure, and a gateway refused here tries the other shards before it refuses the call.
 local lim = r.limits
+-- The shard's planned maintenance look, read with the load counts when they are read anyway.
+local planned = nil
 if lim.live >= 0 or lim.queued >= 0 or lim.perTool >= 0 or lim.nodes >= 0 then
-  local load = redis.call('HMGET', KEYS[3], 'live:' .. r.owner, 'queued', 'nodes:' .. r.owner)
+  local load = redis.call('HMGET', KEYS[3], 'live:' .. r.owner, 'queued', 'nodes:' .. r.owner, 'wake')
+  planned = load[4]
   local live, queued = tonumber(load[1] or '0'), tonumber(load[2] or '0')
   local held = live + tonumber(load[3] or '0')
   local function over(limit, current, max, needed, tool)
@@ -134,6 +138,7 @@ else
   end
 end
 redis.call('ZADD', KEYS[4], r.now + r.ttl, r.id)
+wake_maintenance(KEYS[3], r.cancelChannel, r.now + r.ttl, planned)
 if r.index then
   redis.call('ZADD', KEYS[5], r.now, r.id)
   redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. (r.now - r.retention))

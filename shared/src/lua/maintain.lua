@@ -1,34 +1,47 @@
--- maintain: one worker at a time runs a shard's maintenance. This takes or renews that lease and,
--- for its holder, lists what is due: failed attempts whose backoff has passed, and tasks whose TTL
--- has run out. The holder then runs one per-task script for each (promote_retry, expire_task).
+-- maintain: the maintenance holder looks at one shard: what is due now (failed attempts whose
+-- backoff has passed, tasks whose TTL has run out), and when the next item falls due. That time
+-- is kept as the shard's planned look (`wake` in its load hash), so that a script that schedules
+-- something sooner wakes the holder (wake_maintenance) and nothing else does: an idle shard costs
+-- no look at all. The holder then runs one per-task script for each item (promote_retry,
+-- expire_task).
 --
--- KEYS[1] the shard's maintenance lease   KEYS[2] retry zset   KEYS[3] expiring zset
--- KEYS[4] the shard's load hash
--- ARGV[1] the record (JSON): worker, now, leaseMs, max
--- Returns JSON: {"held": false} when another worker holds the lease, else {"held": true,
---   "retries": [members], "expired": [task ids], "nextDueMs": ms or null, "setAside": n (nodes set
---   aside in the shard's held lists)}
+-- KEYS[1] retry zset   KEYS[2] expiring zset   KEYS[3] the shard's load hash
+-- ARGV[1] the record (JSON): max, everyMs (when set-aside nodes wait, the next look is at most
+--   this far off)
+-- Returns JSON: {"retries": [members], "expired": [task ids], "nextDueInMs": ms or null,
+--   "setAside": n (nodes set aside in the shard's held lists)}
 local r = cjson.decode(ARGV[1])
-local holder = redis.call('GET', KEYS[1])
-if holder and holder ~= r.worker then
-  return cjson.encode({held = false})
-end
-redis.call('SET', KEYS[1], r.worker, 'PX', r.leaseMs)
-local retries = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', r.now, 'LIMIT', 0, r.max)
-local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', r.now, 'LIMIT', 0, r.max)
+local now = redis_now()
+local retries = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, r.max)
+local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, r.max)
 local next_due = nil
-for _, key in ipairs({KEYS[2], KEYS[3]}) do
-  local first = redis.call('ZRANGEBYSCORE', key, '(' .. r.now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-  if first[2] then
-    local due = tonumber(first[2])
-    if not next_due or due < next_due then
-      next_due = due
+if #retries == r.max or #expired == r.max then
+  -- More is due than one look takes.
+  next_due = now
+else
+  for _, key in ipairs({KEYS[1], KEYS[2]}) do
+    local first = redis.call('ZRANGEBYSCORE', key, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    if first[2] then
+      local due = tonumber(first[2])
+      if not next_due or due < next_due then
+        next_due = due
+      end
     end
   end
 end
-local set_aside = tonumber(redis.call('HGET', KEYS[4], 'held') or '0')
-local reply = {held = true, retries = retries, expired = expired, nextDueMs = next_due or cjson.null,
-  setAside = set_aside}
+local set_aside = tonumber(redis.call('HGET', KEYS[3], 'held') or '0')
+if set_aside > 0 and (not next_due or next_due > now + r.everyMs) then
+  next_due = now + r.everyMs
+end
+if next_due then
+  redis.call('HSET', KEYS[3], 'wake', next_due)
+else
+  redis.call('HDEL', KEYS[3], 'wake')
+end
+local reply = {retries = retries, expired = expired, setAside = set_aside, nextDueInMs = cjson.null}
+if next_due then
+  reply.nextDueInMs = next_due - now
+end
 if #retries == 0 then
   reply.retries = cjson.null
 end

@@ -3,6 +3,29 @@
 -- how a task settles and who hears of it) are written once. Nothing here builds a key name:
 -- keys come from KEYS, and a waiter's inbox channel is data that the Rust side stored.
 local GROUP = 'workers'
+-- The message on a shard's cancel channel that wakes its maintenance (never a task id).
+local MAINTAIN_NOTICE = '$maintain'
+
+-- Redis's clock in milliseconds: every time a script stores or compares comes from this one
+-- clock, never from the clocks of the processes that call it.
+local function redis_now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- The shard's maintenance must look at it by `due` (Redis ms): when that is sooner than the look
+-- it has planned (the load hash's `wake`, absent when none), the plan moves and the maintenance
+-- holder is told on the shard's cancel channel. Called where a retry or an expiry is scheduled.
+local function wake_maintenance(load, channel, due, planned)
+  if planned == nil then
+    planned = redis.call('HGET', load, 'wake')
+  end
+  planned = tonumber(planned)
+  if not planned or due < planned then
+    redis.call('HSET', load, 'wake', due)
+    redis.call('SPUBLISH', channel, MAINTAIN_NOTICE)
+  end
+end
 
 local function is_live(status)
   return status == 'working' or status == 'input_required'

@@ -9,9 +9,10 @@ use super::Store;
 use crate::error::StoreError;
 use crate::keys;
 use crate::model::PublishedTool;
+use crate::scripts;
 
 /// How long a worker counts as live after its last heartbeat.
-pub const LIVE_FOR_MS: u64 = 15_000;
+pub const LIVE_FOR_MS: u64 = 25_000;
 /// A worker silent for this long is removed from the catalog.
 pub const FORGET_AFTER_MS: u64 = 10 * 60_000;
 
@@ -36,6 +37,9 @@ pub struct WorkerRecord {
     pub concurrency: usize,
     pub running: Vec<RunningNode>,
     pub heartbeat_ms: u64,
+    /// The worker's lease: its running entries are taken over once they go unrenewed this long.
+    #[serde(default)]
+    pub lease_ms: u64,
     #[serde(default)]
     pub host: String,
     #[serde(default)]
@@ -49,12 +53,88 @@ impl WorkerRecord {
     }
 }
 
+/// What a heartbeat learned.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Heartbeat {
+    /// Redis did not know the worker: its first heartbeat, or Redis lost its data. The worker
+    /// publishes its tools again.
+    pub fresh: bool,
+    /// This worker holds the deployment's maintenance lease.
+    pub maintainer: bool,
+    /// Redis's clock when the heartbeat was taken.
+    pub now_ms: u64,
+    /// For the maintainer: workers whose liveness ran out, with their last record when it is
+    /// readable.
+    pub lapsed: Vec<(String, Option<WorkerRecord>)>,
+    /// For the maintainer: when the next other worker's liveness runs out, unless renewed.
+    pub next_lapse_in: Option<std::time::Duration>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct HeartbeatReply {
+    fresh: bool,
+    maintainer: bool,
+    now_ms: u64,
+    #[serde(default)]
+    lapsed: Option<Vec<LapsedReply>>,
+    #[serde(default)]
+    next_lapse_in_ms: Option<f64>,
+}
+
+#[derive(Deserialize)]
+struct LapsedReply {
+    name: String,
+    record: String,
+}
+
+#[derive(Deserialize)]
+struct ForgetReply {
+    kept: u64,
+}
+
+/// Most lapsed workers one heartbeat lists.
+const LAPSED_PER_HEARTBEAT: usize = 32;
+
 impl Store {
-    /// A worker's heartbeat: its record and its tools, in one round trip.
-    pub async fn heartbeat(&self, worker: &WorkerRecord, tools: &[PublishedTool]) -> Result<(), StoreError> {
-        let mut pipe = redis::pipe();
+    /// A worker's heartbeat, one script: its record, its liveness for `lease`, and a try at the
+    /// maintenance lease for `maintain_for` (see `heartbeat.lua`).
+    pub async fn heartbeat(
+        &self,
+        worker: &WorkerRecord,
+        lease: std::time::Duration,
+        maintain_for: std::time::Duration,
+    ) -> Result<Heartbeat, StoreError> {
         let record = serde_json::to_string(worker).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        pipe.hset(keys::WORKERS, &worker.name, record).ignore();
+        let args = serde_json::json!({
+            "name": worker.name, "record": record, "leaseMs": lease.as_millis() as u64,
+            "maintainForMs": maintain_for.as_millis().max(1) as u64, "lapsedMax": LAPSED_PER_HEARTBEAT,
+        });
+        let keys = [keys::WORKERS, keys::ALIVE, keys::MAINTAINER].map(str::to_owned);
+        let reply: HeartbeatReply = self.script(&scripts::HEARTBEAT, &keys, &args).await?;
+        let lapsed = reply
+            .lapsed
+            .unwrap_or_default()
+            .into_iter()
+            .map(|l| {
+                let record = serde_json::from_str(&l.record).ok();
+                (l.name, record)
+            })
+            .collect();
+        Ok(Heartbeat {
+            fresh: reply.fresh,
+            maintainer: reply.maintainer,
+            now_ms: reply.now_ms,
+            lapsed,
+            next_lapse_in: reply
+                .next_lapse_in_ms
+                .map(|ms| std::time::Duration::from_millis(ms.max(0.0) as u64)),
+        })
+    }
+
+    /// Publishes a worker's tools to the catalog, in one round trip.
+    pub async fn publish_tools(&self, tools: &[PublishedTool]) -> Result<(), StoreError> {
+        let mut pipe = redis::pipe();
         for tool in tools {
             if let (Some(name), Ok(json)) = (tool.name(), serde_json::to_string(tool)) {
                 pipe.hset(keys::TOOLS, name, json).ignore();
@@ -63,9 +143,33 @@ impl Store {
         self.pipeline(&pipe).await
     }
 
-    /// Removes a worker from the catalog (it stops).
+    /// Takes a worker that stopped, or was lost, out of the consumer groups of `queues` in every
+    /// shard where it holds no pending entry. Returns how many streams it still holds entries in
+    /// (then it stays, for maintenance to take them over).
+    pub async fn leave_groups(&self, name: &str, queues: &[String]) -> Result<u64, StoreError> {
+        let record = serde_json::json!({"consumer": name});
+        let mut kept = 0;
+        for shard in self.all_shards() {
+            let streams: Vec<String> = queues.iter().map(|q| shard.queue(q)).collect();
+            if streams.is_empty() {
+                continue;
+            }
+            let reply: ForgetReply = self.script(&scripts::FORGET_WORKER, &streams, &record).await?;
+            kept += reply.kept;
+        }
+        Ok(kept)
+    }
+
+    /// Removes a worker from the catalog and from the liveness set.
     pub async fn forget_worker(&self, name: &str) -> Result<(), StoreError> {
-        self.query(|| redis::Cmd::hdel(keys::WORKERS, name)).await
+        let mut pipe = redis::pipe();
+        pipe.hdel(keys::WORKERS, name).ignore().zrem(keys::ALIVE, name).ignore();
+        self.pipeline(&pipe).await
+    }
+
+    /// Looks at a lapsed worker again at `at_ms` (Redis's clock), unless it renews before.
+    pub async fn recheck_worker_at(&self, name: &str, at_ms: u64) -> Result<(), StoreError> {
+        self.query(|| redis::Cmd::zadd(keys::ALIVE, name, at_ms)).await
     }
 
     /// Every worker of the catalog, live or not, by name; records in an unknown shape are skipped.
@@ -83,21 +187,6 @@ impl Store {
             .collect();
         workers.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(workers)
-    }
-
-    /// Removes workers silent for longer than [`FORGET_AFTER_MS`]; returns how many.
-    pub async fn prune_workers(&self, now: u64) -> Result<usize, StoreError> {
-        let stale: Vec<String> = self
-            .workers()
-            .await?
-            .into_iter()
-            .filter(|w| now.saturating_sub(w.heartbeat_ms) > FORGET_AFTER_MS)
-            .map(|w| w.name)
-            .collect();
-        if !stale.is_empty() {
-            self.query::<()>(|| redis::Cmd::hdel(keys::WORKERS, &stale)).await?;
-        }
-        Ok(stale.len())
     }
 
     /// Every tool workers have published, live or not, in registration order (then by name).

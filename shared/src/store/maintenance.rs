@@ -1,6 +1,6 @@
-//! A shard's maintenance, run by whichever worker holds the shard's lease, at a pace that does not
-//! grow with the number of workers: due retries go back to their queue, tasks past their TTL
-//! expire (giving back their load), and entries of lost workers are queued again.
+//! A shard's maintenance, run by the one worker that holds the deployment's maintenance lease
+//! (taken by heartbeats), only when something is due: due retries go back to their queue, tasks
+//! past their TTL expire (giving back their load), and entries of lost workers are queued again.
 
 use std::time::Duration;
 
@@ -14,14 +14,14 @@ use crate::model::{WorkItem, now_ms};
 use crate::scripts;
 use crate::telemetry::context::LostAttempt;
 
-/// What the maintenance lease holder must do now.
+/// What is due in a shard: these retries and expiries, the next item in `next_due_in`, and this
+/// many nodes are set aside in the shard's held lists.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MaintainOutcome {
-    /// Another worker holds the shard's lease.
-    HeldElsewhere,
-    /// This worker holds it: these retries and expiries are due, the next falls due then, and
-    /// this many nodes are set aside in the shard's held lists.
-    Due { retries: Vec<String>, expired: Vec<String>, next_due_ms: Option<u64>, set_aside: u64 },
+pub struct MaintainOutcome {
+    pub retries: Vec<String>,
+    pub expired: Vec<String>,
+    pub next_due_in: Option<Duration>,
+    pub set_aside: u64,
 }
 
 /// What became of an entry taken over from a lost worker.
@@ -37,13 +37,12 @@ pub enum ReclaimOutcome {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct MaintainReply {
-    held: bool,
     #[serde(default)]
     retries: Option<Vec<String>>,
     #[serde(default)]
     expired: Option<Vec<String>>,
     #[serde(default)]
-    next_due_ms: Option<f64>,
+    next_due_in_ms: Option<f64>,
     #[serde(default)]
     set_aside: i64,
 }
@@ -77,26 +76,21 @@ enum DueReply {
 }
 
 impl Store {
-    /// Takes or renews `shard`'s maintenance lease for `lease` and, when held, lists up to `max`
-    /// due retries and expiries.
+    /// Lists up to `max` due retries and expiries of `shard`, and plans its next look (see
+    /// `maintain.lua`); while nodes are set aside, that look is at most `every` away.
     pub async fn maintain(
         &self,
         shard: Shard,
-        worker: &str,
-        lease: Duration,
         max: usize,
+        every: Duration,
     ) -> Result<MaintainOutcome, StoreError> {
-        let keys = [shard.maintenance_lease(), shard.retries(), shard.expiring(), shard.load()];
-        let record =
-            json!({"worker": worker, "now": now_ms(), "leaseMs": lease.as_millis() as u64, "max": max});
+        let keys = [shard.retries(), shard.expiring(), shard.load()];
+        let record = json!({"max": max, "everyMs": every.as_millis() as u64});
         let reply: MaintainReply = self.script(&scripts::MAINTAIN, &keys, &record).await?;
-        if !reply.held {
-            return Ok(MaintainOutcome::HeldElsewhere);
-        }
-        Ok(MaintainOutcome::Due {
+        Ok(MaintainOutcome {
             retries: reply.retries.unwrap_or_default(),
             expired: reply.expired.unwrap_or_default(),
-            next_due_ms: reply.next_due_ms.map(|ms| ms as u64),
+            next_due_in: reply.next_due_in_ms.map(|ms| Duration::from_millis(ms.max(0.0) as u64)),
             set_aside: u64::try_from(reply.set_aside).unwrap_or(0),
         })
     }

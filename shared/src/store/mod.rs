@@ -40,7 +40,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::OnceCell;
 
-pub use catalog::{RunningNode, WorkerRecord};
+pub use catalog::{FORGET_AFTER_MS, Heartbeat, RunningNode, WorkerRecord};
 pub use dead_letters::DeadLetter;
 pub use listing::{TaskIndex, TaskPage};
 pub use maintenance::{MaintainOutcome, ReclaimOutcome};

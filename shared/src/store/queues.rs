@@ -1,14 +1,12 @@
 //! Queues: one stream per queue per shard, read through one consumer group. A worker reads the
 //! streams of the queues it serves in batches on connections of its own ([`WorkReader`]), renews
 //! the leases of the entries it runs in one command per stream, and a shard's maintenance takes
-//! over entries whose worker stopped renewing ([`Store::claim_abandoned`]).
+//! over the entries of a worker whose liveness lapsed ([`Store::claim_from`]).
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use redis::streams::{
-    StreamAutoClaimOptions, StreamAutoClaimReply, StreamId, StreamReadOptions, StreamReadReply,
-};
+use redis::streams::{StreamId, StreamReadOptions, StreamReadReply};
 
 use super::Store;
 use crate::conn::Conn;
@@ -21,30 +19,42 @@ use crate::model::WorkItem;
 pub struct WorkReader {
     conn: Option<Conn>,
     streams: Vec<(Shard, String)>,
+    /// The next read is this worker's own pending entries, not new ones: set whenever the
+    /// connection is new, since a read whose reply was lost with the connection (a Redis restart)
+    /// left entries delivered to this worker that it never saw.
+    own_pending: bool,
 }
 
 impl WorkReader {
     /// Reads up to `count` entries per stream that no worker has seen, blocking up to `block` for
-    /// the first (a zero `block` takes only what is there). The read is never abandoned half-way (Redis would still deliver an entry to a
-    /// read its worker stopped waiting for), so it is bounded by `block` plus a margin.
+    /// the first (a zero `block` takes only what is there). The read is never abandoned half-way
+    /// (Redis would still deliver an entry to a read its worker stopped waiting for), so it is
+    /// bounded by `block` plus a margin.
+    ///
+    /// The first read on a new connection returns instead the entries Redis holds as delivered to
+    /// `consumer` (at once, without blocking), with `true`: the caller keeps those it does not
+    /// already run or hold.
     pub async fn read(
         &mut self,
         store: &Store,
         consumer: &str,
         count: usize,
         block: Duration,
-    ) -> Result<Vec<WorkItem>, StoreError> {
+    ) -> Result<(Vec<WorkItem>, bool), StoreError> {
         if self.conn.is_none() {
             self.conn = Some(store.dedicated_backend().await?.blocking().await?);
+            self.own_pending = true;
         }
-        let Some(conn) = self.conn.as_mut() else { return Ok(Vec::new()) };
+        let own = std::mem::take(&mut self.own_pending);
+        let block = if own { Duration::ZERO } else { block };
+        let Some(conn) = self.conn.as_mut() else { return Ok((Vec::new(), false)) };
         let mut options = StreamReadOptions::default().group(keys::WORK_GROUP, consumer).count(count.max(1));
         // No BLOCK at all for a zero wait: `BLOCK 0` would wait forever.
         if !block.is_zero() {
             options = options.block(block.as_millis() as usize);
         }
         let names: Vec<&str> = self.streams.iter().map(|(_, s)| s.as_str()).collect();
-        let ids: Vec<&str> = vec![">"; names.len()];
+        let ids: Vec<&str> = vec![if own { "0" } else { ">" }; names.len()];
         let read = redis::AsyncCommands::xread_options::<_, _, Option<StreamReadReply>>(
             conn, &names, &ids, &options,
         );
@@ -66,7 +76,7 @@ impl WorkReader {
             let Some(shard) = shard_of.get(stream.key.as_str()).copied() else { continue };
             items.extend(stream.ids.iter().map(|entry| work_item(shard, &stream.key, entry)));
         }
-        Ok(items)
+        Ok((items, own))
     }
 }
 
@@ -106,10 +116,11 @@ impl Store {
                 .map(|shard| WorkReader {
                     conn: None,
                     streams: queues.iter().map(|q| (shard, shard.queue(q))).collect(),
+                    own_pending: true,
                 })
                 .collect())
         } else {
-            Ok(vec![WorkReader { conn: None, streams: self.queue_streams(queues) }])
+            Ok(vec![WorkReader { conn: None, streams: self.queue_streams(queues), own_pending: true }])
         }
     }
 
@@ -179,34 +190,61 @@ impl Store {
         Ok(lost)
     }
 
-    /// Takes over up to `count` entries of `stream` whose worker has not renewed its lease for
-    /// `lease`, scanning on from `cursor` (`0-0` to begin), so that abandoned entries behind many
-    /// live ones are reached in turn. Returns the entries and the cursor to go on from.
-    pub async fn claim_abandoned(
+    /// Takes over up to `count` of `owner`'s pending entries of `stream` that have gone unrenewed
+    /// for `lease` (the owner's own lease: a worker renews its running entries three times per
+    /// lease), however many entries it renewed. Returns the entries taken, and how long until the
+    /// next of its entries left pending goes unrenewed that long (none left: `None`). `XCLAIM`
+    /// checks the idle time again, so an entry its owner renews meanwhile stays with it.
+    pub async fn claim_from(
         &self,
         shard: Shard,
         stream: &str,
-        consumer: &str,
+        claimer: &str,
+        owner: &str,
         lease: Duration,
-        cursor: &str,
         count: usize,
-    ) -> Result<(Vec<WorkItem>, String), StoreError> {
-        let reply: StreamAutoClaimReply = self
-            .run("XAUTOCLAIM", |mut c| async move {
-                redis::AsyncCommands::xautoclaim_options(
-                    &mut c,
-                    stream,
-                    keys::WORK_GROUP,
-                    consumer,
-                    lease.as_millis() as u64,
-                    cursor,
-                    StreamAutoClaimOptions::default().count(count),
-                )
-                .await
-            })
-            .await?;
-        let items = reply.claimed.iter().map(|entry| work_item(shard, stream, entry)).collect();
-        Ok((items, reply.next_stream_id))
+    ) -> Result<(Vec<WorkItem>, Option<Duration>), StoreError> {
+        let lease_ms = lease.as_millis() as u64;
+        let count = count.max(1);
+        let pending = |idle: Option<u64>| {
+            let mut cmd = redis::cmd("XPENDING");
+            cmd.arg(stream).arg(keys::WORK_GROUP);
+            if let Some(idle) = idle {
+                cmd.arg("IDLE").arg(idle);
+            }
+            cmd.arg("-").arg("+").arg(count).arg(owner);
+            cmd
+        };
+        let due: Vec<(String, String, u64, u64)> = self.query(|| pending(Some(lease_ms))).await?;
+        let mut items = Vec::new();
+        if !due.is_empty() {
+            let ids: Vec<&str> = due.iter().map(|(id, ..)| id.as_str()).collect();
+            let reply: redis::streams::StreamClaimReply = self
+                .run("XCLAIM", |mut c| {
+                    let ids = ids.clone();
+                    async move {
+                        redis::AsyncCommands::xclaim(
+                            &mut c,
+                            stream,
+                            keys::WORK_GROUP,
+                            claimer,
+                            lease_ms,
+                            &ids,
+                        )
+                        .await
+                    }
+                })
+                .await?;
+            items = reply.ids.iter().map(|entry| work_item(shard, stream, entry)).collect();
+        }
+        if due.len() >= count {
+            // A full page: more may be due now.
+            return Ok((items, Some(Duration::ZERO)));
+        }
+        let left: Vec<(String, String, u64, u64)> = self.query(|| pending(None)).await?;
+        let next =
+            left.iter().map(|(_, _, idle, _)| Duration::from_millis(lease_ms.saturating_sub(*idle))).min();
+        Ok((items, next))
     }
 
     /// Acknowledges and deletes an entry that names no node (it cannot be run).

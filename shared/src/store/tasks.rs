@@ -465,6 +465,7 @@ impl Store {
             "limits": limits.for_shard(shard, self.shards()),
             "maxBytes": new.max_bytes,
             "bytes": stored_bytes(&new.arguments, &nodes),
+            "cancelChannel": shard.cancel_channel(),
         });
         let reply: CreateReply = self.durable_script(&scripts::CREATE_TASK, &keys, &record).await?;
         let created = match reply {

@@ -8,8 +8,8 @@
 //!   an attempt whose entry another worker took over.
 //! - [`listen_for_cancels`] stops running attempts of cancelled tasks (sharded pub/sub), and
 //!   re-checks them all once whenever cancel messages may have been lost.
-//! - [`maintain`] runs the maintenance of the shards whose lease this worker holds.
-//! - [`heartbeat`] announces the worker, its queues, tools and running nodes.
+//! - [`upkeep`]: the heartbeat, and the maintenance of every shard on the one worker that holds
+//!   its lease, only when something falls due.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -22,8 +22,7 @@ use conveyor_shared::keys::{self, Shard};
 use conveyor_shared::metrics::{self, NodeOutcome, NodeRun};
 use conveyor_shared::model::{RpcError, TaskStatus, ToolOutcome, WorkItem, now_ms};
 use conveyor_shared::store::{
-    Attempt, CompleteOutcome, ExpandOutcome, MaintainOutcome, ParkOutcome, ReclaimOutcome, RunningNode,
-    SlotShares, StartOutcome, WorkReader, WorkerRecord,
+    Attempt, CompleteOutcome, ExpandOutcome, ParkOutcome, RunningNode, SlotShares, StartOutcome, WorkReader,
 };
 use conveyor_shared::telemetry::context::{self, TaskTrace, attr};
 use conveyor_shared::{Store, StoreError};
@@ -34,6 +33,8 @@ use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::tool::{ToolContext, ToolRegistry};
+
+mod upkeep;
 
 /// How a message names what a node runs: `tool `x``, or `prompt `x`` for a prompt's handler.
 fn offer_name(key: &str) -> String {
@@ -130,7 +131,7 @@ impl WorkerOptions {
             shutdown_grace: Duration::from_secs(30),
             lease: Duration::from_secs(30),
             max_losses: 3,
-            heartbeat: Duration::from_secs(5),
+            heartbeat: Duration::from_secs(10),
             node_limits: NodeLimits::default(),
             principal_share: 0.75,
         }
@@ -253,6 +254,10 @@ impl Running {
         }
     }
 
+    fn held_set(&self) -> HashSet<EntryKey> {
+        self.lock().keys().cloned().collect()
+    }
+
     fn held(&self) -> Vec<EntryKey> {
         self.lock().keys().cloned().collect()
     }
@@ -293,6 +298,8 @@ struct Worker {
     slot_freed: Arc<tokio::sync::Notify>,
     /// Fires when running nodes must stop and go back to their queue (end of the grace period).
     stop_running: CancellationToken,
+    /// Shards whose maintenance a notice asked for.
+    wakes: Arc<upkeep::Wakes>,
 }
 
 /// Slots taken per principal on this worker.
@@ -367,6 +374,7 @@ pub async fn run(
         owners: OwnerSlots::default(),
         slot_freed: Arc::new(tokio::sync::Notify::new()),
         stop_running: CancellationToken::new(),
+        wakes: Arc::default(),
     };
     let name = worker.options.name.clone();
     if !wait_for_redis(&worker, &shutdown).await? {
@@ -376,9 +384,8 @@ pub async fn run(
     let jobs = TaskTracker::new();
     let background = [
         tokio::spawn(listen_for_cancels(worker.clone(), shutdown.clone())),
-        tokio::spawn(heartbeat(worker.clone(), shutdown.clone())),
         tokio::spawn(renew_leases(worker.clone())),
-        tokio::spawn(maintain(worker.clone(), shutdown.clone())),
+        tokio::spawn(upkeep::keep_alive(worker.clone(), shutdown.clone())),
     ];
     let readers = loop {
         match store.work_readers(&worker.queues).await {
@@ -420,9 +427,7 @@ pub async fn run(
     for task in background {
         task.abort();
     }
-    if let Err(e) = store.forget_worker(&name).await {
-        tracing::debug!(error = %e, "could not remove this worker from the catalog");
-    }
+    upkeep::leave(&worker).await;
     tracing::info!(worker = %name, "worker stopped");
     Ok(())
 }
@@ -435,7 +440,7 @@ async fn wait_for_redis(worker: &Worker, shutdown: &CancellationToken) -> Result
         let ready = async {
             worker.store.check_layout().await?;
             worker.store.ensure_groups(&worker.queues).await?;
-            announce(worker).await
+            upkeep::announce(worker).await.map(drop)
         };
         match ready.await {
             Ok(()) => return Ok(true),
@@ -447,33 +452,6 @@ async fn wait_for_redis(worker: &Worker, shutdown: &CancellationToken) -> Result
         }
     }
     Ok(false)
-}
-
-async fn announce(worker: &Worker) -> Result<(), StoreError> {
-    let record = WorkerRecord {
-        name: worker.options.name.clone(),
-        queues: worker.queues.to_vec(),
-        tools: worker.registry.names().to_vec(),
-        concurrency: worker.options.concurrency,
-        running: worker.running.report(),
-        heartbeat_ms: now_ms(),
-        host: std::env::var("HOSTNAME").unwrap_or_default(),
-        pid: std::process::id(),
-    };
-    worker.store.heartbeat(&record, &worker.registry.published()).await
-}
-
-/// Announces the worker every heartbeat; a Redis that lost its data gets the consumer groups back.
-async fn heartbeat(worker: Worker, shutdown: CancellationToken) {
-    loop {
-        tokio::select! {
-            () = tokio::time::sleep(worker.options.heartbeat) => {}
-            () = shutdown.cancelled() => return,
-        }
-        if let Err(e) = announce(&worker).await {
-            tracing::debug!(error = %e, "could not send a heartbeat; trying again later");
-        }
-    }
 }
 
 /// How long an entry read beyond this worker's free slots may wait in its buffer for a slot
@@ -551,9 +529,29 @@ async fn read_loop(
                 };
                 let count = permits.len() - items.len();
                 match reader.read(&worker.store, &worker.options.name, count, block).await {
-                    Ok(read) => {
+                    Ok((read, own_pending)) => {
                         backoff.reset();
-                        items.extend(read);
+                        if own_pending {
+                            // A new connection: entries Redis counts as this worker's that it does
+                            // not run or hold were delivered by a read whose reply was lost.
+                            let mut known = worker.running.held_set();
+                            known.extend(buffer.iter().map(|(i, _)| (i.stream.clone(), i.entry_id.clone())));
+                            known.extend(waiting.entries());
+                            known.extend(items.iter().map(|i| (i.stream.clone(), i.entry_id.clone())));
+                            let lost: Vec<WorkItem> = read
+                                .into_iter()
+                                .filter(|i| !known.contains(&(i.stream.clone(), i.entry_id.clone())))
+                                .collect();
+                            if !lost.is_empty() {
+                                tracing::info!(
+                                    entries = lost.len(),
+                                    "found entries delivered to this worker by a read whose reply was lost"
+                                );
+                            }
+                            items.extend(lost);
+                        } else {
+                            items.extend(read);
+                        }
                     }
                     Err(e) => {
                         if e.to_string().contains("NOGROUP") {
@@ -678,6 +676,10 @@ impl Waiting {
     fn next_deadline(&self) -> tokio::time::Instant {
         let oldest = self.nodes.iter().map(|(_, _, since)| *since).min();
         oldest.unwrap_or_else(tokio::time::Instant::now) + PREFETCH_FOR
+    }
+
+    fn entries(&self) -> impl Iterator<Item = EntryKey> + '_ {
+        self.nodes.iter().map(|(item, _, _)| (item.stream.clone(), item.entry_id.clone()))
     }
 
     fn drain(&mut self) -> Vec<WorkItem> {
@@ -890,7 +892,11 @@ async fn listen_for_cancels(worker: Worker, shutdown: CancellationToken) {
                         tracing::info!(task = %task_id, nodes = stopped, "cancelling running nodes");
                     }
                 }
-                Some(CancelNotice::Resync) => recheck_running(&worker).await,
+                Some(CancelNotice::Resync) => {
+                    worker.wakes.all();
+                    recheck_running(&worker).await;
+                }
+                Some(CancelNotice::Maintain(shard)) => worker.wakes.shard(shard),
                 None => return,
             },
             () = shutdown.cancelled() => return,
@@ -906,180 +912,6 @@ async fn recheck_running(worker: &Worker) {
                 worker.running.stop_task(&task_id, StopReason::Task);
             }
             Err(_) => {} // Redis is away; the next resync looks again.
-        }
-    }
-}
-
-/// How long the maintenance holder of a shard waits at most between two looks.
-const MAINTAIN_EVERY: Duration = Duration::from_millis(500);
-/// How long the maintenance of a shard pauses after an item it could not handle.
-const MAINTAIN_AFTER_FAILURE: Duration = Duration::from_secs(1);
-/// How often a worker that does not hold a shard's maintenance lease tries to take it.
-const MAINTAIN_TRY_EVERY: Duration = Duration::from_secs(2);
-/// How long a shard's maintenance lease lasts without renewal: when its holder dies, another
-/// worker takes the shard's maintenance over within this plus [`MAINTAIN_TRY_EVERY`].
-const MAINTENANCE_LEASE: Duration = Duration::from_secs(3);
-/// Most due items handled per shard per look.
-const MAINTAIN_BATCH: usize = 256;
-
-/// Runs the maintenance of every shard whose lease this worker holds (or can take): due retries,
-/// expiries, and entries of lost workers. The pace is per shard, whatever the number of workers.
-async fn maintain(worker: Worker, shutdown: CancellationToken) {
-    let store = &worker.store;
-    let shards: Vec<Shard> = store.all_shards().collect();
-    let now = tokio::time::Instant::now();
-    let mut next_look: HashMap<Shard, tokio::time::Instant> = shards.iter().map(|s| (*s, now)).collect();
-    let mut last_reclaim: HashMap<Shard, tokio::time::Instant> = HashMap::new();
-    let mut cursors: HashMap<String, String> = HashMap::new();
-    let mut last_prune = tokio::time::Instant::now();
-    loop {
-        let now = tokio::time::Instant::now();
-        for &shard in &shards {
-            if next_look[&shard] > now {
-                continue;
-            }
-            let look = store.maintain(shard, &worker.options.name, MAINTENANCE_LEASE, MAINTAIN_BATCH).await;
-            let next = match look {
-                Ok(MaintainOutcome::HeldElsewhere) => now + MAINTAIN_TRY_EVERY,
-                Ok(MaintainOutcome::Due { retries, expired, next_due_ms, set_aside }) => {
-                    if set_aside > 0 {
-                        release_set_aside(&worker, shard).await;
-                    }
-                    // Another look at once only while items are done; an item that keeps failing
-                    // (a corrupt record, Redis refusing) is looked at again after a pause, not in a
-                    // tight loop.
-                    let (mut done, mut failed) = (0usize, 0usize);
-                    for member in &retries {
-                        match store.promote_retry(shard, member).await {
-                            Ok(_) => done += 1,
-                            Err(e) => {
-                                failed += 1;
-                                tracing::warn!(error = %e, "could not queue a retry again");
-                            }
-                        }
-                    }
-                    for task_id in &expired {
-                        match store.expire_task(shard, task_id).await {
-                            Ok(expired) => {
-                                done += 1;
-                                if expired {
-                                    tracing::info!(task = %task_id, "task expired");
-                                }
-                            }
-                            Err(e) => {
-                                failed += 1;
-                                tracing::warn!(task = %task_id, error = %e, "could not expire a task");
-                            }
-                        }
-                    }
-                    let busy = done > 0 && failed == 0;
-                    if last_reclaim.get(&shard).is_none_or(|t| t.elapsed() >= worker.options.lease / 4) {
-                        last_reclaim.insert(shard, now);
-                        reclaim_shard(&worker, shard, &mut cursors).await;
-                    }
-                    if shard == Shard(0) && last_prune.elapsed() >= Duration::from_secs(60) {
-                        last_prune = now;
-                        let _ = store.prune_workers(now_ms()).await;
-                    }
-                    let until_due = next_due_ms
-                        .map(|due| Duration::from_millis(due.saturating_sub(now_ms())))
-                        .unwrap_or(MAINTAIN_EVERY);
-                    if busy {
-                        now
-                    } else if failed > 0 {
-                        now + MAINTAIN_AFTER_FAILURE
-                    } else {
-                        now + until_due.min(MAINTAIN_EVERY)
-                    }
-                }
-                Err(e) => {
-                    tracing::debug!(shard = %shard, error = %e, "shard maintenance failed; trying again");
-                    now + Duration::from_secs(1)
-                }
-            };
-            next_look.insert(shard, next);
-        }
-        let wake = next_look.values().min().copied().unwrap_or(now + MAINTAIN_EVERY);
-        tokio::select! {
-            () = tokio::time::sleep_until(wake) => {}
-            () = shutdown.cancelled() => return,
-        }
-    }
-}
-
-/// Nodes the shard's maintenance puts back on their streams per queue and look, when no node
-/// finishing in that queue has put them back: a trickle that finds them a worker with room for
-/// their principal, or sets them aside again.
-const RELEASE_PER_LOOK: u64 = 8;
-
-/// Puts a few set-aside nodes of every queue of `shard` back on their streams.
-async fn release_set_aside(worker: &Worker, shard: Shard) {
-    let Ok(queues) = catalog_queues(&worker.store).await else { return };
-    for queue in queues {
-        if let Err(e) = worker.store.release_held(shard, &queue, RELEASE_PER_LOOK).await {
-            tracing::debug!(shard = %shard, queue = %queue, error = %e, "could not put set-aside nodes back");
-        }
-    }
-}
-
-/// Every queue the catalog knows, and the built-in one.
-async fn catalog_queues(store: &Store) -> Result<Vec<String>, StoreError> {
-    let mut queues: Vec<String> =
-        store.tools().await?.iter().filter_map(|t| t.queue_name().map(str::to_owned)).collect();
-    queues.push(keys::BUILTIN_QUEUE.to_owned());
-    queues.sort();
-    queues.dedup();
-    Ok(queues)
-}
-
-/// Takes over the entries of `shard` whose worker stopped renewing its lease, every queue that
-/// the catalog knows, each scan going on from where the last one stopped.
-async fn reclaim_shard(worker: &Worker, shard: Shard, cursors: &mut HashMap<String, String>) {
-    let store = &worker.store;
-    let Ok(queues) = catalog_queues(store).await else { return };
-    for queue in queues {
-        let stream = shard.queue(&queue);
-        let cursor = cursors.get(&stream).cloned().unwrap_or_else(|| "0-0".to_owned());
-        let claimed = store
-            .claim_abandoned(shard, &stream, &worker.options.name, worker.options.lease, &cursor, 100)
-            .await;
-        let (items, next) = match claimed {
-            Ok(claimed) => claimed,
-            Err(e) => {
-                if !e.to_string().contains("NOGROUP") {
-                    tracing::debug!(stream = %stream, error = %e, "could not look for abandoned entries");
-                }
-                continue;
-            }
-        };
-        cursors.insert(stream.clone(), next);
-        for item in items {
-            if item.task_id.is_empty() {
-                let _ = store.drop_entry(&item).await;
-                continue;
-            }
-            if item.node_id == keys::FINALIZE_NODE {
-                // A finalize entry names no node: its lost worker's work is simply done again.
-                if let Err(e) = crate::dag::finalize(store, &item).await {
-                    tracing::warn!(task = %item.task_id, error = %e, "could not finalize a taken-over task");
-                }
-                continue;
-            }
-            match store.reclaim(&item).await {
-                Ok(ReclaimOutcome::Requeued { losses, lost }) => {
-                    metrics::node_reclaimed(&queue);
-                    if let (Some(lost), Some(trace)) =
-                        (lost, item.traceparent.as_deref().and_then(TaskTrace::decode))
-                    {
-                        trace.lost_attempt_span(&lost, &item.task_id, &item.node_id);
-                    }
-                    tracing::info!(task = %item.task_id, node = %item.node_id, losses, "took over a node whose lease ran out");
-                }
-                Ok(ReclaimOutcome::Dropped(reason)) => {
-                    tracing::debug!(task = %item.task_id, node = %item.node_id, %reason, "dropped a stale entry");
-                }
-                Err(e) => tracing::warn!(task = %item.task_id, error = %e, "could not take over a node"),
-            }
         }
     }
 }
