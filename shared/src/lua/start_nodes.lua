@@ -15,7 +15,8 @@
 --   hands the entry back), mayDefer (bool: an entry whose owner has its share is set aside; else
 --   it is left as it is, for the worker to try again when a slot of that owner's frees)), room
 --   (owner -> slots this worker still gives that owner), defaultRoom (slots it gives an owner not in
---   room; -1: no share)
+--   room; -1: no share), cancelChannel (the shard's), releaseAfterMs (a node set aside goes back
+--   to its stream by the shard's maintenance within this long)
 -- Returns JSON: one result per item, in order:
 --   {"outcome":"run","attempt":n,"tool":t,"args":json-text,"token":json-text,"timeoutMs":n,
 --    "losses":n,"queues":[...],"kind":k,"answers":json-text,"state":json-text,"caps":json-text,
@@ -79,6 +80,10 @@ for i, item in ipairs(r.items) do
     ack(stream, item.entry)
     redis.call('RPUSH', held, item.task .. '\t' .. node .. '\t' .. (item.trace or ''))
     redis.call('HINCRBY', load, 'held', 1)
+    if not set_aside then
+      -- The shard's maintenance puts it back if no finishing node of its queue does first.
+      wake_maintenance(load, r.cancelChannel, redis_now() + r.releaseAfterMs)
+    end
     set_aside = true
     redis.call('HSET', nodes, nf(node, 'entry'), '')
     result = {outcome = 'deferred'}

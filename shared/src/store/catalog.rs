@@ -167,6 +167,34 @@ impl Store {
         self.pipeline(&pipe).await
     }
 
+    /// Consumers of `queues`' groups that hold pending entries but are not in the liveness set (a
+    /// worker of an older build, or a set that Redis lost) join it as lapsed, so that their
+    /// entries are taken over like a lost worker's. Returns how many joined.
+    pub async fn adopt_orphans(&self, queues: &[String]) -> Result<usize, StoreError> {
+        let mut holders: std::collections::BTreeSet<String> = Default::default();
+        for (_, stream) in self.queue_streams(queues) {
+            let info: Result<redis::streams::StreamInfoConsumersReply, StoreError> = self
+                .query(|| redis::cmd("XINFO").arg("CONSUMERS").arg(&stream).arg(keys::WORK_GROUP).clone())
+                .await;
+            match info {
+                Ok(info) => {
+                    holders.extend(info.consumers.into_iter().filter(|c| c.pending > 0).map(|c| c.name))
+                }
+                Err(e) if e.to_string().contains("NOGROUP") || e.to_string().contains("no such key") => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if holders.is_empty() {
+            return Ok(0);
+        }
+        let mut pipe = redis::pipe();
+        for name in &holders {
+            pipe.cmd("ZADD").arg(keys::ALIVE).arg("NX").arg(0).arg(name);
+        }
+        let added: Vec<u64> = self.pipeline(&pipe).await?;
+        Ok(added.iter().sum::<u64>() as usize)
+    }
+
     /// Looks at a lapsed worker again at `at_ms` (Redis's clock), unless it renews before.
     pub async fn recheck_worker_at(&self, name: &str, at_ms: u64) -> Result<(), StoreError> {
         self.query(|| redis::Cmd::zadd(keys::ALIVE, name, at_ms)).await

@@ -44,7 +44,9 @@ pub use catalog::{FORGET_AFTER_MS, Heartbeat, RunningNode, WorkerRecord};
 pub use dead_letters::DeadLetter;
 pub use listing::{TaskIndex, TaskPage};
 pub use maintenance::{MaintainOutcome, ReclaimOutcome};
-pub use nodes::{Attempt, CompleteOutcome, ExpandOutcome, ParkOutcome, SlotShares, StartOutcome};
+pub use nodes::{
+    Attempt, CompleteOutcome, ExpandOutcome, ParkOutcome, RELEASE_SET_ASIDE_AFTER, SlotShares, StartOutcome,
+};
 pub use queues::WorkReader;
 pub use stats::{ClusterStats, QueueDepth};
 pub use tasks::{AnswerOutcome, CancelOutcome, Created, LimitHit, Limits, NewTask, task_error, task_summary};

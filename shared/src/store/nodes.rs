@@ -241,6 +241,10 @@ impl Attempt {
     }
 }
 
+/// How soon the shard's maintenance puts a set-aside node back on its stream when no finishing
+/// node of its queue does.
+pub const RELEASE_SET_ASIDE_AFTER: std::time::Duration = std::time::Duration::from_millis(500);
+
 impl Store {
     /// Starts a batch of entries read from one shard, in one script: the first `run` of them start
     /// their node's next attempt; the rest go back to their queue for another worker.
@@ -271,6 +275,7 @@ impl Store {
         let default_room = shares.default.map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX));
         let record = json!({
             "now": now_ms(), "worker": worker, "items": rows, "room": shares.room, "defaultRoom": default_room,
+            "cancelChannel": shard.cancel_channel(), "releaseAfterMs": RELEASE_SET_ASIDE_AFTER.as_millis() as u64,
         });
         let replies: Vec<StartReply> = self.script(&scripts::START_NODES, &keys, &record).await?;
         if replies.len() != items.len() {

@@ -26,7 +26,7 @@ use super::Worker;
 /// How long a shard's maintenance pauses after an item it could not handle.
 const MAINTAIN_AFTER_FAILURE: Duration = Duration::from_secs(1);
 /// While nodes are set aside in a shard, its maintenance puts a few back at least this often.
-const SET_ASIDE_EVERY: Duration = Duration::from_millis(500);
+const SET_ASIDE_EVERY: Duration = conveyor_shared::store::RELEASE_SET_ASIDE_AFTER;
 /// Most due items handled per shard per look.
 const MAINTAIN_BATCH: usize = 256;
 /// Entries of a lost worker taken over per stream per look.
@@ -159,6 +159,7 @@ pub(super) async fn keep_alive(worker: Worker, shutdown: CancellationToken) {
                     if beat.maintainer && !maintainer {
                         tracing::info!("this worker now runs the deployment's maintenance");
                         due = shards.iter().map(|s| (*s, now)).collect();
+                        adopt_orphans(&worker).await;
                     } else if !beat.maintainer && maintainer {
                         tracing::info!("another worker runs the deployment's maintenance now");
                         due.clear();
@@ -185,6 +186,26 @@ pub(super) async fn keep_alive(worker: Worker, shutdown: CancellationToken) {
                 None => due.remove(&shard),
             };
         }
+    }
+}
+
+/// A new maintenance holder looks once for entries held by consumers the liveness set does not
+/// know; they are taken over at its next heartbeat.
+async fn adopt_orphans(worker: &Worker) {
+    let queues = match catalog_queues(&worker.store).await {
+        Ok(queues) => queues,
+        Err(e) => {
+            tracing::debug!(error = %e, "could not read the catalog's queues");
+            return;
+        }
+    };
+    match worker.store.adopt_orphans(&queues).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(
+            consumers = n,
+            "found entries held by workers no heartbeat has named; taking them over"
+        ),
+        Err(e) => tracing::debug!(error = %e, "could not look for entries of unknown workers"),
     }
 }
 
