@@ -300,6 +300,9 @@ struct Worker {
     stop_running: CancellationToken,
     /// Shards whose maintenance a notice asked for.
     wakes: Arc<upkeep::Wakes>,
+    /// The consumer groups are set up and the tools published, as far as the last heartbeat knows
+    /// (one that Redis did not recognise, after it lost its data, does both again).
+    set_up: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Slots taken per principal on this worker.
@@ -375,6 +378,7 @@ pub async fn run(
         slot_freed: Arc::new(tokio::sync::Notify::new()),
         stop_running: CancellationToken::new(),
         wakes: Arc::default(),
+        set_up: Arc::default(),
     };
     let name = worker.options.name.clone();
     if !wait_for_redis(&worker, &shutdown).await? {
@@ -439,7 +443,6 @@ async fn wait_for_redis(worker: &Worker, shutdown: &CancellationToken) -> Result
     while !shutdown.is_cancelled() {
         let ready = async {
             worker.store.check_layout().await?;
-            worker.store.ensure_groups(&worker.queues).await?;
             upkeep::announce(worker).await.map(drop)
         };
         match ready.await {

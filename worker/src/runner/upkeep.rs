@@ -11,6 +11,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use conveyor_shared::keys::{self, Shard};
@@ -105,8 +106,12 @@ pub(super) async fn announce(worker: &Worker) -> Result<Heartbeat, StoreError> {
     let beat =
         worker.store.heartbeat(&record(worker), worker.options.lease, maintenance_lease(worker)).await?;
     if beat.fresh {
+        worker.set_up.store(false, Ordering::SeqCst);
+    }
+    if !worker.set_up.load(Ordering::SeqCst) {
         worker.store.ensure_groups(&worker.queues).await?;
         worker.store.publish_tools(&worker.registry.published()).await?;
+        worker.set_up.store(true, Ordering::SeqCst);
     }
     Ok(beat)
 }
