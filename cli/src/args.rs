@@ -471,6 +471,11 @@ pub struct WorkerArgs {
     /// nodes over after this long.
     #[arg(long, env = "CONVEYOR_LEASE_MS", default_value_t = 30_000)]
     pub lease_ms: u64,
+    /// This worker's name among the deployment's consumers (letters, digits, `.`, `_`, `-`). A
+    /// worker restarted under the same name (a StatefulSet's pod name, say) takes up at once the
+    /// entries Redis still counts as delivered to it. Default: `worker-` and a random id.
+    #[arg(long = "name", env = "CONVEYOR_WORKER_NAME")]
+    pub name: Option<String>,
     /// After a node has lost its worker this many times it is not run again: it fails and goes to
     /// the dead-letter stream.
     #[arg(long, env = "CONVEYOR_MAX_NODE_LOSSES", default_value_t = 3)]

@@ -434,6 +434,15 @@ async fn run_worker(
         );
     }
     let mut options = WorkerOptions::new(args.concurrency);
+    if let Some(name) = &args.name {
+        anyhow::ensure!(
+            !name.is_empty()
+                && name.len() <= 128
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')),
+            "CONVEYOR_WORKER_NAME must be 1 to 128 letters, digits, '.', '_' or '-'; got {name:?}"
+        );
+        options.name = name.clone();
+    }
     options.shutdown_grace = Duration::from_millis(args.shutdown_grace_ms);
     anyhow::ensure!(args.lease_ms >= 300, "CONVEYOR_LEASE_MS must be at least 300 ms");
     options.lease = Duration::from_millis(args.lease_ms);
@@ -508,6 +517,7 @@ async fn up(mut args: UpArgs) -> anyhow::Result<()> {
             metrics_listen: None,
             nodes: args.nodes.clone(),
             redis: args.gateway.redis.clone(),
+            name: None,
         };
         workers.spawn(run_worker(store.clone(), registry.clone(), worker_args, shutdown.clone()));
     }

@@ -23,7 +23,7 @@ use crate::model::{InboxMessage, TaskEvent};
 /// Messages buffered per waiter; one that falls further behind is told to read its task again.
 const WAITER_BUFFER: usize = 256;
 /// How often the single-server subscriber checks that its connection still answers.
-const KEEPALIVE: Duration = Duration::from_secs(10);
+const KEEPALIVE: Duration = Duration::from_secs(20);
 
 /// What a waiter receives.
 #[derive(Debug, Clone, PartialEq)]

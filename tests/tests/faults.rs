@@ -298,3 +298,99 @@ async fn a_node_handed_back_at_shutdown_spends_none_of_its_retries() {
     assert_completes_on_attempt_3(&mcp, &redis, &task).await;
     assert_eq!(redis.node_field(&task, "a", "losses"), None, "a hand-back is no loss");
 }
+
+#[tokio::test]
+async fn a_worker_restarted_under_its_name_runs_what_was_delivered_to_it_at_once() {
+    let redis = RedisServer::start().expect("redis");
+    let gateway = Conveyor::gateway(&redis.url(), &[]).expect("gateway");
+    // The default 30 s lease: what is delivered to a lost worker would wait that long.
+    let args = ["--fixtures", "--name", "steady-worker"];
+    let mut first = Conveyor::worker(&redis.url(), &args).expect("worker");
+    let mcp = Mcp::new(gateway.mcp_url());
+    wait_for_tools(&mcp).await;
+    first.signal("STOP");
+    let task = create(&mcp, "slow_compute", json!({"seconds": 0, "label": "again"})).await;
+    // The stopped worker's blocked read takes the entry: Redis counts it as delivered, and the
+    // reply sits unread in a socket that dies with the worker, as a reply lost with a restarted
+    // Redis would.
+    let mut conn = redis.connection().expect("conn");
+    let stream = conveyor_tests::process::shard_of(&task).queue("slow_compute");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let pending: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
+            .arg(&stream)
+            .arg(conveyor_shared::keys::WORK_GROUP)
+            .arg("-")
+            .arg("+")
+            .arg(10)
+            .arg("steady-worker")
+            .query(&mut conn)
+            .expect("xpending");
+        if !pending.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the entry was never delivered to the stopped worker");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    first.kill();
+    let restarted_at = Instant::now();
+    let _again = Conveyor::worker(&redis.url(), &args).expect("restarted worker");
+    let result = mcp.call_2025("tasks/result", json!({"taskId": task})).await.expect("tasks/result");
+    assert_eq!(result.result()["content"][0]["text"], "computed again", "{}", result.raw);
+    let took = restarted_at.elapsed();
+    println!("ran {took:?} after the restart");
+    assert!(took < Duration::from_secs(20), "it waited for the lease to run out: {took:?}");
+    assert_eq!(redis.node_field(&task, "root", "attempt").as_deref(), Some("1"), "no loss, no retry");
+}
+
+#[tokio::test]
+async fn a_worker_name_that_is_not_a_plain_word_is_refused() {
+    let redis = RedisServer::start().expect("redis");
+    let mut worker = Conveyor::worker(&redis.url(), &["--fixtures", "--name", "a b"]).expect("worker");
+    assert!(worker.wait_exit(Duration::from_secs(20)), "the worker started");
+    assert!(worker.log_text().contains("CONVEYOR_WORKER_NAME must be"), "{}", worker.log_text());
+}
+
+#[tokio::test]
+async fn an_idle_deployment_sends_its_heartbeats_and_blocking_reads_only() {
+    let redis = RedisServer::start().expect("redis");
+    let gateway = Conveyor::gateway(&redis.url(), &[]).expect("gateway");
+    let workers: Vec<Conveyor> =
+        (0..2).map(|_| Conveyor::worker(&redis.url(), &["--fixtures"]).expect("worker")).collect();
+    let mcp = Mcp::new(gateway.mcp_url());
+    wait_for_tools(&mcp).await;
+    // One task that ends at once, so that every shard's maintenance has had something to plan.
+    let task = create(&mcp, "slow_compute", json!({"seconds": 0})).await;
+    mcp.call_2025("tasks/result", json!({"taskId": task})).await.expect("tasks/result");
+    // Once one worker holds the maintenance lease and has made its first looks, all is quiet.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !workers.iter().any(|w| w.log_text().contains("runs the deployment's maintenance")) {
+        assert!(Instant::now() < deadline, "no worker took up the maintenance");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let mut conn = redis.connection().expect("conn");
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut conn).expect("resetstat");
+    let window = Duration::from_secs(15);
+    tokio::time::sleep(window).await;
+    let info: String = redis::cmd("INFO").arg("commandstats").query(&mut conn).expect("info");
+    let mut counts: Vec<(String, u64)> = info
+        .lines()
+        .filter_map(|line| {
+            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(":calls=")?;
+            Some((name.to_owned(), rest.split(',').next()?.parse().ok()?))
+        })
+        .filter(|(name, _)| !["xreadgroup", "info", "config|resetstat"].contains(&name.as_str()))
+        .collect();
+    counts.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
+    let total: u64 = counts.iter().map(|(_, n)| n).sum();
+    let per_second = total as f64 / window.as_secs_f64();
+    println!("idle: {per_second:.2} commands/s beyond blocking reads: {counts:?}");
+    // Two workers' heartbeats (a script of 5 to 7 commands every 7.5 s each) and the pub/sub
+    // keepalives: under 2 a second. A timer per shard or per stream would be dozens.
+    for scan in ["xautoclaim", "xpending", "zrangebyscore"] {
+        assert!(!counts.iter().any(|(name, _)| name == scan), "{scan} while idle: {counts:?}");
+    }
+    assert!(per_second <= 2.5, "{per_second:.2} commands/s while idle: {counts:?}");
+}

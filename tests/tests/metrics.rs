@@ -403,8 +403,7 @@ async fn every_counter_matches_a_known_workload() {
         let n = gateway_metrics.get("conveyor_redis_round_trip_seconds_count", &[("op", op)]);
         assert!(n.is_some_and(|n| n > 0.0), "gateway op {op}: {n:?}");
     }
-    for op in
-        ["start_nodes", "complete_node", "settle_dag", "expire_task", "maintain", "heartbeat", "XGROUP"]
+    for op in ["start_nodes", "complete_node", "settle_dag", "expire_task", "maintain", "heartbeat", "XGROUP"]
     {
         let n = worker.get("conveyor_redis_round_trip_seconds_count", &[("op", op)]);
         assert!(n.is_some_and(|n| n > 0.0), "worker op {op}: {n:?}");
