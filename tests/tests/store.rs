@@ -960,6 +960,28 @@ async fn a_dag_failed_by_one_node_gives_back_the_load_of_its_queued_nodes() {
 }
 
 #[tokio::test]
+async fn a_node_that_ends_cancelled_in_a_live_graph_releases_no_dependent() {
+    let mut h = setup().await;
+    let s = Shard(2);
+    let graph = json!({"nodes": [
+        {"id": "x", "tool": "flaky", "retries": 2},
+        {"id": "y", "tool": "slow_compute", "dependsOn": ["x"]}
+    ]});
+    let id = h.create(&dag_task(s, graph)).await;
+    let x = h.start_node(&id, "x").await;
+    // x's tool stopped without a result while its graph still runs: no output for y to use.
+    let outcome = h.store.complete(&x, None, false, 0).await.expect("complete");
+    assert_eq!(outcome, CompleteOutcome::Settled, "the graph fails with x");
+    assert_eq!(h.node_field(&id, "y", "status").as_deref(), Some("pending"), "y is never queued");
+    let got = h.store.get_task(&id).await.expect("get").expect("exists");
+    let result = got.result.expect("a result");
+    assert_eq!(result["structuredContent"]["failedNode"], "x", "{result}");
+    assert_eq!(result["structuredContent"]["nodes"]["x"]["status"], "cancelled", "{result}");
+    let retries: u64 = h.conn().zcard(s.retries()).expect("zcard");
+    assert_eq!(retries, 0, "a cancelled node is not retried");
+}
+
+#[tokio::test]
 async fn a_node_taken_over_after_its_task_was_cancelled_gives_back_its_load() {
     let mut h = setup().await;
     let s = Shard(0);

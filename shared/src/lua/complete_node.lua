@@ -47,6 +47,12 @@ local dag = t.kind == 'dag'
 local payload = r.payload
 -- In a DAG a tool error is a failed node; a single call reports it as its result.
 local failed = r.outcome == 'failed' or (dag and r.outcome == 'completed' and r.isError)
+if dag and live and r.outcome == 'cancelled' then
+  -- A node stopped without a result while its graph runs on has no output for its dependents: it
+  -- ends as a failure would (by its onFailure), and is not retried.
+  failed = true
+  r.final = true
+end
 -- A graph's nodes store their outputs in the task, within its byte budget; one that would pass it
 -- fails for good with an error that says so (a retry would store as much again).
 local stored_bytes = nil
