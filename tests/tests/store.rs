@@ -981,6 +981,47 @@ async fn a_node_that_ends_cancelled_in_a_live_graph_releases_no_dependent() {
     assert_eq!(retries, 0, "a cancelled node is not retried");
 }
 
+/// The task's progress as a client last heard it: (progress, total).
+async fn progress_of(h: &Harness, id: &str) -> (f64, Option<f64>) {
+    let got = h.store.get_task(id).await.expect("get").expect("exists");
+    (got.progress.unwrap_or(0.0), got.total)
+}
+
+#[tokio::test]
+async fn progress_never_goes_back_when_a_plan_expands_or_a_one_node_graph_settles() {
+    let mut h = setup().await;
+    let s = Shard(1);
+    // A planning tool reports how far its planning went, then its plan joins the task.
+    let id = h.create(&new_task(s)).await;
+    let planner = h.start(&id).await;
+    assert!(h.store.report_progress(&planner, 40.0, Some(100.0), None).await.expect("progress"));
+    let plan: conveyor_shared::dag::DagSpec = serde_json::from_value(json!({"nodes": [
+        {"id": "a", "tool": "slow_compute"}, {"id": "b", "tool": "slow_compute"}
+    ]}))
+    .expect("plan");
+    let queues = HashMap::from([("slow_compute".to_owned(), "slow_compute".to_owned())]);
+    h.store.expand_plan(&planner, &plan, &queues).await.expect("expand");
+    let (expanded, _) = progress_of(&h, &id).await;
+    assert!(expanded >= 40.0, "progress went from 40 back to {expanded}");
+    let a = h.start_node(&id, "a").await;
+    h.store.complete(&a, Some(&ok("a")), false, 0).await.expect("complete");
+    let (after_a, total) = progress_of(&h, &id).await;
+    assert!(after_a > expanded, "{after_a} after {expanded}");
+    let b = h.start_node(&id, "b").await;
+    h.store.complete(&b, Some(&ok("b")), false, 0).await.expect("complete");
+    let (after_b, _) = progress_of(&h, &id).await;
+    assert!(after_b > after_a && Some(after_b) == total, "{after_b} of {total:?} at the end");
+
+    // A graph of one node: its reports set the message only, so its end is no step back.
+    let one = h.create(&dag_task(s, json!({"nodes": [{"id": "x", "tool": "slow_compute"}]}))).await;
+    let x = h.start_node(&one, "x").await;
+    assert!(h.store.report_progress(&x, 70.0, Some(100.0), None).await.expect("progress"));
+    let (during, _) = progress_of(&h, &one).await;
+    h.store.complete(&x, Some(&ok("x")), false, 0).await.expect("complete");
+    let (end, _) = progress_of(&h, &one).await;
+    assert!(end >= during, "progress went from {during} back to {end}");
+}
+
 #[tokio::test]
 async fn a_node_taken_over_after_its_task_was_cancelled_gives_back_its_load() {
     let mut h = setup().await;

@@ -26,7 +26,7 @@ local r = cjson.decode(ARGV[1])
 local keys = {task = KEYS[1], nodes = KEYS[2], load = KEYS[3], expiring = KEYS[5]}
 local node = r.node
 local n = node_state(KEYS[2], node, {'status', 'kind', 'wire', 'ttlMs', 'nodeCount', 'owner', 'createdAt',
-  'traceparent', 'waiters', 'tool', nf(node, 'untried'), 'maxBytes', 'bytes'})
+  'traceparent', 'waiters', 'tool', nf(node, 'untried'), 'maxBytes', 'bytes', 'progressBase'})
 if n.status ~= 'running' or n.attempt ~= r.attempt then
   return cjson.encode({outcome = 'stale'})
 end
@@ -219,11 +219,14 @@ else
   end
 end
 
-local total = redis.call('HGET', KEYS[1], 'weightTotal')
+-- A planned graph counts on from what its planner reported (progressBase), so that it never goes back.
+local base = tonumber(t.progressBase or '0') or 0
+local progress = base + tonumber(weight_settled)
+local total = base + tonumber(redis.call('HGET', KEYS[1], 'weightTotal'))
 local message = settled .. ' of ' .. t.nodeCount .. ' nodes settled'
-redis.call('HSET', KEYS[1], 'progress', weight_settled, 'total', total, 'updatedAt', now, 'statusMessage', message)
-notify(KEYS[1], cjson.encode({task = r.task, type = 'progress', progress = tonumber(weight_settled),
-  total = tonumber(total), message = message}), t.waiters)
+redis.call('HSET', KEYS[1], 'progress', progress, 'total', total, 'updatedAt', now, 'statusMessage', message)
+notify(KEYS[1], cjson.encode({task = r.task, type = 'progress', progress = progress, total = total,
+  message = message}), t.waiters)
 if settled >= tonumber(t.nodeCount) then
   -- The built-in queue is always the task's first queue.
   redis.call('XADD', stream(1), '*', 'task', r.task, 'node', '$finalize', 'trace', t.traceparent or '')

@@ -14,7 +14,8 @@ local n = node_state(KEYS[2], node)
 if n.status ~= 'running' or n.attempt ~= r.attempt then
   return cjson.encode({outcome = 'stale'})
 end
-local t = redis.call('HMGET', KEYS[1], 'status', 'kind', 'traceparent', 'queues', 'owner', 'maxBytes', 'bytes')
+local t = redis.call('HMGET', KEYS[1], 'status', 'kind', 'traceparent', 'queues', 'owner', 'maxBytes', 'bytes',
+  'progress')
 if t[1] ~= 'working' then
   return cjson.encode({outcome = 'dropped'})
 end
@@ -51,9 +52,13 @@ end
 local message = 'Planned ' .. #r.nodes .. ' nodes'
 -- The planned nodes join what the owner's live tasks hold.
 hold_nodes(KEYS[3], t[5] or '', #r.nodes)
+-- The graph's progress counts on from what the planner reported (its base), so that it never goes
+-- back: the planner's weight is settled, the planned nodes' weights are still to come.
+local base = tonumber(t[8] or '0') or 0
 redis.call('HSET', KEYS[1], 'bytes', used, 'kind', 'dag', 'outputNode', r.planOutput, 'nodeCount', 1 + #r.nodes,
-  'nodesSettled', 1, 'weightTotal', weight_total, 'weightSettled', n.weight, 'progress', n.weight,
-  'total', weight_total, 'statusMessage', message, 'updatedAt', r.now, 'queues', cjson.encode(r.queues))
-notify(KEYS[1], cjson.encode({task = r.task, type = 'progress', progress = tonumber(n.weight),
-  total = weight_total, message = message}))
+  'nodesSettled', 1, 'weightTotal', weight_total, 'weightSettled', n.weight, 'progressBase', base,
+  'progress', base + n.weight, 'total', base + weight_total, 'statusMessage', message, 'updatedAt', r.now,
+  'queues', cjson.encode(r.queues))
+notify(KEYS[1], cjson.encode({task = r.task, type = 'progress', progress = base + tonumber(n.weight),
+  total = base + weight_total, message = message}))
 return cjson.encode({outcome = 'expanded', count = #r.nodes})

@@ -12,8 +12,8 @@ if not is_live(state[3]) or state[1] ~= 'running' or tonumber(state[2]) ~= r.att
 end
 local fields = {'updatedAt', r.now}
 local event = {task = r.task, type = 'progress'}
-local graph = redis.call('HMGET', KEYS[1], 'nodeCount', 'progress', 'total')
-if tonumber(graph[1] or '1') > 1 then
+local graph = redis.call('HMGET', KEYS[1], 'kind', 'progress', 'total')
+if graph[1] == 'dag' then
   -- A node of a graph: the task's progress stays the weighted share of settled nodes (what
   -- complete_node writes), so that it only grows; the node's message still tells what runs.
   event.progress = tonumber(graph[2] or '0')
