@@ -462,6 +462,24 @@ async fn listing_pages_through_an_owners_tasks_only() {
 }
 
 #[tokio::test]
+async fn a_task_with_a_short_retention_does_not_trim_its_owners_index() {
+    let h = setup().await;
+    let first = h.create(&new_task(Shard(0))).await;
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    // An operator's retry of a dead letter keeps its own task indexed for a short while only.
+    h.create(&NewTask { index_retention_ms: 10, ..new_task(Shard(0)) }).await;
+    let page = h
+        .store
+        .list_tasks(TaskIndex::Owner("alice"), None, 50)
+        .await
+        .expect("list")
+        .expect("valid cursor");
+    assert!(page.tasks.iter().any(|t| t.task_id == first), "the first task left its owner's index");
+    let ttl: i64 = h.conn().pttl(Shard(0).owner_tasks("alice")).expect("pttl");
+    assert!(ttl > 30_000, "the index now expires in {ttl} ms");
+}
+
+#[tokio::test]
 async fn an_owner_without_tasks_gets_an_empty_page() {
     let h = setup().await;
     let page =

@@ -141,8 +141,12 @@ redis.call('ZADD', KEYS[4], r.now + r.ttl, r.id)
 wake_maintenance(KEYS[3], r.cancelChannel, r.now + r.ttl, planned)
 if r.index then
   redis.call('ZADD', KEYS[5], r.now, r.id)
-  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. (r.now - r.retention))
-  redis.call('PEXPIRE', KEYS[5], r.retention)
+  -- A task that asks for a shorter retention than the index has left (an operator's retry) neither
+  -- trims nor shortens it: the index keeps what its longest-kept tasks asked for.
+  if r.retention >= redis.call('PTTL', KEYS[5]) then
+    redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. (r.now - r.retention))
+    redis.call('PEXPIRE', KEYS[5], r.retention)
+  end
 end
 if r.idem then
   redis.call('SET', idem_key, r.id .. ' ' .. r.fingerprint, 'PX', r.idemTtl)
