@@ -25,7 +25,7 @@ if is_live(t[1]) then
   reply.tool = t[5]
   reply.task = r.task
   reply.trace = t[6]
-  redis.call('HINCRBY', KEYS[3], 'live:' .. t[2], -1)
+  count_down(KEYS[3], 'live:' .. t[2], 1)
   hold_nodes(KEYS[3], t[2], 1 - (tonumber(t[7]) or 1))
   drop_queued(KEYS[2], KEYS[3], nil)
   notify(KEYS[1], cjson.encode({task = r.task, type = 'expired'}))

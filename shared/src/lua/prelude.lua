@@ -80,9 +80,17 @@ local function release_held(held, stream, load, count)
 end
 
 -- A queued node leaves its queue (started, dropped, cancelled or expired).
+-- Counts a per-owner or per-tool field of the load hash down; one that reaches zero leaves the hash,
+-- so that it holds the owners and tools with work in the shard, not every one there ever was.
+local function count_down(load, field, by)
+  if redis.call('HINCRBY', load, field, -by) == 0 then
+    redis.call('HDEL', load, field)
+  end
+end
+
 local function dequeued(load, tool, count)
   redis.call('HINCRBY', load, 'queued', -(count or 1))
-  redis.call('HINCRBY', load, 'queued:' .. tool, -(count or 1))
+  count_down(load, 'queued:' .. tool, count or 1)
 end
 
 -- A task that ends takes its queued nodes out of the load counts: they will never start, and
@@ -134,8 +142,10 @@ end
 -- hash) moves by `delta`. With the live count (one per task) it says how many nodes the owner's
 -- live tasks hold; a single call has one node and never touches it.
 local function hold_nodes(load, owner, delta)
-  if delta ~= 0 then
+  if delta > 0 then
     redis.call('HINCRBY', load, 'nodes:' .. owner, delta)
+  elseif delta < 0 then
+    count_down(load, 'nodes:' .. owner, -delta)
   end
 end
 
@@ -157,7 +167,7 @@ local function settle(keys, task_id, t, status, field, value, message, now, inli
     fields[#fields + 1] = value
   end
   redis.call('HSET', keys.task, unpack(fields))
-  redis.call('HINCRBY', keys.load, 'live:' .. t.owner, -1)
+  count_down(keys.load, 'live:' .. t.owner, 1)
   hold_nodes(keys.load, t.owner, 1 - (tonumber(t.nodeCount) or 1))
   redis.call('ZREM', keys.expiring, task_id)
   local expires = tonumber(t.createdAt) + tonumber(t.ttlMs)
