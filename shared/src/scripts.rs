@@ -61,3 +61,4 @@ script!(WATCH_TASK, "watch_task");
 script!(RELEASE_HELD, "release_held");
 script!(HEARTBEAT, "heartbeat");
 script!(FORGET_WORKER, "forget_worker");
+script!(LEAVE_CATALOG, "leave_catalog");

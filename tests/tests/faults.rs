@@ -394,3 +394,28 @@ async fn an_idle_deployment_sends_its_heartbeats_and_blocking_reads_only() {
     }
     assert!(per_second <= 2.5, "{per_second:.2} commands/s while idle: {counts:?}");
 }
+
+#[tokio::test]
+async fn a_stopped_workers_tools_leave_the_catalog_unless_another_worker_offers_them() {
+    let redis = RedisServer::start().expect("redis");
+    let gateway = Conveyor::gateway(&redis.url(), &[]).expect("gateway");
+    let mut full = Conveyor::worker(&redis.url(), &["--fixtures"]).expect("worker");
+    let _noop = Conveyor::worker(&redis.url(), &["--fixtures", "--tools", "noop"]).expect("noop worker");
+    let mcp = Mcp::new(gateway.mcp_url());
+    wait_for_tools(&mcp).await;
+    let mut conn = redis.connection().expect("conn");
+    let tools = |conn: &mut redis::Connection| -> Vec<String> {
+        redis::cmd("HKEYS").arg(conveyor_shared::keys::TOOLS).query(conn).expect("hkeys")
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !tools(&mut conn).contains(&"noop".to_owned()) {
+        assert!(Instant::now() < deadline, "noop was never published");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(tools(&mut conn).contains(&"crash_worker".to_owned()));
+    full.signal("TERM");
+    assert!(full.wait_exit(Duration::from_secs(20)), "the worker did not stop");
+    let left = tools(&mut conn);
+    assert!(left.contains(&"noop".to_owned()), "{left:?}");
+    assert!(!left.contains(&"crash_worker".to_owned()), "a tool no worker offers stays: {left:?}");
+}

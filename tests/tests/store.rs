@@ -468,12 +468,8 @@ async fn a_task_with_a_short_retention_does_not_trim_its_owners_index() {
     tokio::time::sleep(Duration::from_millis(30)).await;
     // An operator's retry of a dead letter keeps its own task indexed for a short while only.
     h.create(&NewTask { index_retention_ms: 10, ..new_task(Shard(0)) }).await;
-    let page = h
-        .store
-        .list_tasks(TaskIndex::Owner("alice"), None, 50)
-        .await
-        .expect("list")
-        .expect("valid cursor");
+    let page =
+        h.store.list_tasks(TaskIndex::Owner("alice"), None, 50).await.expect("list").expect("valid cursor");
     assert!(page.tasks.iter().any(|t| t.task_id == first), "the first task left its owner's index");
     let ttl: i64 = h.conn().pttl(Shard(0).owner_tasks("alice")).expect("pttl");
     assert!(ttl > 30_000, "the index now expires in {ttl} ms");

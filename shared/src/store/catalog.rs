@@ -160,11 +160,17 @@ impl Store {
         Ok(kept)
     }
 
-    /// Removes a worker from the catalog and from the liveness set.
-    pub async fn forget_worker(&self, name: &str) -> Result<(), StoreError> {
-        let mut pipe = redis::pipe();
-        pipe.hdel(keys::WORKERS, name).ignore().zrem(keys::ALIVE, name).ignore();
-        self.pipeline(&pipe).await
+    /// Removes a worker from the catalog and from the liveness set, with every tool no other
+    /// worker in the catalog offers. Returns how many tools went.
+    pub async fn forget_worker(&self, name: &str) -> Result<u64, StoreError> {
+        #[derive(Deserialize)]
+        struct Reply {
+            tools: u64,
+        }
+        let keys = [keys::WORKERS, keys::ALIVE, keys::TOOLS].map(str::to_owned);
+        let reply: Reply =
+            self.script(&scripts::LEAVE_CATALOG, &keys, &serde_json::json!({"name": name})).await?;
+        Ok(reply.tools)
     }
 
     /// Consumers of `queues`' groups that hold pending entries but are not in the liveness set (a
