@@ -190,8 +190,7 @@ impl ToolCatalog {
     }
 
     async fn refresh(&self) -> Result<(), StoreError> {
-        let (definitions, workers) = self.store.catalog().await?;
-        let now = conveyor_shared::model::now_ms();
+        let (definitions, workers, now) = self.store.catalog().await?;
         let offered: std::collections::HashSet<String> =
             workers.into_iter().filter(|w| w.is_live(now)).flat_map(|w| w.tools).collect();
         let mut tools: Vec<CatalogTool> = definitions

@@ -322,6 +322,7 @@ pub(crate) mod tests_support {
             result: Some(json!({"content": [], "isError": false})),
             error: None,
             input_requests: None,
+            input_rounds: Default::default(),
             output_node: None,
             mode: conveyor_shared::model::TaskMode::Task,
         }

@@ -117,6 +117,9 @@ pub struct TaskRecord {
     pub error: Option<RpcError>,
     /// Pending input requests (JSON object) while the task is `input_required`.
     pub input_requests: Option<Value>,
+    /// The round of the task's input that asked each pending request, by key: an answer that
+    /// names its round is taken only for that round's question.
+    pub input_rounds: HashMap<String, u64>,
     /// The node whose content is a DAG task's result.
     pub output_node: Option<String>,
     /// A client's task, or the hidden vehicle of a synchronous call.
@@ -124,7 +127,7 @@ pub struct TaskRecord {
 }
 
 /// The fields of a task hash that make a [`TaskRecord`] (the hash also holds its nodes).
-pub const TASK_FIELDS: [&str; 19] = [
+pub const TASK_FIELDS: [&str; 20] = [
     "status",
     "statusMessage",
     "createdAt",
@@ -144,6 +147,7 @@ pub const TASK_FIELDS: [&str; 19] = [
     "inputRequests",
     "outputNode",
     "mode",
+    "inputRounds",
 ];
 
 impl TaskRecord {
@@ -201,6 +205,9 @@ impl TaskRecord {
         let mut error =
             payload("error", take("error")).and_then(|e| serde_json::from_value::<RpcError>(e).ok());
         let input_requests = payload("inputRequests", take("inputRequests"));
+        let input_rounds = payload("inputRounds", take("inputRounds"))
+            .and_then(|rounds| serde_json::from_value(rounds).ok())
+            .unwrap_or_default();
         if let Some(why) = unreadable {
             status = TaskStatus::Failed;
             result = None;
@@ -231,6 +238,7 @@ impl TaskRecord {
             result,
             error,
             input_requests,
+            input_rounds,
             output_node,
             mode,
         }))
@@ -311,6 +319,9 @@ pub enum TaskEvent {
         /// enough to travel with the event.
         #[serde(default, rename = "inputRequests")]
         input_requests: Option<Value>,
+        /// The round that asked each of those requests, by key (with `input_requests`).
+        #[serde(default, rename = "inputRounds")]
+        input_rounds: Box<HashMap<String, u64>>,
         /// The hidden task of a synchronous call became the client's task (the tool said so).
         #[serde(default)]
         escalated: bool,
@@ -646,6 +657,7 @@ mod tests {
                 result: Some(serde_json::json!({"content": []})),
                 error: None,
                 input_requests: None,
+                input_rounds: Default::default(),
                 escalated: false,
             }
         );

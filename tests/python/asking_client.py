@@ -82,6 +82,8 @@ class Person:
     asked: list[Asked] = field(default_factory=list)
     elicit_action: str = "accept"
     confirm: bool = True
+    # Actions for the next elicitations, one each, before `elicit_action` applies again.
+    next_actions: list[str] = field(default_factory=list)
 
     @staticmethod
     def meta_of(context: RequestContext[ClientSession, Any]) -> dict[str, Any]:
@@ -91,8 +93,9 @@ class Person:
         self, context: RequestContext[ClientSession, Any], params: ElicitRequestParams
     ) -> ElicitResult | ErrorData:
         self.asked.append(Asked("elicitation/create", context.request_id, self.meta_of(context), params))
-        if self.elicit_action != "accept":
-            return ElicitResult(action=self.elicit_action)  # type: ignore[arg-type]
+        action = self.next_actions.pop(0) if self.next_actions else self.elicit_action
+        if action != "accept":
+            return ElicitResult(action=action)  # type: ignore[arg-type]
         properties = set((getattr(params, "requestedSchema", None) or {}).get("properties", {}))
         content: dict[str, Any] = {}
         if "username" in properties:
@@ -240,6 +243,21 @@ class Checks:
             f"the callback was asked {messages}"
         )
         assert len({a.request_id for a in asked}) == 2, f"both requests had the same id: {asked!r}"
+        assert self.text_of(result) == "Ada likes teal", f"unexpected result {result!r}"
+
+    async def declined_step_asked_again(self) -> None:
+        # Declining step 1 makes the tool ask step 1 again: the same key in a new round, which
+        # must reach the client as a new request (and its answer answer that round's question).
+        self.person.next_actions = ["decline"]
+        result = await self.session.call_tool("test_input_required_result_multi_round", {})
+        asked = self.person.take()
+        messages = [a.params.message for a in asked]
+        assert messages == [
+            "Step 1: What is your name?",
+            "Step 1: What is your name?",
+            "Step 2: What is your favorite color?",
+        ], f"the callback was asked {messages}"
+        assert len({a.request_id for a in asked}) == 3, f"requests shared an id: {asked!r}"
         assert self.text_of(result) == "Ada likes teal", f"unexpected result {result!r}"
 
     async def missing_sampling_capability(self) -> None:
@@ -408,6 +426,7 @@ class Checks:
             ("test_elicitation declined: action=decline reaches the tool", self.elicitation_declined),
             ("test_sampling: sampling/createMessage on the call's stream, answered by the callback", self.sampling),
             ("two requests in turn on one call's stream (multi-round tool)", self.two_rounds_on_one_stream),
+            ("a declined step asked again under its key reaches the client again", self.declined_step_asked_again),
             ("no sampling callback -> test_sampling fails with -32021; a sampling session still may", self.missing_sampling_capability),
             ("confirm_delete as a task: input_required, elicitation on tasks/result with related-task -> Deleted", self.task_elicitation_accepted),
             ("confirm_delete as a task, confirm false -> Kept", self.task_elicitation_refused),

@@ -342,6 +342,48 @@ async fn mrtr_rounds_continue_on_any_gateway_and_a_tampered_state_is_refused() {
     assert_eq!(round3.result()["content"][0]["text"], "Ada likes green", "{}", round3.raw);
     assert_ne!(round3.result()["resultType"], "input_required", "{}", round3.raw);
 
+    // Declining step 1 makes the tool ask step 1 again, in a new round under the same key. The
+    // first round's state replayed with an answer for that key answers nothing: the call is
+    // still asking, and only the new round's state continues it.
+    let first = sync_call(&s.a, tool, None, elicits.clone()).await;
+    let first_state = first.result()["requestState"].as_str().expect("a requestState").to_owned();
+    let declined =
+        sync_call(&s.b, tool, Some((&first_state, json!({"step1": {"action": "decline"}}))), elicits.clone())
+            .await;
+    assert_eq!(keys_of(&declined.result()["inputRequests"]), ["step1"], "{}", declined.raw);
+    let again = declined.result()["requestState"].as_str().expect("a requestState").to_owned();
+    let replayed = sync_call(
+        &s.a,
+        tool,
+        Some((&first_state, json!({"step1": accept(json!({"name": "Eve"}))}))),
+        elicits.clone(),
+    )
+    .await;
+    assert_eq!(replayed.result()["resultType"], "input_required", "{}", replayed.raw);
+    assert_eq!(
+        keys_of(&replayed.result()["inputRequests"]),
+        ["step1"],
+        "the replay answered: {}",
+        replayed.raw
+    );
+    let named = sync_call(
+        &s.b,
+        tool,
+        Some((&again, json!({"step1": accept(json!({"name": "Ada"}))}))),
+        elicits.clone(),
+    )
+    .await;
+    assert_eq!(keys_of(&named.result()["inputRequests"]), ["step2"], "{}", named.raw);
+    let state = named.result()["requestState"].as_str().expect("a requestState").to_owned();
+    let done = sync_call(
+        &s.a,
+        tool,
+        Some((&state, json!({"step2": accept(json!({"color": "red"}))}))),
+        elicits.clone(),
+    )
+    .await;
+    assert_eq!(done.result()["content"][0]["text"], "Ada likes red", "{}", done.raw);
+
     // A requestState with one character changed is refused.
     let tampered_tool = "test_input_required_result_tampered_state";
     let asked = sync_call(&s.b, tampered_tool, None, elicits.clone()).await;
@@ -472,6 +514,32 @@ async fn notifications_cancelled_stops_a_synchronous_call() {
     );
     assert_eq!(s.redis.stream_entries(), 0);
     assert_eq!(s.redis.pending_entries(), 0);
+}
+
+#[tokio::test]
+async fn an_idempotent_synchronous_call_whose_connection_drops_runs_on_for_its_retry() {
+    let s = stack();
+    let (worker, _) = start_worker(&s.redis, &["--fixtures"]).await;
+    let params = json!({"name": "slow_compute", "arguments": {"seconds": 2, "label": "kept"},
+        "_meta": {"io.conveyor/idempotencyKey": "report-7"}});
+    let a = s.a.clone();
+    let first = params.clone();
+    let background = tokio::spawn(async move { a.call_2026("tools/call", first, json!({})).await });
+    let hidden = hidden_task(&s.redis, "slow_compute", &[], Duration::from_secs(10)).await;
+    s.redis
+        .wait_node_status(&hidden, "root", "running", Duration::from_secs(10))
+        .await
+        .expect("the call runs");
+    // The connection drops: a client with a key retries rather than abandons the call.
+    background.abort();
+    let _ = background.await;
+
+    let retry = s.b.call_2026("tools/call", params, json!({})).await.expect("the retry");
+    assert_eq!(retry.error_code(), None, "the retry with the key gets the work's result: {}", retry.raw);
+    assert!(retry.raw.contains("computed kept"), "{}", retry.raw);
+    assert_eq!(task_field(&s.redis, &hidden, "status").as_deref(), Some("completed"));
+    assert_eq!(s.redis.node_field(&hidden, "root", "attempt").as_deref(), Some("1"), "the work ran once");
+    drop(worker);
 }
 
 #[tokio::test]

@@ -390,9 +390,12 @@ async fn a_parked_node_frees_its_entry_and_resumes_with_its_answers_once_all_are
     assert_eq!(h.store.park(&attempt, &input).await.expect("park"), ParkOutcome::Stale, "a park is fenced");
 
     let first = answers(json!({"a": {"action": "accept", "content": {"v": 1}}, "zzz": {"ignored": true}}));
-    assert_eq!(h.store.answer_input(&id, "bob", &first).await.expect("answer"), AnswerOutcome::Denied);
     assert_eq!(
-        h.store.answer_input(&id, "alice", &first).await.expect("answer"),
+        h.store.answer_input(&id, "bob", &first, &Default::default()).await.expect("answer"),
+        AnswerOutcome::Denied
+    );
+    assert_eq!(
+        h.store.answer_input(&id, "alice", &first, &Default::default()).await.expect("answer"),
         AnswerOutcome::Answered { remaining: 1, resumed: 0 }
     );
     let got = h.store.get_task(&id).await.expect("get").expect("exists");
@@ -400,12 +403,12 @@ async fn a_parked_node_frees_its_entry_and_resumes_with_its_answers_once_all_are
     assert_eq!(got.input_requests.expect("pending").as_object().expect("map").len(), 1, "only b is pending");
     let last = answers(json!({"b": {"action": "decline"}}));
     assert_eq!(
-        h.store.answer_input(&id, "alice", &last).await.expect("answer"),
+        h.store.answer_input(&id, "alice", &last, &Default::default()).await.expect("answer"),
         AnswerOutcome::Answered { remaining: 0, resumed: 1 }
     );
     assert_eq!(h.store.get_task(&id).await.expect("get").expect("exists").status, TaskStatus::Working);
     assert_eq!(
-        h.store.answer_input(&id, "alice", &last).await.expect("answer"),
+        h.store.answer_input(&id, "alice", &last, &Default::default()).await.expect("answer"),
         AnswerOutcome::NotWaiting("working".into())
     );
 
@@ -473,6 +476,53 @@ async fn a_task_with_a_short_retention_does_not_trim_its_owners_index() {
     assert!(page.tasks.iter().any(|t| t.task_id == first), "the first task left its owner's index");
     let ttl: i64 = h.conn().pttl(Shard(0).owner_tasks("alice")).expect("pttl");
     assert!(ttl > 30_000, "the index now expires in {ttl} ms");
+}
+
+#[tokio::test]
+async fn a_call_that_may_become_a_task_stays_indexed_until_it_does() {
+    let mut h = setup().await;
+    let id = h.create(&NewTask { mode: TaskMode::Sync, escalable: true, ..new_task(Shard(1)) }).await;
+    // Listings before it escalates (the web view lists every tick) do not show it, nor forget it.
+    for _ in 0..2 {
+        let page = h
+            .store
+            .list_tasks(TaskIndex::Owner("alice"), None, 50)
+            .await
+            .expect("list")
+            .expect("valid cursor");
+        assert!(page.tasks.is_empty(), "a synchronous call is not listed: {:?}", page.tasks);
+        assert!(h.store.newest_tasks(TaskIndex::Owner("alice"), 10).await.expect("newest").is_empty());
+    }
+    let attempt = h.start(&id).await;
+    assert!(h.store.escalate(&attempt, "Working").await.expect("escalate"));
+    let page =
+        h.store.list_tasks(TaskIndex::Owner("alice"), None, 50).await.expect("list").expect("valid cursor");
+    assert_eq!(page.tasks.iter().map(|t| t.task_id.as_str()).collect::<Vec<_>>(), vec![id.as_str()]);
+}
+
+#[tokio::test]
+async fn times_are_redis_s_whatever_the_callers_clocks_say() {
+    let mut h = setup().await;
+    // A gateway whose clock runs ten minutes behind creates a task with a one-minute TTL: it is
+    // created now by Redis's clock, so the worker runs it rather than dropping it as expired.
+    let behind = now_ms() - 10 * 60_000;
+    let mut new = NewTask { created_at_ms: behind, ..new_task(Shard(3)) };
+    let created = h.store.create_task_spread(&mut new, &Limits::default(), |_, _| {}).await.expect("create");
+    assert_eq!(created, Created::Created);
+    let redis_now = {
+        let (seconds, micros): (u64, u64) = redis::cmd("TIME").query(&mut h.conn()).expect("TIME");
+        seconds * 1000 + micros / 1000
+    };
+    assert!(
+        redis_now.abs_diff(new.created_at_ms) < 5_000,
+        "created at {} by Redis's {redis_now}",
+        new.created_at_ms
+    );
+    let task = h.store.get_task(&new.task_id).await.expect("get").expect("the task is live");
+    assert_eq!(task.created_at_ms, new.created_at_ms, "the creation time the caller was handed back");
+    let attempt = h.start(&new.task_id).await;
+    let done = h.store.complete(&attempt, Some(&ok("ran")), false, 0).await.expect("complete");
+    assert_eq!(done, CompleteOutcome::Settled);
 }
 
 #[tokio::test]
@@ -709,7 +759,7 @@ async fn a_graph_node_that_asks_lets_the_others_run_and_its_rounds_do_not_spend_
     assert_eq!(a.attempt, 1);
     let answer = answers(json!({"c/k": {"action": "accept", "content": {}}}));
     assert_eq!(
-        h.store.answer_input(&id, "alice", &answer).await.expect("answer"),
+        h.store.answer_input(&id, "alice", &answer, &Default::default()).await.expect("answer"),
         AnswerOutcome::Answered { remaining: 0, resumed: 1 }
     );
     let again = h.start_node(&id, "c").await;

@@ -2,6 +2,8 @@
 //! on a response stream (2025-11-25 elicitation, sampling, roots), and notifications (a cancelled
 //! synchronous call). Neither gets a reply; what cannot be acted on is logged and dropped.
 
+use std::collections::HashMap;
+
 use conveyor_shared::keys;
 use conveyor_shared::store::{AnswerOutcome, CancelOutcome};
 use serde_json::{Map, Value};
@@ -9,15 +11,20 @@ use serde_json::{Map, Value};
 use crate::access::Caller;
 use crate::state::AppState;
 
-/// The JSON-RPC id of a request the gateway sends a client for input: it names the task and the
-/// key, so that the answer reaches the asking node through whichever gateway the client posts it
-/// to. The owner check on answering keeps one client from answering another's task.
-pub(crate) fn input_request_id(task_id: &str, key: &str) -> String {
-    format!("conveyor-input/{task_id}/{key}")
+/// The JSON-RPC id of a request the gateway sends a client for input: it names the task, the
+/// round of its input that asked and the key, so that the answer reaches the asking node through
+/// whichever gateway the client posts it to, and answers that question only (the tool may ask
+/// the same key again in a later round). The owner check on answering keeps one client from
+/// answering another's task.
+pub(crate) fn input_request_id(task_id: &str, round: u64, key: &str) -> String {
+    format!("conveyor-input/{task_id}/{round}/{key}")
 }
 
-fn parse_input_request_id(id: &Value) -> Option<(&str, &str)> {
-    id.as_str()?.strip_prefix("conveyor-input/")?.split_once('/')
+/// The task, round and key an input request id names (a key may hold `/`: a graph node's).
+fn parse_input_request_id(id: &Value) -> Option<(&str, u64, &str)> {
+    let (task_id, rest) = id.as_str()?.strip_prefix("conveyor-input/")?.split_once('/')?;
+    let (round, key) = rest.split_once('/')?;
+    Some((task_id, round.parse().ok()?, key))
 }
 
 /// A request id as text that tells `1` from `"1"`.
@@ -30,12 +37,13 @@ pub(crate) fn request_id_text(id: &Value) -> String {
 
 /// The client's answer to a request for input: it is the answer to that key of that task.
 pub(crate) async fn client_response(state: &AppState, caller: &Caller, id: &Value, answer: Value) {
-    let Some((task_id, key)) = parse_input_request_id(id) else {
+    let Some((task_id, round, key)) = parse_input_request_id(id) else {
         tracing::debug!(%id, "a response to no request of this server; ignored");
         return;
     };
     let answers = Map::from_iter([(key.to_owned(), answer)]);
-    match state.store.answer_input(task_id, &caller.principal, &answers).await {
+    let rounds = HashMap::from([(key.to_owned(), round)]);
+    match state.store.answer_input(task_id, &caller.principal, &answers, &rounds).await {
         Ok(AnswerOutcome::Answered { remaining, resumed }) => {
             tracing::debug!(task = %task_id, %key, remaining, resumed, "client answered a request for input");
         }
@@ -92,5 +100,20 @@ pub(crate) async fn notification(
         }
         Ok(_) => {}
         Err(e) => tracing::warn!(task = %task_id, error = %e, "could not cancel a call"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn an_input_request_id_names_its_task_round_and_key() {
+        let id = json!(input_request_id("t1", 3, "plan/confirm"));
+        assert_eq!(parse_input_request_id(&id), Some(("t1", 3, "plan/confirm")));
+        assert_eq!(parse_input_request_id(&json!("conveyor-input/t1/step1")), None);
+        assert_eq!(parse_input_request_id(&json!(7)), None);
     }
 }

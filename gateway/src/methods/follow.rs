@@ -125,8 +125,8 @@ struct Relay<'a> {
     progress_token: Option<Value>,
     relay_input: bool,
     related_task: bool,
-    /// Keys of input requests already sent, so that each goes out once.
-    sent: HashSet<String>,
+    /// Input requests already sent, by round and key, so that each goes out once.
+    sent: HashSet<(u64, String)>,
 }
 
 impl Relay<'_> {
@@ -170,7 +170,9 @@ impl Relay<'_> {
         }
         let Some(requests) = task.input_requests.as_ref().and_then(Value::as_object) else { return };
         for (key, request) in requests {
-            if !self.sent.insert(key.clone()) {
+            // A key asked again in a later round is a new question, sent again.
+            let round = task.input_rounds.get(key).copied().unwrap_or(0);
+            if !self.sent.insert((round, key.clone())) {
                 continue;
             }
             let method = request.get("method").cloned().unwrap_or(Value::Null);
@@ -181,7 +183,7 @@ impl Relay<'_> {
                 object.insert("_meta".to_owned(), self.related_meta());
             }
             let message = json!({
-                "jsonrpc": "2.0", "id": input_request_id(&self.task_id, key), "method": method, "params": params,
+                "jsonrpc": "2.0", "id": input_request_id(&self.task_id, round, key), "method": method, "params": params,
             });
             let _ = self.tx.send(StreamItem::Message(message)).await;
         }
@@ -284,13 +286,16 @@ async fn wait_terminal(
                     task.mode = TaskMode::Task;
                     return Ok(Some(Stopped::Escalated(task)));
                 }
-                Some(Delivery::Event(TaskEvent::Status { status: TaskStatus::InputRequired, message, input_requests, .. })) => {
+                Some(Delivery::Event(TaskEvent::Status {
+                    status: TaskStatus::InputRequired, message, input_requests, input_rounds, ..
+                })) => {
                     // The event carries the requests when they are small; else they are read.
                     match input_requests {
                         Some(requests) => {
                             task.status = TaskStatus::InputRequired;
                             task.status_message = message;
                             task.input_requests = Some(requests);
+                            task.input_rounds = *input_rounds;
                         }
                         None => task = read(&task_id).await?,
                     }

@@ -139,6 +139,7 @@ pub(super) async fn run_offer(
         Some(waiter),
         None,
         mode,
+        true,
     )
     .await;
     super::holding(reply, held)

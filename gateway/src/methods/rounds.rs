@@ -8,6 +8,7 @@
 //! was altered is refused. A tool that gathers input first may then turn the call into the
 //! client's task: the round that started the work answers with the task instead.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use conveyor_shared::events::Waiter;
@@ -80,6 +81,10 @@ struct RoundState {
     n: String,
     /// The keys this round asked.
     k: Vec<String>,
+    /// The round of the task's input that asked them: answers are taken for that round only, so
+    /// that a state replayed later never answers a new question under the same key.
+    #[serde(default)]
+    r: u64,
     /// When the round can no longer be continued (the task's end of life), ms since the epoch.
     x: u64,
 }
@@ -97,6 +102,7 @@ pub(super) async fn follow_call(
     waiter: Option<Waiter>,
     progress_token: Option<Value>,
     mode: ReplyMode,
+    cancel_when_gone: bool,
 ) -> Result<Reply, RpcFailure> {
     // A 2025-11-25 client that takes no SSE cannot be asked anything: its call stops there.
     let stop_on_input = wire == Wire::V2026 || mode == ReplyMode::Json;
@@ -115,7 +121,7 @@ pub(super) async fn follow_call(
         stop_on_input,
         relay_input: !stop_on_input,
         related_task: false,
-        cancel_when_gone: true,
+        cancel_when_gone,
         resume,
     };
     let store = state.store.clone();
@@ -146,12 +152,15 @@ pub(super) async fn follow_call(
 /// The `InputRequiredResult` of a round: what is pending, and the signed state to send back.
 fn input_required(key: &SigningKey, task: &TaskRecord) -> Value {
     let requests = task.input_requests.clone().unwrap_or_else(|| json!({}));
-    let keys = requests.as_object().map(|o| o.keys().cloned().collect()).unwrap_or_default();
+    let keys: Vec<String> = requests.as_object().map(|o| o.keys().cloned().collect()).unwrap_or_default();
+    // A call's one node asks everything pending in one round.
+    let input_round = keys.iter().filter_map(|k| task.input_rounds.get(k)).copied().max().unwrap_or(0);
     let round = RoundState {
         t: task.task_id.clone(),
         p: task.owner.clone(),
         n: task.tool.clone(),
         k: keys,
+        r: input_round,
         x: task.created_at_ms.saturating_add(task.ttl_ms),
     };
     json!({
@@ -199,7 +208,10 @@ pub(super) async fn continue_round(
         return Err(gone());
     }
     let responses = responses.unwrap_or_default();
-    match state.store.answer_input(&round.t, &caller.principal, &responses).await? {
+    // A state issued before rounds were numbered (r = 0) names none.
+    let rounds: HashMap<String, u64> =
+        if round.r == 0 { HashMap::new() } else { round.k.iter().map(|k| (k.clone(), round.r)).collect() };
+    match state.store.answer_input(&round.t, &caller.principal, &responses, &rounds).await? {
         AnswerOutcome::Missing => return Err(gone()),
         AnswerOutcome::Denied => {
             super::audit_denied(&caller, "tools/call", &round.t, "the call belongs to another principal");
@@ -214,7 +226,8 @@ pub(super) async fn continue_round(
     }
     let progress_token = task.progress_token.clone();
     let mode = ReplyMode::of(accepts_sse, progress_token.is_some());
-    follow_call(state, Wire::V2026, request_id, caller, task, None, progress_token, mode).await
+    // A round's connection is the client's hold on the call: when it goes away, the work stops.
+    follow_call(state, Wire::V2026, request_id, caller, task, None, progress_token, mode, true).await
 }
 
 #[cfg(test)]

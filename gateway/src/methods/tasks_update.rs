@@ -20,7 +20,7 @@ pub(super) async fn tasks_update(state: &AppState, ctx: &RequestCtx) -> Result<V
             "Invalid params: inputResponses.{key} must be an object (the client's result for that request)"
         )));
     }
-    match state.store.answer_input(task_id, &ctx.caller.principal, responses).await? {
+    match state.store.answer_input(task_id, &ctx.caller.principal, responses, &Default::default()).await? {
         AnswerOutcome::Missing => Err(task_not_found(task_id)),
         AnswerOutcome::Denied => {
             super::audit_denied(&ctx.caller, &ctx.method, task_id, "the task belongs to another principal");

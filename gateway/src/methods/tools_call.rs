@@ -249,6 +249,9 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
     if as_task {
         return Ok(Reply::Result(wire::create_result(ctx.wire, &record)));
     }
+    // A call with an idempotency key is retried, not abandoned, when its connection drops: its work
+    // runs on so that the retry with the key gets the result.
+    let cancel_when_gone = new.idempotency_key.is_none();
     // A synchronous call may wait minutes: the request's JSON and its memory budget go now.
     drop(new);
     ctx.params = Value::Null;
@@ -263,6 +266,7 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
         waiter,
         progress_token,
         mode,
+        cancel_when_gone,
     )
     .await;
     match held {

@@ -9,13 +9,17 @@
 -- KEYS[1] task hash (it holds the nodes)   KEYS[2] load hash
 -- KEYS[3 ..] the work stream of each of the task's queues, in the order of the task's `queues`
 -- ARGV[1] the record (JSON): task, owner, responses (key -> the client's result as JSON text),
---   now, queues (how many streams the caller passed)
+--   rounds (key -> the round of the question the answer is for, when the answer names one: an
+--   answer whose key is pending from another round is ignored), queues (how many streams
+--   the caller passed)
 -- Returns JSON: {"outcome":"missing"} (no such task) | {"outcome":"denied"} (another owner's task;
 --   nothing written) | {"outcome":"notWaiting",
 --   "status":s} | {"outcome":"answered","remaining":n,"resumed":n} | {"outcome":"queuesChanged"}
 local r = cjson.decode(ARGV[1])
+local now = redis_now()
 local task = KEYS[1]
-local state = redis.call('HMGET', task, 'status', 'owner', 'inputKeys', 'queues', 'traceparent', 'waiters')
+local state = redis.call('HMGET', task, 'status', 'owner', 'inputKeys', 'queues', 'traceparent', 'waiters',
+  'inputRounds')
 if not state[1] then
   return cjson.encode({outcome = 'missing'})
 end
@@ -29,13 +33,16 @@ if #cjson.decode(state[4] or '[]') ~= r.queues then
   return cjson.encode({outcome = 'queuesChanged'})
 end
 local owners = cjson.decode(state[3] or '{}')
+local rounds = cjson.decode(state[7] or '{}')
+local named = r.rounds or {}
 local touched = {}
 for key, text in pairs(r.responses) do
   local node = owners[key]
-  if node then
+  if node and (named[key] == nil or named[key] == rounds[key]) then
     redis.call('HSET', task, 'answer/' .. key, text)
     redis.call('HDEL', task, 'ask/' .. key)
     owners[key] = nil
+    rounds[key] = nil
     touched[node] = true
   end
 end
@@ -64,7 +71,8 @@ for _ in pairs(owners) do
   remaining = remaining + 1
 end
 local pending = pending_requests(task, owners)
-redis.call('HSET', task, 'inputKeys', cjson.encode(owners), 'inputRequests', pending, 'updatedAt', r.now)
+redis.call('HSET', task, 'inputKeys', cjson.encode(owners), 'inputRounds', cjson.encode(rounds), 'inputRequests',
+  pending, 'updatedAt', now)
 if remaining == 0 then
   local message = 'Input received; working'
   redis.call('HSET', task, 'status', 'working', 'statusMessage', message)

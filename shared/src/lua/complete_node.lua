@@ -11,7 +11,7 @@
 -- KEYS[5] expiring zset   KEYS[6] dead-letter stream
 -- KEYS[7 .. 6+Q] the work stream of each of the task's Q queues, in the order of the task's
 -- `queues`, then KEYS[7+Q .. 6+2Q] the held list of each (start_nodes)
--- ARGV[1] the record (JSON): task, node, attempt, now, outcome ("completed" | "failed" |
+-- ARGV[1] the record (JSON): task, node, attempt, outcome ("completed" | "failed" |
 --   "cancelled"), payload (JSON text: the CallToolResult or the JSON-RPC error), isError, message
 --   (status message of a settled single-call task), jitter in [0, 1), maxBackoffMs, final (bool:
 --   no retry whatever is left), deadLetter (bool: a failure that settles the node is recorded in
@@ -23,6 +23,7 @@
 --   trace context, for the task span the worker writes) | "released" (with count)
 --   | "finalize"}, and deadLetter (the entry's id) with nodeTool when a dead letter was written
 local r = cjson.decode(ARGV[1])
+local now = redis_now()
 local keys = {task = KEYS[1], nodes = KEYS[2], load = KEYS[3], expiring = KEYS[5]}
 local node = r.node
 local n = node_state(KEYS[2], node, {'status', 'kind', 'wire', 'ttlMs', 'nodeCount', 'owner', 'createdAt',
@@ -38,7 +39,6 @@ ack(stream(n.q), n.entry)
 if r.releaseHeld and KEYS[6 + r.queueCount + n.q] then
   release_held(KEYS[6 + r.queueCount + n.q], stream(n.q), KEYS[3], 1)
 end
-local now = r.now
 local t = n.task
 local task = {owner = t.owner or '', createdAt = t.createdAt, ttlMs = t.ttlMs, waiters = t.waiters,
   nodeCount = t.nodeCount}

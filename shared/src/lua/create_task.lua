@@ -6,7 +6,7 @@
 -- KEYS[5] the owner's task index   KEYS[6 .. 5+Q] the work stream of each of the task's queues,
 -- in the order of record.queues   KEYS[6+Q] the idempotency key, when record.idem is true
 -- KEYS[#KEYS] the call key (a synchronous call by its request id), when record.call is true
--- ARGV[1] the record (JSON): id, now, owner, tool, args (JSON text), ttl, poll, wire,
+-- ARGV[1] the record (JSON): id, owner, tool, args (JSON text), ttl, poll, wire,
 --   token (JSON text or ""), trace, mode ("task" | "sync"), index (bool), message, retention (ms of
 --   owner index kept), kind ("single" | "dag"), output, queues, nodes (each: id, tool, args, q,
 --   deps, dependents, retries, backoffMs, timeoutMs, onFailure, weight), waiter (inbox channel or
@@ -16,7 +16,8 @@
 --   may turn into the client's task), call (bool: KEYS ends with the call key), logLevel (the
 --   least severe level of logged messages the client gets, or ""), cancelChannel (the shard's:
 --   wakes its maintenance when this task's expiry is the shard's next due item)
--- Returns JSON: {"outcome":"created"} | {"outcome":"exists"} | {"outcome":"duplicate","task":id}
+-- Returns JSON: {"outcome":"created","createdAt":ms (Redis's clock)} | {"outcome":"exists"}
+--   | {"outcome":"duplicate","task":id}
 --   | {"outcome":"conflict","task":id} | {"outcome":"budget","size":n,"max":n} (the arguments alone
 --   pass the task's byte budget)
 --   | {"outcome":"limit","limit":name,"current":n,"max":n,"needed":n,"tool":name,"live":n,"nodes":n,
@@ -24,6 +25,7 @@
 --   (live, nodes: the owner's live tasks and the nodes they hold in this shard; queued: the
 --   shard's queued nodes)
 local r = cjson.decode(ARGV[1])
+local now = redis_now()
 local keys = {task = KEYS[1], nodes = KEYS[2], load = KEYS[3]}
 local queue_count = #r.queues
 local streams = {}
@@ -97,7 +99,7 @@ if r.waiter ~= '' then
   waiters = cjson.encode({r.waiter})
 end
 local task_fields = {
-  'status', 'working', 'statusMessage', r.message, 'createdAt', r.now, 'updatedAt', r.now,
+  'status', 'working', 'statusMessage', r.message, 'createdAt', now, 'updatedAt', now,
   'ttlMs', r.ttl, 'pollMs', r.poll, 'owner', r.owner, 'tool', r.tool, 'arguments', r.args,
   'wire', r.wire, 'progressToken', r.token, 'traceparent', r.trace, 'mode', r.mode, 'kind', r.kind,
   'outputNode', r.output, 'nodeCount', #r.nodes, 'nodesSettled', 0, 'weightTotal', weight_total,
@@ -137,14 +139,14 @@ else
     write_node(keys, streams, r.id, n, r.trace)
   end
 end
-redis.call('ZADD', KEYS[4], r.now + r.ttl, r.id)
-wake_maintenance(KEYS[3], r.cancelChannel, r.now + r.ttl, planned)
+redis.call('ZADD', KEYS[4], now + r.ttl, r.id)
+wake_maintenance(KEYS[3], r.cancelChannel, now + r.ttl, planned)
 if r.index then
-  redis.call('ZADD', KEYS[5], r.now, r.id)
+  redis.call('ZADD', KEYS[5], now, r.id)
   -- A task that asks for a shorter retention than the index has left (an operator's retry) neither
   -- trims nor shortens it: the index keeps what its longest-kept tasks asked for.
   if r.retention >= redis.call('PTTL', KEYS[5]) then
-    redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. (r.now - r.retention))
+    redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. (now - r.retention))
     redis.call('PEXPIRE', KEYS[5], r.retention)
   end
 end
@@ -154,4 +156,4 @@ end
 if r.call then
   redis.call('SET', KEYS[#KEYS], r.id, 'PX', r.ttl)
 end
-return cjson.encode({outcome = 'created'})
+return cjson.encode({outcome = 'created', createdAt = now})

@@ -5,10 +5,11 @@
 --
 -- KEYS[1] task hash   KEYS[2] nodes hash   KEYS[3] load hash
 -- KEYS[4 ..] the work stream of each queue in record.queues (the task's queues, then new ones)
--- ARGV[1] the record (JSON): task, node, attempt, now, output (JSON text), planOutput, nodes (as
+-- ARGV[1] the record (JSON): task, node, attempt, output (JSON text), planOutput, nodes (as
 --   create_task reads them, with q indexing record.queues), queues
 -- Returns JSON: {"outcome": "expanded" (with count) | "stale" | "dropped" | "refused" (with reason)}
 local r = cjson.decode(ARGV[1])
+local now = redis_now()
 local node = r.node
 local n = node_state(KEYS[2], node)
 if n.status ~= 'running' or n.attempt ~= r.attempt then
@@ -41,7 +42,7 @@ for i = 1, #r.queues do
   streams[i] = KEYS[3 + i]
 end
 ack(streams[n.q], n.entry)
-redis.call('HSET', KEYS[2], nf(node, 'status'), 'completed', nf(node, 'finishedAt'), r.now,
+redis.call('HSET', KEYS[2], nf(node, 'status'), 'completed', nf(node, 'finishedAt'), now,
   nf(node, 'output'), r.output)
 local keys = {task = KEYS[1], nodes = KEYS[2], load = KEYS[3]}
 local weight_total = tonumber(n.weight)
@@ -57,7 +58,7 @@ hold_nodes(KEYS[3], t[5] or '', #r.nodes)
 local base = tonumber(t[8] or '0') or 0
 redis.call('HSET', KEYS[1], 'bytes', used, 'kind', 'dag', 'outputNode', r.planOutput, 'nodeCount', 1 + #r.nodes,
   'nodesSettled', 1, 'weightTotal', weight_total, 'weightSettled', n.weight, 'progressBase', base,
-  'progress', base + n.weight, 'total', base + weight_total, 'statusMessage', message, 'updatedAt', r.now,
+  'progress', base + n.weight, 'total', base + weight_total, 'statusMessage', message, 'updatedAt', now,
   'queues', cjson.encode(r.queues))
 notify(KEYS[1], cjson.encode({task = r.task, type = 'progress', progress = base + tonumber(n.weight),
   total = base + weight_total, message = message}))

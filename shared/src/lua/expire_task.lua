@@ -4,10 +4,11 @@
 --
 -- KEYS[1] task hash   KEYS[2] nodes hash   KEYS[3] load hash   KEYS[4] expiring zset
 -- KEYS[5] the owner's task index
--- ARGV[1] the record (JSON): task, now, cancelChannel
+-- ARGV[1] the record (JSON): task, cancelChannel
 -- Returns JSON: {"outcome": "expired" (with settled: "expired" and tool when the task was unsettled)
 --   | "notYet" | "gone"}
 local r = cjson.decode(ARGV[1])
+local now = redis_now()
 local t = redis.call('HMGET', KEYS[1], 'status', 'owner', 'createdAt', 'ttlMs', 'tool', 'traceparent', 'nodeCount')
 if not t[1] then
   redis.call('ZREM', KEYS[4], r.task)
@@ -15,7 +16,7 @@ if not t[1] then
   return cjson.encode({outcome = 'gone'})
 end
 local expires = tonumber(t[3]) + tonumber(t[4])
-if expires > r.now then
+if expires > now then
   redis.call('ZADD', KEYS[4], expires, r.task)
   return cjson.encode({outcome = 'notYet'})
 end

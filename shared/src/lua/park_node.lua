@@ -5,16 +5,20 @@
 -- answer_input queues the node again, as a new attempt, once all of its requests are answered.
 --
 -- Requests travel and are stored as JSON texts that this script never decodes, so that what the
--- client sees is exactly what the tool wrote.
+-- client sees is exactly what the tool wrote. Each parking is a new round of the task's input
+-- (`inputRound`), and each pending key remembers the round that asked it (`inputRounds`): an
+-- answer that names a round is taken only for the key as that round asked it, so that a replayed
+-- answer never answers a later question under the same key.
 --
 -- KEYS[1] task hash (it holds the nodes)   KEYS[2] the work stream the attempt's entry is in
--- ARGV[1] the record (JSON): task, node, attempt, now, requests (key -> the request as JSON
+-- ARGV[1] the record (JSON): task, node, attempt, requests (key -> the request as JSON
 --   text), state (JSON text, or "" for none), message, inlineMax
 -- Returns JSON: {"outcome": "parked" | "dropped" (the task is over; the entry is acknowledged)
 --   | "stale"}
 local r = cjson.decode(ARGV[1])
+local now = redis_now()
 local node = r.node
-local n = node_state(KEYS[1], node, {'status', 'kind', 'inputKeys', 'waiters'})
+local n = node_state(KEYS[1], node, {'status', 'kind', 'inputKeys', 'waiters', 'inputRounds'})
 if n.status ~= 'running' or n.attempt ~= r.attempt then
   return cjson.encode({outcome = 'stale'})
 end
@@ -30,19 +34,28 @@ if t.kind == 'dag' then
   prefix = node .. '/'
 end
 local owners = cjson.decode(t.inputKeys or '{}')
+local rounds = cjson.decode(t.inputRounds or '{}')
+local round = redis.call('HINCRBY', KEYS[1], 'inputRound', 1)
 local asks = {}
 for key, text in pairs(r.requests) do
   local full = prefix .. key
   owners[full] = node
+  rounds[full] = round
   asks[full] = key
   redis.call('HSET', KEYS[1], 'ask/' .. full, text)
 end
+local rounds_text = cjson.encode(rounds)
 redis.call('HDEL', KEYS[1], nf(node, 'worker'))
 -- A round of input is an attempt, but no try of the tool's: it spends no retry.
 redis.call('HINCRBY', KEYS[1], nf(node, 'untried'), 1)
 local pending = pending_requests(KEYS[1], owners)
 redis.call('HSET', KEYS[1], nf(node, 'status'), 'parked', nf(node, 'entry'), '', nf(node, 'asks'), cjson.encode(asks),
   nf(node, 'state'), r.state, nf(node, 'answers'), '', 'status', 'input_required', 'inputRequests', pending,
-  'inputKeys', cjson.encode(owners), 'statusMessage', r.message, 'updatedAt', r.now)
-notify(KEYS[1], status_event(r.task, 'input_required', r.message, 'inputRequests', pending, r.inlineMax), t.waiters)
+  'inputKeys', cjson.encode(owners), 'inputRounds', rounds_text, 'statusMessage', r.message, 'updatedAt', now)
+local event = status_event(r.task, 'input_required', r.message, 'inputRequests', pending, r.inlineMax)
+if string.find(event, '"inputRequests":', 1, true) then
+  -- The requests travel with the event: so do the rounds that asked them.
+  event = string.sub(event, 1, -2) .. ',"inputRounds":' .. rounds_text .. '}'
+end
+notify(KEYS[1], event, t.waiters)
 return cjson.encode({outcome = 'parked'})

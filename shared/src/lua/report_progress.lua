@@ -3,14 +3,15 @@
 -- its message.
 --
 -- KEYS[1] task hash   KEYS[2] nodes hash
--- ARGV[1] the record (JSON): task, node, attempt, now, progress, total (or null), message (or null)
+-- ARGV[1] the record (JSON): task, node, attempt, progress, total (or null), message (or null)
 -- Returns JSON: {"outcome": "recorded" | "refused"} (refused: task over, or a stale attempt)
 local r = cjson.decode(ARGV[1])
+local now = redis_now()
 local state = redis.call('HMGET', KEYS[2], nf(r.node, 'status'), nf(r.node, 'attempt'), 'status', 'waiters')
 if not is_live(state[3]) or state[1] ~= 'running' or tonumber(state[2]) ~= r.attempt then
   return cjson.encode({outcome = 'refused'})
 end
-local fields = {'updatedAt', r.now}
+local fields = {'updatedAt', now}
 local event = {task = r.task, type = 'progress'}
 local graph = redis.call('HMGET', KEYS[1], 'kind', 'progress', 'total')
 if graph[1] == 'dag' then

@@ -4,9 +4,10 @@
 --
 -- KEYS[1] task hash   KEYS[2] nodes hash   KEYS[3] load hash   KEYS[4] expiring zset
 -- KEYS[5] the built-in queue's stream (where the finalize entry is)
--- ARGV[1] the record (JSON): task, now, result (JSON text), isError, message, entry, inlineMax
+-- ARGV[1] the record (JSON): task, result (JSON text), isError, message, entry, inlineMax
 -- Returns JSON: {"outcome": "settled" (with settled: the task's status, and tool) | "dropped"}
 local r = cjson.decode(ARGV[1])
+local now = redis_now()
 ack(KEYS[5], r.entry)
 local t = redis.call('HMGET', KEYS[1], 'status', 'ttlMs', 'wire', 'owner', 'createdAt', 'tool', 'traceparent',
   'nodeCount', 'maxBytes', 'bytes')
@@ -30,5 +31,5 @@ if is_error and t[3] == '2025-11-25' then
 end
 settle({task = KEYS[1], nodes = KEYS[2], load = KEYS[3], expiring = KEYS[4]}, r.task,
   {owner = t[4] or '', createdAt = t[5], ttlMs = t[2], nodeCount = t[8]}, status, 'result', result, message,
-  r.now, r.inlineMax)
+  now, r.inlineMax)
 return cjson.encode({outcome = 'settled', settled = status, tool = t[6], task = r.task, trace = t[7]})

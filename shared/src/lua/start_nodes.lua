@@ -11,7 +11,7 @@
 --
 -- KEYS[1] the shard's load hash, then for each item i: KEYS[4i-2] task hash, KEYS[4i-1] nodes
 --   hash, KEYS[4i] the stream the entry came from, KEYS[4i+1] that queue's held list
--- ARGV[1] the record (JSON): now, worker, items (each: task, node, entry, trace, run (bool: false
+-- ARGV[1] the record (JSON): worker, items (each: task, node, entry, trace, run (bool: false
 --   hands the entry back), mayDefer (bool: an entry whose owner has its share is set aside; else
 --   it is left as it is, for the worker to try again when a slot of that owner's frees)), room
 --   (owner -> slots this worker still gives that owner), defaultRoom (slots it gives an owner not in
@@ -27,6 +27,7 @@
 --   | {"outcome":"capped","owner":o} (nothing changed) | {"outcome":"deferred"}
 --   | {"outcome":"handedBack"} | {"outcome":"skip","reason":text}
 local r = cjson.decode(ARGV[1])
+local now = redis_now()
 local load = KEYS[1]
 local room = r.room
 -- Read once per batch, so that a completion looks at the held lists only when there is something
@@ -67,7 +68,7 @@ for i, item in ipairs(r.items) do
     redis.call('HSET', nodes, nf(node, 'status'), 'dropped')
     ack(stream, item.entry)
     result = {outcome = 'skip', reason = 'task is ' .. t.status}
-  elseif tonumber(t.createdAt) + tonumber(t.ttlMs) <= r.now then
+  elseif tonumber(t.createdAt) + tonumber(t.ttlMs) <= now then
     -- Past its TTL: the shard's maintenance expires the task and frees its load.
     ack(stream, item.entry)
     result = {outcome = 'skip', reason = 'task expired'}
@@ -82,7 +83,7 @@ for i, item in ipairs(r.items) do
     redis.call('HINCRBY', load, 'held', 1)
     if not set_aside then
       -- The shard's maintenance puts it back if no finishing node of its queue does first.
-      wake_maintenance(load, r.cancelChannel, redis_now() + r.releaseAfterMs)
+      wake_maintenance(load, r.cancelChannel, now + r.releaseAfterMs)
     end
     set_aside = true
     redis.call('HSET', nodes, nf(node, 'entry'), '')
@@ -93,7 +94,7 @@ for i, item in ipairs(r.items) do
     end
     dequeued(load, n.tool)
     local attempt = n.attempt + 1
-    local fields = {nf(node, 'status'), 'running', nf(node, 'attempt'), attempt, nf(node, 'startedAt'), r.now,
+    local fields = {nf(node, 'status'), 'running', nf(node, 'attempt'), attempt, nf(node, 'startedAt'), now,
       nf(node, 'worker'), r.worker}
     if n.entry ~= item.entry then
       -- A node that was set aside is bound to the entry it starts from now.
@@ -102,7 +103,7 @@ for i, item in ipairs(r.items) do
     end
     if t.kind == 'dag' then
       fields[#fields + 1] = 'updatedAt'
-      fields[#fields + 1] = r.now
+      fields[#fields + 1] = now
       fields[#fields + 1] = 'statusMessage'
       fields[#fields + 1] = 'Running ' .. node .. ' (' .. t.nodesSettled .. ' of ' .. t.nodeCount .. ' nodes settled)'
     end

@@ -229,14 +229,19 @@ impl Store {
         Ok(sorted_tools(hash))
     }
 
-    /// The tools, and the workers that offer them, in one round trip.
-    pub async fn catalog(&self) -> Result<(Vec<PublishedTool>, Vec<WorkerRecord>), StoreError> {
+    /// The tools, the workers that offer them, and Redis's clock (ms), in one round trip: a
+    /// worker's heartbeat is Redis's time, so its liveness is judged by that clock
+    /// ([`WorkerRecord::is_live`]), never by the reader's.
+    pub async fn catalog(&self) -> Result<(Vec<PublishedTool>, Vec<WorkerRecord>, u64), StoreError> {
         let mut pipe = redis::pipe();
-        pipe.hgetall(keys::TOOLS).hgetall(keys::WORKERS);
-        let (tools, workers): (HashMap<String, String>, HashMap<String, String>) =
-            self.pipeline(&pipe).await?;
+        pipe.hgetall(keys::TOOLS).hgetall(keys::WORKERS).cmd("TIME");
+        let (tools, workers, (seconds, micros)): (
+            HashMap<String, String>,
+            HashMap<String, String>,
+            (u64, u64),
+        ) = self.pipeline(&pipe).await?;
         let workers = workers.into_values().filter_map(|json| serde_json::from_str(&json).ok()).collect();
-        Ok((sorted_tools(tools), workers))
+        Ok((sorted_tools(tools), workers, seconds * 1000 + micros / 1000))
     }
 }
 

@@ -145,7 +145,10 @@ impl Store {
                     Some(task) if index.admits(&task) => {
                         found.insert(id, task);
                     }
-                    _ => gone.push(id),
+                    // Not shown, but not gone: a synchronous call that may still become the
+                    // client's task, or a task of the live index that has just settled.
+                    Some(_) => {}
+                    None => gone.push(id),
                 }
             }
             // The live index is the maintenance's to clean; an owner's index is cleaned here.

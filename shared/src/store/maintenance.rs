@@ -10,7 +10,7 @@ use serde_json::json;
 use super::Store;
 use crate::error::StoreError;
 use crate::keys::Shard;
-use crate::model::{WorkItem, now_ms};
+use crate::model::WorkItem;
 use crate::scripts;
 use crate::telemetry::context::LostAttempt;
 
@@ -126,7 +126,7 @@ impl Store {
             shard.expiring(),
             shard.owner_tasks(owner.as_deref().unwrap_or_default()),
         ];
-        let record = json!({"task": task_id, "now": now_ms(), "cancelChannel": shard.cancel_channel()});
+        let record = json!({"task": task_id, "cancelChannel": shard.cancel_channel()});
         let reply: serde_json::Value = self.script(&scripts::EXPIRE_TASK, &keys, &record).await?;
         let reply: DueReply = super::effects::recorded(reply)?;
         Ok(matches!(reply, DueReply::Expired))

@@ -13,7 +13,7 @@ use crate::dag::{self, DagSpec};
 use crate::error::StoreError;
 use crate::input::InputRequired;
 use crate::keys::Shard;
-use crate::model::{RpcError, TaskEvent, ToolOutcome, WorkItem, now_ms};
+use crate::model::{RpcError, TaskEvent, ToolOutcome, WorkItem};
 use crate::scripts;
 
 /// A started attempt of a node: everything its later transitions need to find their keys.
@@ -274,7 +274,7 @@ impl Store {
         }
         let default_room = shares.default.map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX));
         let record = json!({
-            "now": now_ms(), "worker": worker, "items": rows, "room": shares.room, "defaultRoom": default_room,
+            "worker": worker, "items": rows, "room": shares.room, "defaultRoom": default_room,
             "cancelChannel": shard.cancel_channel(), "releaseAfterMs": RELEASE_SET_ASIDE_AFTER.as_millis() as u64,
         });
         let replies: Vec<StartReply> = self.script(&scripts::START_NODES, &keys, &record).await?;
@@ -373,7 +373,7 @@ impl Store {
             )));
         }
         let record = json!({
-            "task": attempt.task_id, "node": attempt.node_id, "attempt": attempt.attempt, "now": now_ms(),
+            "task": attempt.task_id, "node": attempt.node_id, "attempt": attempt.attempt,
             "progress": progress.to_string(), "total": total.map(|t| t.to_string()), "message": message,
         });
         let reply: FencedReply =
@@ -420,7 +420,7 @@ impl Store {
             input.requests.keys().map(String::as_str).collect::<Vec<_>>().join(", ")
         );
         let record = json!({
-            "task": attempt.task_id, "node": attempt.node_id, "attempt": attempt.attempt, "now": now_ms(),
+            "task": attempt.task_id, "node": attempt.node_id, "attempt": attempt.attempt,
             "requests": requests, "state": input.state.as_ref().map(Value::to_string).unwrap_or_default(),
             "message": message, "inlineMax": INLINE_MAX,
         });
@@ -436,7 +436,7 @@ impl Store {
     /// it; the waiting gateway answers the call with the task. Returns whether it changed.
     pub async fn escalate(&self, attempt: &Attempt, message: &str) -> Result<bool, StoreError> {
         let record = json!({
-            "task": attempt.task_id, "node": attempt.node_id, "attempt": attempt.attempt, "now": now_ms(),
+            "task": attempt.task_id, "node": attempt.node_id, "attempt": attempt.attempt,
             "message": message,
         });
         let reply: EscalateReply =
@@ -561,7 +561,7 @@ impl Store {
         keys.extend(attempt.queues.iter().map(|q| shard.queue(q)));
         keys.extend(attempt.queues.iter().map(|q| shard.held(q)));
         let record = json!({
-            "task": attempt.task_id, "node": attempt.node_id, "attempt": attempt.attempt, "now": now_ms(),
+            "task": attempt.task_id, "node": attempt.node_id, "attempt": attempt.attempt,
             "queueCount": attempt.queues.len(), "releaseHeld": attempt.release_held,
             "outcome": status, "payload": payload, "isError": is_error, "message": message,
             "jitter": rand::random::<f64>(), "maxBackoffMs": dag::MAX_BACKOFF_MS, "final": final_failure,
@@ -613,7 +613,7 @@ impl Store {
         keys.extend(list.streams(shard));
         let summary = crate::model::result::text(format!("planned {} nodes", plan.nodes.len()));
         let record = json!({
-            "task": attempt.task_id, "node": attempt.node_id, "attempt": attempt.attempt, "now": now_ms(),
+            "task": attempt.task_id, "node": attempt.node_id, "attempt": attempt.attempt,
             "output": summary.to_string(), "planOutput": plan.output.clone().unwrap_or_default(),
             "nodes": nodes, "queues": list.0,
         });
@@ -643,7 +643,7 @@ impl Store {
             item.stream.clone(),
         ];
         let record = json!({
-            "task": item.task_id, "now": now_ms(), "result": result.to_string(),
+            "task": item.task_id, "result": result.to_string(),
             "isError": crate::model::result::is_error(result), "message": message, "entry": item.entry_id,
             "inlineMax": INLINE_MAX,
         });

@@ -9,7 +9,6 @@ use redis::streams::StreamInfoGroupsReply;
 use super::Store;
 use crate::error::StoreError;
 use crate::keys::{self, Shard};
-use crate::model::now_ms;
 
 /// One queue's stream in one shard.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,8 +41,7 @@ impl Store {
     /// parallel). The queues are those live workers read, those of every published tool, and the
     /// built-in one.
     pub async fn cluster_stats(&self) -> Result<ClusterStats, StoreError> {
-        let (tools, workers) = self.catalog().await?;
-        let now = now_ms();
+        let (tools, workers, now) = self.catalog().await?;
         let mut live: BTreeMap<String, u64> = BTreeMap::new();
         live.insert(keys::BUILTIN_QUEUE.to_owned(), 0);
         for queue in tools.iter().filter_map(|t| t.queue_name()) {

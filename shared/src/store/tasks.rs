@@ -179,6 +179,7 @@ impl NewTask {
             result: None,
             error: None,
             input_requests: None,
+            input_rounds: Default::default(),
             output_node: None,
             mode: self.mode,
         }
@@ -213,7 +214,10 @@ pub enum CancelOutcome {
 #[derive(Deserialize)]
 #[serde(tag = "outcome", rename_all = "camelCase")]
 enum CreateReply {
-    Created,
+    Created {
+        #[serde(rename = "createdAt")]
+        created_at: u64,
+    },
     Exists,
     Duplicate {
         task: String,
@@ -402,8 +406,18 @@ impl Store {
     }
 
     /// Writes a task, its nodes and its queue entries in one script (after its idempotency key and
-    /// its shard's load limits are checked).
+    /// its shard's load limits are checked). The task's creation time is Redis's clock at that
+    /// moment, not `new.created_at_ms` ([`Store::create_task_spread`] hands it back).
     pub async fn create_task(&self, new: &NewTask, limits: &Limits) -> Result<Created, StoreError> {
+        Ok(self.create_task_at(new, limits).await?.0)
+    }
+
+    /// [`Store::create_task`], and the creation time Redis gave a task it created.
+    async fn create_task_at(
+        &self,
+        new: &NewTask,
+        limits: &Limits,
+    ) -> Result<(Created, Option<u64>), StoreError> {
         let shard = self.task_shard(&new.task_id).ok_or_else(|| {
             StoreError::Corrupt(format!("task id {} names no shard of this deployment", new.task_id))
         })?;
@@ -436,7 +450,6 @@ impl Store {
         }
         let record = json!({
             "id": new.task_id,
-            "now": new.created_at_ms,
             "owner": new.owner,
             "tool": new.tool,
             "args": new.arguments.to_string(),
@@ -468,17 +481,18 @@ impl Store {
             "cancelChannel": shard.cancel_channel(),
         });
         let reply: CreateReply = self.durable_script(&scripts::CREATE_TASK, &keys, &record).await?;
+        let mut created_at = None;
         let created = match reply {
-            CreateReply::Created => Created::Created,
+            CreateReply::Created { created_at: at } => {
+                created_at = Some(at);
+                Created::Created
+            }
             CreateReply::Exists => {
                 // Either a 112-bit collision, or this very create retried after its reply was
                 // lost while Redis was away: then the task is the one we wrote.
                 match self.get_task(&new.task_id).await? {
-                    Some(t)
-                        if t.created_at_ms == new.created_at_ms
-                            && t.owner == new.owner
-                            && t.tool == new.tool =>
-                    {
+                    Some(t) if t.owner == new.owner && t.tool == new.tool && t.arguments == new.arguments => {
+                        created_at = Some(t.created_at_ms);
                         Created::Created
                     }
                     _ => Created::IdTaken,
@@ -501,7 +515,7 @@ impl Store {
         if created == Created::Created {
             crate::metrics::task_created(&new.tool);
         }
-        Ok(created)
+        Ok((created, created_at))
     }
 
     /// Creates a task in whichever shard has room under `limits`: first in the shard its id names
@@ -520,9 +534,12 @@ impl Store {
         limits: &Limits,
         mut moving: impl FnMut(&mut NewTask, Shard),
     ) -> Result<Created, StoreError> {
-        let first = match self.create_task(new, limits).await? {
-            Created::OverLimit(hit) => hit,
-            other => return Ok(other),
+        let first = match self.create_task_at(new, limits).await? {
+            (Created::OverLimit(hit), _) => hit,
+            (other, created_at) => {
+                new.created_at_ms = created_at.unwrap_or(new.created_at_ms);
+                return Ok(other);
+            }
         };
         let Some(home) = self.shard_of(&new.task_id) else { return Ok(Created::OverLimit(first)) };
         let idempotency = new.idempotency_key.take();
@@ -534,9 +551,10 @@ impl Store {
             let mut moved = new.clone();
             moved.task_id = format!("{:04x}{}", shard.0, &new.task_id[4..]);
             moving(&mut moved, shard);
-            match self.create_task(&moved, limits).await? {
-                Created::OverLimit(hit) => refusals.push(hit),
-                other => {
+            match self.create_task_at(&moved, limits).await? {
+                (Created::OverLimit(hit), _) => refusals.push(hit),
+                (other, created_at) => {
+                    moved.created_at_ms = created_at.unwrap_or(moved.created_at_ms);
                     *new = moved;
                     created = Some(other);
                     break;
@@ -685,7 +703,7 @@ impl Store {
         let Some(shard) = self.task_shard(task_id) else { return Ok(CancelOutcome::Missing) };
         let keys = [shard.task(task_id), shard.nodes(task_id), shard.load(), shard.expiring()];
         let record = json!({
-            "task": task_id, "now": now_ms(), "owner": owner, "message": message,
+            "task": task_id, "owner": owner, "message": message,
             "cancelChannel": shard.cancel_channel(),
         });
         let reply: Value = self.durable_script(&scripts::CANCEL_TASK, &keys, &record).await?;
@@ -699,12 +717,14 @@ impl Store {
 
     /// Records a client's answers to a task's pending input requests (one script); a parked node
     /// whose requests are all answered is queued again. `responses` maps keys to the client's
-    /// results; keys that are not pending are ignored.
+    /// results; keys that are not pending are ignored, and so is an answer whose key `rounds`
+    /// names with another round than the one that asked it (a replayed or late answer).
     pub async fn answer_input(
         &self,
         task_id: &str,
         owner: &str,
         responses: &serde_json::Map<String, Value>,
+        rounds: &HashMap<String, u64>,
     ) -> Result<AnswerOutcome, StoreError> {
         let Some(shard) = self.task_shard(task_id) else { return Ok(AnswerOutcome::Missing) };
         let key = shard.task(task_id);
@@ -721,7 +741,8 @@ impl Store {
             let mut keys = vec![key.clone(), shard.load()];
             keys.extend(queues.iter().map(|q| shard.queue(q)));
             let record = json!({
-                "task": task_id, "owner": owner, "responses": texts, "now": now_ms(), "queues": queues.len(),
+                "task": task_id, "owner": owner, "responses": texts, "rounds": rounds,
+                "queues": queues.len(),
             });
             let reply: AnswerReply = self.script(&scripts::ANSWER_INPUT, &keys, &record).await?;
             return Ok(match reply {
