@@ -62,3 +62,4 @@ script!(RELEASE_HELD, "release_held");
 script!(HEARTBEAT, "heartbeat");
 script!(FORGET_WORKER, "forget_worker");
 script!(LEAVE_CATALOG, "leave_catalog");
+script!(RECORD_RUN, "record_run");

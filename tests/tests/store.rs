@@ -12,6 +12,7 @@ use conveyor_shared::keys::{self, Shard};
 use conveyor_shared::model::{
     ROOT_NODE, RpcError, TaskMode, TaskStatus, ToolOutcome, WorkItem, new_task_id, now_ms, result,
 };
+use conveyor_shared::store::limits::Polled;
 use conveyor_shared::store::{
     AnswerOutcome, Attempt, CancelOutcome, CompleteOutcome, Created, Limits, MaintainOutcome, NewTask,
     ParkOutcome, ReclaimOutcome, SlotShares, StartOutcome, TaskIndex, WorkReader,
@@ -1468,4 +1469,55 @@ async fn watching_another_owners_task_reads_it_but_writes_nothing() {
         joined.contains("inbox:alice") && joined.contains("inbox:ops") && !joined.contains("mallory"),
         "{joined}"
     );
+}
+
+/// A store whose round trips give up after 150 ms, on `redis`, and a pause of every client of
+/// that server for `pause_ms` starting now: a command sent meanwhile runs when the pause ends,
+/// after the store has given up on its reply and sent it again (a reply lost, for real).
+async fn losing_replies(redis: &RedisServer, pause_ms: u64) -> Store {
+    let store = Store::new(&redis.url(), Duration::from_millis(150)).expect("store");
+    store.ping().await.expect("connected before the pause");
+    let mut conn = redis.connection().expect("connection");
+    let _: () = redis::cmd("CLIENT").arg("PAUSE").arg(pause_ms).arg("ALL").query(&mut conn).expect("pause");
+    store
+}
+
+#[tokio::test]
+async fn a_cancel_sent_again_after_its_reply_was_lost_still_says_cancelled() {
+    let h = setup().await;
+    let id = h.create(&new_task(Shard(0))).await;
+    // Another cancel first, so that the script is loaded and the first try's EVALSHA runs it.
+    let other = h.create(&new_task(Shard(0))).await;
+    h.store.cancel_task(&other, "alice", "Cancelled by the client").await.expect("cancel");
+    let store = losing_replies(&h.redis, 600).await;
+    let outcome = store.cancel_task(&id, "alice", "Cancelled by the client").await.expect("cancel");
+    assert_eq!(outcome, CancelOutcome::Cancelled, "the repeat of the cancel that worked");
+    // Another cancel is another request: the task is terminal for it.
+    let again = h.store.cancel_task(&id, "alice", "Cancelled by the client").await.expect("cancel");
+    assert!(matches!(again, CancelOutcome::AlreadyTerminal(_)), "{again:?}");
+}
+
+#[tokio::test]
+async fn a_read_sent_again_after_its_reply_was_lost_is_not_held_by_its_own_poll_gap() {
+    let h = setup().await;
+    let id = h.create(&new_task(Shard(1))).await;
+    let store = losing_replies(&h.redis, 600).await;
+    let read = store.get_task_polled(&id, "alice", 60_000).await.expect("read");
+    assert!(matches!(read, Polled::Read(Some(_))), "{read:?}");
+    let soon = h.store.get_task_polled(&id, "alice", 60_000).await.expect("read");
+    assert!(matches!(soon, Polled::TooSoon { .. }), "another read within the gap waits: {soon:?}");
+}
+
+#[tokio::test]
+async fn a_run_recorded_again_after_its_reply_was_lost_is_kept_once() {
+    let h = setup().await;
+    // (The first record loads the script, so that the lost try below runs it.)
+    let first = json!({"runId": "r1", "atMs": 1});
+    h.store.record_run("deployment_readiness", "prod", &first, 10).await.expect("record");
+    let second = json!({"runId": "r2", "atMs": 2});
+    let store = losing_replies(&h.redis, 600).await;
+    let before = store.record_run("deployment_readiness", "prod", &second, 10).await.expect("record");
+    assert_eq!(before, vec![first.clone()], "the runs before it, as the first try saw them");
+    let runs = h.store.runs("deployment_readiness", "prod", 10).await.expect("runs");
+    assert_eq!(runs, vec![second, first], "each run once");
 }

@@ -3,20 +3,28 @@
 -- learns its status instead.
 --
 -- KEYS[1] task hash   KEYS[2] nodes hash   KEYS[3] load hash   KEYS[4] expiring zset
--- ARGV[1] the record (JSON): task, owner ("" skips the check), message, cancelChannel
+-- ARGV[1] the record (JSON): task, owner ("" skips the check), message, cancelChannel, token (this
+--   request's: a cancel sent again after its reply was lost finds its own token on the task it
+--   cancelled, and answers "cancelled" again rather than "terminal")
 -- Returns JSON: {"outcome":"cancelled","settled":"cancelled","tool":the task's tool,"task","trace"}
 --   | {"outcome":"terminal","status":s} | {"outcome":"missing"}
 local r = cjson.decode(ARGV[1])
 local now = redis_now()
-local t = redis.call('HMGET', KEYS[1], 'status', 'owner', 'ttlMs', 'createdAt', 'tool', 'traceparent', 'nodeCount')
+local t = redis.call('HMGET', KEYS[1], 'status', 'owner', 'ttlMs', 'createdAt', 'tool', 'traceparent', 'nodeCount',
+  'cancelToken')
 if not t[1] or (r.owner ~= '' and t[2] ~= r.owner) then
   return cjson.encode({outcome = 'missing'})
+end
+if t[1] == 'cancelled' and t[8] == r.token then
+  -- This very cancel, sent again: its effects were counted when it first ran.
+  return cjson.encode({outcome = 'cancelled'})
 end
 if not is_live(t[1]) then
   return cjson.encode({outcome = 'terminal', status = t[1]})
 end
 drop_queued(KEYS[2], KEYS[3], 'cancelled')
 settle({task = KEYS[1], nodes = KEYS[2], load = KEYS[3], expiring = KEYS[4]}, r.task,
-  {owner = t[2], createdAt = t[4], ttlMs = t[3], nodeCount = t[7]}, 'cancelled', nil, nil, r.message, now, 0)
+  {owner = t[2], createdAt = t[4], ttlMs = t[3], nodeCount = t[7]}, 'cancelled', nil, nil, r.message, now, 0,
+  {'cancelToken', r.token})
 redis.call('SPUBLISH', r.cancelChannel, r.task)
 return cjson.encode({outcome = 'cancelled', settled = 'cancelled', tool = t[5], task = r.task, trace = t[6]})

@@ -1,15 +1,16 @@
 //! Tools' run histories: what a tool keeps of its past runs under a name (a readiness profile's
 //! outcomes), so that a run can be compared with the ones before it.
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::Store;
 use crate::{StoreError, keys};
 
 impl Store {
     /// Records `entry` as the newest run of `tool` under `name`, keeping the newest `keep`, and
-    /// returns the runs recorded before it, newest first. One round trip (a transaction), so that
-    /// two runs recorded at once each see the other or not, never half of it.
+    /// returns the runs recorded before it, newest first. One script, so that two runs recorded
+    /// at once each see the other or not, never half of it; repeated after a lost reply, it
+    /// records the run once (an entry names its run and time, so its text is its identity).
     pub async fn record_run(
         &self,
         tool: &str,
@@ -18,15 +19,8 @@ impl Store {
         keep: usize,
     ) -> Result<Vec<Value>, StoreError> {
         let key = keys::run_history(tool, name);
-        let keep = keep.max(1) as isize;
-        let mut pipe = redis::pipe();
-        pipe.atomic()
-            .lrange(&key, 0, keep - 1)
-            .lpush(&key, entry.to_string())
-            .ignore()
-            .ltrim(&key, 0, keep - 1)
-            .ignore();
-        let (previous,): (Vec<String>,) = self.pipeline(&pipe).await?;
+        let record = json!({"entry": entry.to_string(), "keep": keep.max(1)});
+        let previous: Vec<String> = self.script(&crate::scripts::RECORD_RUN, &[key], &record).await?;
         Ok(decode(previous))
     }
 

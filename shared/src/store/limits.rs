@@ -56,12 +56,15 @@ impl Store {
         let Some(shard) = self.shard_of(task_id) else { return Ok(Polled::Read(None)) };
         let gate = shard.poll_gate(task_id, caller);
         let task = shard.task(task_id);
+        // The gate holds this read's own token: the same read sent again after a lost reply finds
+        // its own token there and is let through, where another read within the gap is not.
+        let token = format!("{:016x}", rand::random::<u64>());
         let mut pipe = redis::pipe();
-        pipe.cmd("SET").arg(&gate).arg(1).arg("NX").arg("PX").arg(gap_ms);
+        pipe.cmd("SET").arg(&gate).arg(&token).arg("NX").arg("PX").arg(gap_ms).arg("GET");
         pipe.cmd("PTTL").arg(&gate);
         pipe.cmd("HMGET").arg(&task).arg(&crate::model::TASK_FIELDS[..]);
-        let (set, ttl, values): (Option<String>, i64, Vec<Option<String>>) = self.pipeline(&pipe).await?;
-        if set.is_none() {
+        let (earlier, ttl, values): (Option<String>, i64, Vec<Option<String>>) = self.pipeline(&pipe).await?;
+        if earlier.is_some_and(|earlier| earlier != token) {
             return Ok(Polled::TooSoon { retry_after_ms: u64::try_from(ttl).unwrap_or(1).max(1) });
         }
         Ok(Polled::Read(Self::live_record(task_id, values)?.map(Box::new)))

@@ -693,7 +693,8 @@ impl Store {
     }
 
     /// Cancels a live task (one script) and tells its waiters and every worker. `owner` empty
-    /// skips the owner check.
+    /// skips the owner check. Safe to repeat after a lost reply: the cancel carries a token of
+    /// its own, so a repeat answers `Cancelled` again instead of `AlreadyTerminal`.
     pub async fn cancel_task(
         &self,
         task_id: &str,
@@ -704,7 +705,7 @@ impl Store {
         let keys = [shard.task(task_id), shard.nodes(task_id), shard.load(), shard.expiring()];
         let record = json!({
             "task": task_id, "owner": owner, "message": message,
-            "cancelChannel": shard.cancel_channel(),
+            "cancelChannel": shard.cancel_channel(), "token": format!("{:016x}", rand::random::<u64>()),
         });
         let reply: Value = self.durable_script(&scripts::CANCEL_TASK, &keys, &record).await?;
         let reply: CancelReply = super::effects::recorded(reply)?;
