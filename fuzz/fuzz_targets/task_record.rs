@@ -4,7 +4,7 @@
 //! Input format (text, one value per line, so that seeds are readable; see
 //! `corpus/task_record/`):
 //! - line 1: the task id;
-//! - lines 2 to 20: the values of `TASK_FIELDS`, in order, as `HMGET` returns them; the line
+//! - lines 2 to 18: the values of `TASK_FIELDS`, in order, as `HMGET` returns them; the line
 //!   `<nil>` (or a missing line) is an absent field;
 //! - any further line: an entry of the task's nodes hash, `<nodeId>:<field>=<value>`.
 //!

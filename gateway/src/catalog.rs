@@ -122,7 +122,8 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    fn get(&self, name: &str) -> Option<&Arc<CatalogTool>> {
+    /// A known tool by name.
+    pub fn get(&self, name: &str) -> Option<&Arc<CatalogTool>> {
         self.tools.iter().find(|t| t.name == name)
     }
 }
@@ -228,6 +229,17 @@ impl ToolCatalog {
         if self.age().is_none_or(|age| age > FRESH_FOR) {
             self.refresh().await?;
         }
+        Ok(self.read())
+    }
+
+    /// The snapshot, re-read when it is old, or when it does not know `name` and was not read
+    /// just now (a tool published a moment ago); `Snapshot::get` then finds the tool.
+    pub async fn snapshot_with(&self, name: &str) -> Result<Arc<Snapshot>, StoreError> {
+        let snapshot = self.snapshot().await?;
+        if snapshot.get(name).is_some() || self.age().is_some_and(|age| age <= MISS_REFRESH) {
+            return Ok(snapshot);
+        }
+        self.refresh().await?;
         Ok(self.read())
     }
 

@@ -161,7 +161,7 @@ pub fn task_2025(task: &TaskRecord) -> Value {
     out.insert("createdAt".into(), json!(iso8601(task.created_at_ms)));
     out.insert("lastUpdatedAt".into(), json!(iso8601(task.updated_at_ms)));
     out.insert("ttl".into(), json!(task.ttl_ms));
-    out.insert("pollInterval".into(), json!(task.poll_interval_ms));
+    out.insert("pollInterval".into(), json!(task.call.poll_interval_ms));
     Value::Object(out)
 }
 
@@ -181,7 +181,7 @@ pub fn task_2026(task: &TaskRecord) -> model::Task {
         iso8601(task.updated_at_ms),
     )
     .with_ttl_ms(task.ttl_ms)
-    .with_poll_interval_ms(task.poll_interval_ms);
+    .with_poll_interval_ms(task.call.poll_interval_ms);
     out.status_message = task.status_message.clone();
     out
 }
@@ -310,12 +310,15 @@ pub(crate) mod tests_support {
             created_at_ms: 0,
             updated_at_ms: 1000,
             ttl_ms: 60_000,
-            poll_interval_ms: 500,
+
             owner: "anonymous".into(),
             tool: "greet".into(),
-            arguments: json!({}),
-            wire: "2026-07-28".into(),
-            progress_token: None,
+            call: conveyor_shared::call::CallRecord {
+                wire: "2026-07-28".into(),
+                arguments: json!({}),
+                poll_interval_ms: 500,
+                ..Default::default()
+            },
             traceparent: None,
             progress: None,
             total: None,

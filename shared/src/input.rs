@@ -82,7 +82,7 @@ pub fn required_capability(request: &Value) -> Option<Value> {
 
 /// Whether the declared client capabilities cover what `request` needs. An `elicitation`
 /// capability that names no mode means form mode (as clients before modes existed declare it).
-pub fn client_supports(capabilities: &Value, request: &Value) -> bool {
+pub fn client_supports(capabilities: &Map<String, Value>, request: &Value) -> bool {
     let Some(needed) = required_capability(request) else { return false };
     let Some((name, detail)) = needed.as_object().and_then(|o| o.iter().next()) else { return false };
     let Some(declared) = capabilities.get(name) else { return false };
@@ -113,33 +113,37 @@ pub fn kept_capabilities(declared: Option<&Value>) -> Value {
 
 #[cfg(test)]
 mod tests {
+    fn object(value: &Value) -> Map<String, Value> {
+        value.as_object().cloned().unwrap_or_default()
+    }
+
     use super::*;
 
     #[test]
     fn an_empty_elicitation_capability_means_form_mode_only() {
         let caps = json!({"elicitation": {}});
-        assert!(client_supports(&caps, &elicit_form("name?", json!({"type": "object"}))));
-        assert!(!client_supports(&caps, &elicit_url("sign in", "https://example.com", "e1")));
+        assert!(client_supports(&object(&caps), &elicit_form("name?", json!({"type": "object"}))));
+        assert!(!client_supports(&object(&caps), &elicit_url("sign in", "https://example.com", "e1")));
     }
 
     #[test]
     fn modes_named_by_the_client_are_the_ones_it_gets() {
         let url_only = json!({"elicitation": {"url": {}}});
-        assert!(!client_supports(&url_only, &elicit_form("name?", json!({}))));
-        assert!(client_supports(&url_only, &elicit_url("sign in", "https://example.com", "e1")));
+        assert!(!client_supports(&object(&url_only), &elicit_form("name?", json!({}))));
+        assert!(client_supports(&object(&url_only), &elicit_url("sign in", "https://example.com", "e1")));
     }
 
     #[test]
     fn sampling_and_roots_need_their_capability() {
-        assert!(!client_supports(&json!({"elicitation": {}}), &sample("hi", 10)));
-        assert!(client_supports(&json!({"sampling": {}}), &sample("hi", 10)));
-        assert!(client_supports(&json!({"roots": {"listChanged": true}}), &list_roots()));
-        assert!(!client_supports(&json!({}), &list_roots()));
+        assert!(!client_supports(&object(&json!({"elicitation": {}})), &sample("hi", 10)));
+        assert!(client_supports(&object(&json!({"sampling": {}})), &sample("hi", 10)));
+        assert!(client_supports(&object(&json!({"roots": {"listChanged": true}})), &list_roots()));
+        assert!(!client_supports(&object(&json!({})), &list_roots()));
     }
 
     #[test]
     fn an_unknown_method_is_never_supported() {
-        assert!(!client_supports(&json!({"sampling": {}}), &json!({"method": "tools/call"})));
+        assert!(!client_supports(&object(&json!({"sampling": {}})), &json!({"method": "tools/call"})));
         assert_eq!(required_capability(&json!({"method": "ping"})), None);
     }
 

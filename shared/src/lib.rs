@@ -7,6 +7,8 @@
 //! - [`keys`]: every Redis key and channel name, in one place; the shards of the keyspace.
 //! - [`scripts`]: one static script per file in `src/lua/` (a `redis::Script` and its file's name),
 //!   one file per atomic transition, each behind the shared helpers of `lua/prelude.lua`.
+//! - [`call`]: [`call::CallRecord`], what a call carries that no script decides on, stored as one
+//!   field of its task and handed to the worker as it is.
 //! - [`model`]: task status, task and node records as stored, events, work items, tool outcomes,
 //!   and builders for `CallToolResult` JSON so that tools need no MCP library.
 //! - [`conn`]: one server or a Redis Cluster, told apart once; the shared command connection and
@@ -30,6 +32,7 @@
 //!   its OpenMetrics text with the deployment's gauges read from Redis at scrape time.
 //! - [`error`] holds [`StoreError`], what a failed store operation tells its caller.
 
+pub mod call;
 pub mod config;
 pub mod conn;
 pub mod dag;

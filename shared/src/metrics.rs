@@ -583,6 +583,7 @@ mod tests {
             traceparent: None,
             owner: "alice".to_owned(),
             release_held: false,
+            tool_error_fails: false,
         }
     }
 

@@ -10,6 +10,8 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::call::CallRecord;
+
 /// The node id of a task that runs as a single tool call.
 pub const ROOT_NODE: &str = "root";
 
@@ -101,13 +103,11 @@ pub struct TaskRecord {
     pub created_at_ms: u64,
     pub updated_at_ms: u64,
     pub ttl_ms: u64,
-    pub poll_interval_ms: u64,
     pub owner: String,
     pub tool: String,
-    pub arguments: Value,
-    /// The protocol revision the task was created on (`2025-11-25` or `2026-07-28`).
-    pub wire: String,
-    pub progress_token: Option<Value>,
+    /// What the call carries that no script decides on: its wire, arguments, poll interval,
+    /// progress token, client capabilities and log level.
+    pub call: CallRecord,
     pub traceparent: Option<String>,
     pub progress: Option<f64>,
     pub total: Option<f64>,
@@ -127,18 +127,15 @@ pub struct TaskRecord {
 }
 
 /// The fields of a task hash that make a [`TaskRecord`] (the hash also holds its nodes).
-pub const TASK_FIELDS: [&str; 20] = [
+pub const TASK_FIELDS: [&str; 17] = [
     "status",
     "statusMessage",
     "createdAt",
     "updatedAt",
     "ttlMs",
-    "pollMs",
     "owner",
     "tool",
-    "arguments",
-    "wire",
-    "progressToken",
+    "call",
     "traceparent",
     "progress",
     "total",
@@ -149,7 +146,6 @@ pub const TASK_FIELDS: [&str; 20] = [
     "mode",
     "inputRounds",
 ];
-
 impl TaskRecord {
     /// Parses the values of [`TASK_FIELDS`], in that order; `None` when there is no such task.
     pub fn from_fields(task_id: &str, values: Vec<Option<String>>) -> Result<Option<Self>, String> {
@@ -181,13 +177,23 @@ impl TaskRecord {
         let created_at_ms = number(take("createdAt"), "createdAt")?;
         let updated_at_ms = number(take("updatedAt"), "updatedAt")?;
         let ttl_ms = number(take("ttlMs"), "ttlMs")?;
-        let poll_interval_ms = number(take("pollMs"), "pollMs")?;
         let owner = take("owner").unwrap_or_default();
         let tool = take("tool").unwrap_or_default();
         // A payload that cannot be read (written by an older or broken writer) breaks only this
         // task, which shows as failed and says why; the record, listings and other tasks stay
         // readable.
         let mut unreadable: Option<String> = None;
+        let call = match take("call").map(|text| CallRecord::from_text(&text)) {
+            Some(Ok(call)) => call,
+            Some(Err(e)) => {
+                unreadable.get_or_insert(e);
+                CallRecord::default()
+            }
+            None => {
+                unreadable.get_or_insert("task hash has no call record".to_owned());
+                CallRecord::default()
+            }
+        };
         let mut payload = |field: &str, value: Option<String>| match json(value, field) {
             Ok(value) => value,
             Err(e) => {
@@ -195,9 +201,6 @@ impl TaskRecord {
                 None
             }
         };
-        let arguments = payload("arguments", take("arguments")).unwrap_or(Value::Null);
-        let wire = take("wire").unwrap_or_default();
-        let progress_token = payload("progressToken", take("progressToken"));
         let traceparent = take("traceparent");
         let progress = float(take("progress")).filter(|p| p.is_finite());
         let total = float(take("total")).filter(|t| t.is_finite());
@@ -226,12 +229,9 @@ impl TaskRecord {
             created_at_ms,
             updated_at_ms,
             ttl_ms,
-            poll_interval_ms,
             owner,
             tool,
-            arguments,
-            wire,
-            progress_token,
+            call,
             traceparent,
             progress,
             total,

@@ -6,6 +6,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use conveyor_shared::Store;
+use conveyor_shared::call::CallRecord;
 use conveyor_shared::events::CancelNotice;
 use conveyor_shared::input::{self, InputRequired};
 use conveyor_shared::keys::{self, Shard};
@@ -15,7 +16,7 @@ use conveyor_shared::model::{
 use conveyor_shared::store::limits::Polled;
 use conveyor_shared::store::{
     AnswerOutcome, Attempt, CancelOutcome, CompleteOutcome, Created, Limits, MaintainOutcome, NewTask,
-    ParkOutcome, ReclaimOutcome, SlotShares, StartOutcome, TaskIndex, WorkReader,
+    NodeStart, ParkOutcome, ReclaimOutcome, SlotShares, StartOutcome, TaskIndex, WorkReader,
 };
 use conveyor_tests::RedisServer;
 use conveyor_tests::process::{nodes_key, shard_of, task_key};
@@ -50,11 +51,14 @@ fn new_task(shard: Shard) -> NewTask {
         task_id: new_task_id(shard),
         owner: "alice".to_owned(),
         tool: "slow_compute".to_owned(),
-        arguments: json!({"seconds": 1}),
+        call: CallRecord {
+            wire: "2026-07-28".to_owned(),
+            arguments: json!({"seconds": 1}),
+            poll_interval_ms: 500,
+            progress_token: Some(json!("tok")),
+            ..CallRecord::default()
+        },
         ttl_ms: 60_000,
-        poll_interval_ms: 500,
-        wire: "2026-07-28".to_owned(),
-        progress_token: Some(json!("tok")),
         traceparent: Some(TRACE.to_owned()),
         mode: TaskMode::Task,
         status_message: "Queued".to_owned(),
@@ -64,11 +68,9 @@ fn new_task(shard: Shard) -> NewTask {
         queues: Default::default(),
         waiter: None,
         index_retention_ms: 60_000,
-        client_capabilities: json!({}),
         input_responses: None,
         escalable: false,
         call_key: None,
-        log_level: None,
         max_bytes: 0,
     }
 }
@@ -90,7 +92,7 @@ fn tool_error() -> ToolOutcome {
 
 fn run(outcome: StartOutcome) -> Attempt {
     match outcome {
-        StartOutcome::Run { attempt, .. } => *attempt,
+        StartOutcome::Run(start) => start.attempt,
         other => panic!("expected a run, got {other:?}"),
     }
 }
@@ -259,7 +261,9 @@ async fn a_task_settles_once_and_expires_after_its_ttl() {
 #[tokio::test]
 async fn cancellation_is_final_and_refuses_late_work() {
     let mut h = setup().await;
-    let id = h.create(&NewTask { wire: "2025-11-25".to_owned(), ..new_task(Shard(2)) }).await;
+    let mut new = new_task(Shard(2));
+    new.call.wire = "2025-11-25".to_owned();
+    let id = h.create(&new).await;
     let attempt = h.start(&id).await;
     assert_eq!(h.store.cancel_task(&id, "bob", "x").await.expect("cancel"), CancelOutcome::Missing);
     assert_eq!(
@@ -355,7 +359,9 @@ async fn a_stale_attempt_cannot_complete_after_the_node_was_handed_back() {
 async fn a_tool_error_fails_a_2025_task_and_completes_a_2026_one() {
     let mut h = setup().await;
     for (wire, expected) in [("2025-11-25", TaskStatus::Failed), ("2026-07-28", TaskStatus::Completed)] {
-        let id = h.create(&NewTask { wire: wire.to_owned(), ..new_task(Shard(0)) }).await;
+        let mut new = new_task(Shard(0));
+        new.call.wire = wire.to_owned();
+        let id = h.create(&new).await;
         let attempt = h.start(&id).await;
         let error = ToolOutcome::Result(result::error_text("nope"));
         h.store.complete(&attempt, Some(&error), false, 0).await.expect("complete");
@@ -416,7 +422,8 @@ async fn a_parked_node_frees_its_entry_and_resumes_with_its_answers_once_all_are
     // The node runs again as a new attempt with both answers by its own keys, and its state.
     let item = h.item(&id, ROOT_NODE).await;
     match h.start_item(&item).await {
-        StartOutcome::Run { attempt, answers, state, .. } => {
+        StartOutcome::Run(start) => {
+            let NodeStart { attempt, answers, state, .. } = *start;
             assert_eq!(attempt.attempt, 2);
             assert_eq!(answers["a"]["content"]["v"], 1);
             assert_eq!(answers["b"]["action"], "decline");
@@ -570,7 +577,8 @@ async fn an_idempotency_key_returns_the_first_task_and_refuses_a_different_call(
         Created::Duplicate(first.clone())
     );
     assert!(h.store.get_task(&retry.task_id).await.expect("get").is_none(), "nothing written for the retry");
-    let different = NewTask { arguments: json!({"seconds": 99}), ..keyed("alice") };
+    let mut different = keyed("alice");
+    different.call.arguments = json!({"seconds": 99});
     assert_eq!(
         h.store.create_task(&different, &Limits::default()).await.expect("create"),
         Created::Conflict(first)
@@ -902,7 +910,7 @@ async fn a_worker_whose_node_was_taken_over_learns_it_lost_the_node() {
     assert_eq!(late, CompleteOutcome::Stale);
     let item = h.item(&id, ROOT_NODE).await;
     match h.start_item(&item).await {
-        StartOutcome::Run { attempt, losses, .. } => assert_eq!((attempt.attempt, losses), (2, 1)),
+        StartOutcome::Run(start) => assert_eq!((start.attempt.attempt, start.losses), (2, 1)),
         other => panic!("expected a run, got {other:?}"),
     }
 }
@@ -1238,7 +1246,8 @@ async fn a_call_pinned_to_a_full_shard_lands_in_another_and_keeps_its_keys() {
         h.store.create_task_spread(&mut retry, &limits, |_, _| {}).await.expect("retry"),
         Created::Duplicate(first.task_id.clone())
     );
-    let mut other = NewTask { arguments: json!({"seconds": 2}), ..keyed() };
+    let mut other = keyed();
+    other.call.arguments = json!({"seconds": 2});
     assert_eq!(
         h.store.create_task_spread(&mut other, &limits, |_, _| {}).await.expect("other"),
         Created::Conflict(first.task_id.clone())
@@ -1288,7 +1297,10 @@ async fn nodes_held_by_a_principal_are_bounded_and_given_back_when_its_tasks_end
         h.store.complete(&attempt, Some(&ok("ok")), false, 0).await.expect("complete");
     }
     let finalize = h.item(&three.task_id, keys::FINALIZE_NODE).await;
-    h.store.settle_dag(&finalize, &json!({"content": [], "isError": false}), "done").await.expect("settle");
+    h.store
+        .settle_dag(&finalize, &json!({"content": [], "isError": false}), "done", false)
+        .await
+        .expect("settle");
     let load = h.load(s);
     let count = |field: &str| load.get(field).copied();
     assert_eq!((count("live:alice"), count("nodes:alice")), (None, None), "counted down and gone: {load:?}");
@@ -1386,8 +1398,8 @@ async fn a_principal_over_its_share_is_set_aside_and_the_work_behind_it_starts()
     let kinds: Vec<&str> = outcomes
         .iter()
         .map(|o| match o {
-            StartOutcome::Run { attempt, .. } if attempt.owner == "alice" => "alice runs",
-            StartOutcome::Run { .. } => "bob runs",
+            StartOutcome::Run(start) if start.attempt.owner == "alice" => "alice runs",
+            StartOutcome::Run(_) => "bob runs",
             StartOutcome::Deferred => "set aside",
             other => panic!("unexpected {other:?}"),
         })

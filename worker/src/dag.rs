@@ -91,7 +91,7 @@ pub async fn finalize(store: &Store, item: &WorkItem) -> Result<(), StoreError> 
             None => dag_result(&nodes, task.output_node.as_deref()),
         }
     };
-    store.settle_dag(item, &result, &message).await?;
+    store.settle_dag(item, &result, &message, task.call.tool_error_fails()).await?;
     Ok(())
 }
 

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use conveyor_shared::call::CallRecord;
 use conveyor_shared::input;
 use conveyor_shared::model::{LogLevel, OfferKind, PublishedTool, ToolDefinition, ToolOutcome};
 use conveyor_shared::schema::InputSchema;
@@ -158,8 +159,9 @@ pub struct ToolContext {
     pub(crate) lease: Attempt,
     pub(crate) answers: Map<String, Value>,
     pub(crate) state: Option<Value>,
-    pub(crate) client_capabilities: Value,
-    pub(crate) log_level: Option<LogLevel>,
+    /// The call record as the task stores it: its client capabilities and log level, among
+    /// the rest.
+    pub(crate) call: std::sync::Arc<CallRecord>,
 }
 
 impl ToolContext {
@@ -185,7 +187,7 @@ impl ToolContext {
     /// the client asked for messages of this level; otherwise it costs nothing. `data` is any
     /// JSON (a string, or an object with details).
     pub async fn log(&self, level: LogLevel, data: impl Into<Value>) {
-        if self.log_level.is_none_or(|wanted| level < wanted) {
+        if self.call.log_level.is_none_or(|wanted| level < wanted) {
             return;
         }
         let logger = self.lease.node_id.as_str();
@@ -225,12 +227,18 @@ impl ToolContext {
     /// Whether the client declared what `request` needs ([`conveyor_shared::input`] builds
     /// requests). A tool that returns a request the client cannot answer fails with `-32021`.
     pub fn client_supports(&self, request: &Value) -> bool {
-        input::client_supports(&self.client_capabilities, request)
+        input::client_supports(&self.call.client_capabilities, request)
+    }
+
+    /// The call record: what the call carries (its wire, arguments as the client sent them,
+    /// progress token, client capabilities, log level).
+    pub fn call(&self) -> &CallRecord {
+        &self.call
     }
 
     /// The client's declared input capabilities (elicitation, sampling, roots).
-    pub fn client_capabilities(&self) -> &Value {
-        &self.client_capabilities
+    pub fn client_capabilities(&self) -> &Map<String, Value> {
+        &self.call.client_capabilities
     }
 
     /// Turns a synchronous call into the client's task, for a tool that gathered its input in

@@ -216,18 +216,6 @@ fn client_capabilities(params: &Value) -> Option<&Value> {
     params.get("_meta").and_then(|m| m.get(META_CLIENT_CAPABILITIES))
 }
 
-/// The top-level capabilities in `required` that the request's client does not declare.
-pub(crate) fn undeclared_capabilities(params: &Value, required: &Value) -> Option<Value> {
-    let declared = client_capabilities(params);
-    let missing: serde_json::Map<String, Value> = required
-        .as_object()?
-        .iter()
-        .filter(|(name, _)| declared.and_then(|d| d.get(name.as_str())).is_none())
-        .map(|(name, value)| (name.clone(), value.clone()))
-        .collect();
-    (!missing.is_empty()).then_some(Value::Object(missing))
-}
-
 pub(crate) fn string_param<'a>(params: &'a Value, name: &str) -> Result<&'a str, RpcFailure> {
     params
         .get(name)

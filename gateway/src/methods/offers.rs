@@ -3,6 +3,7 @@
 //! offer, through the same queues, parking and MRTR rounds as a tool). Gateways serve the union
 //! of what live workers offer. The caching hints of 2026-07-28 lists and reads are set here.
 
+use conveyor_shared::call::CallRecord;
 use std::sync::Arc;
 
 use conveyor_shared::model::{TaskMode, new_task_id, now_ms};
@@ -94,11 +95,14 @@ pub(super) async fn run_offer(
         task_id,
         owner: ctx.caller.principal.clone(),
         tool: offer.name.clone(),
-        arguments,
+        call: CallRecord {
+            wire: ctx.wire.as_str().to_owned(),
+            arguments,
+            poll_interval_ms: state.config.poll_interval_ms,
+            client_capabilities: ctx.client_capabilities.as_object().cloned().unwrap_or_default(),
+            ..CallRecord::default()
+        },
         ttl_ms: state.config.applied_ttl_ms(None),
-        poll_interval_ms: state.config.poll_interval_ms,
-        wire: ctx.wire.as_str().to_owned(),
-        progress_token: None,
         traceparent: Some(conveyor_shared::telemetry::context::TaskTrace::here(created_at_ms).encode()),
         mode: TaskMode::Sync,
         status_message: format!("Queued: {}", offer.name),
@@ -108,11 +112,9 @@ pub(super) async fn run_offer(
         queues: catalog.queues.clone(),
         waiter: Some(hub.inbox(shard)),
         index_retention_ms: 1,
-        client_capabilities: ctx.client_capabilities.clone(),
         input_responses: round.responses,
         escalable: false,
         call_key: None,
-        log_level: None,
         max_bytes: state.config.max_task_bytes,
     };
     let created = state

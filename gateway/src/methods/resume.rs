@@ -78,7 +78,7 @@ pub async fn resume(
     };
     let kind = point.kind;
     let follow = Follow {
-        progress_token: task.progress_token.clone(),
+        progress_token: task.call.progress_token.clone(),
         task,
         caller,
         deadline: match kind {

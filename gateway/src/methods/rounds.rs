@@ -224,7 +224,7 @@ pub(super) async fn continue_round(
         // The call became a task in an earlier round (this one is a repeat): answer with it.
         return Ok(Reply::Result(wire::create_result(Wire::V2026, &task)));
     }
-    let progress_token = task.progress_token.clone();
+    let progress_token = task.call.progress_token.clone();
     let mode = ReplyMode::of(accepts_sse, progress_token.is_some());
     // A round's connection is the client's hold on the call: when it goes away, the work stops.
     follow_call(state, Wire::V2026, request_id, caller, task, None, progress_token, mode, true).await

@@ -30,7 +30,7 @@ pub(super) async fn tasks_result(state: Arc<AppState>, ctx: RequestCtx) -> Resul
         if ctx.accepts_sse { Duration::from_secs(7 * 24 * 60 * 60) } else { state.config.sync_call_timeout };
     let task_id = task.task_id.clone();
     let follow = Follow {
-        progress_token: task.progress_token.clone(),
+        progress_token: task.call.progress_token.clone(),
         task,
         caller: ctx.caller.clone(),
         deadline,

@@ -3,17 +3,17 @@
 
 use std::sync::Arc;
 
+use conveyor_shared::call::CallRecord;
 use conveyor_shared::dag::{self, DagSpec};
 use conveyor_shared::keys;
 use conveyor_shared::model::{TaskMode, TaskRecord, TaskStatus, new_task_id, now_ms};
 use conveyor_shared::store::{Created, LimitHit, NewTask, task_error};
 use rmcp::model::{ErrorCode, TASKS_EXTENSION_ID};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use super::{
-    Reply, ReplyMode, RequestCtx, client_has_tasks_extension, failure_of, missing_capability, rounds,
-    string_param, task_not_found, undeclared_capabilities,
+    Reply, ReplyMode, RequestCtx, failure_of, missing_capability, rounds, string_param, task_not_found,
 };
 use crate::catalog::{RUN_DAG, TaskSupport};
 use crate::rpc::RpcFailure;
@@ -27,19 +27,103 @@ pub const IDEMPOTENCY_KEY: &str = "io.conveyor/idempotencyKey";
 /// Owner index entries are kept as long as the longest-lived task could be listed.
 const OWNER_INDEX_SLACK_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 
+/// A `tools/call`'s params, parsed once: every later step reads these fields, not the JSON.
+pub(super) struct CallParams {
+    pub name: String,
+    /// The tool's arguments: an object (`{}` when the call gave none).
+    pub arguments: Value,
+    /// The call asked to run as a task (`task` present, 2025-11-25).
+    pub as_task: bool,
+    /// `task.ttl`, when given.
+    pub ttl_ms: Option<u64>,
+    pub progress_token: Option<Value>,
+    pub idempotency_key: Option<String>,
+    /// The client capabilities the request's `_meta` declares (2026-07-28).
+    pub declared: Map<String, Value>,
+    /// The answers and state of a later round (2026-07-28).
+    pub round: rounds::RoundInput,
+}
+
+impl CallParams {
+    /// Takes the params apart, moving the arguments out (a large call is held in memory once),
+    /// and refuses what is malformed with the parameter named.
+    pub fn parse(ctx: &mut RequestCtx) -> Result<Self, RpcFailure> {
+        let round = rounds::RoundInput::of(&*ctx)?;
+        let params = &mut ctx.params;
+        let arguments = match params.get_mut("arguments").map(Value::take) {
+            None | Some(Value::Null) => json!({}),
+            Some(a @ Value::Object(_)) => a,
+            Some(_) => {
+                return Err(RpcFailure::invalid_params("Invalid params: `arguments` must be an object"));
+            }
+        };
+        let name = string_param(params, "name")?.to_owned();
+        let task = params.get("task").filter(|t| !t.is_null());
+        let ttl_ms = match task.and_then(|t| t.get("ttl")) {
+            None | Some(Value::Null) => None,
+            Some(ttl) => Some(ttl.as_u64().ok_or_else(|| {
+                RpcFailure::invalid_params(
+                    "Invalid params: `task.ttl` must be a non-negative integer (milliseconds)",
+                )
+            })?),
+        };
+        let meta = params.get("_meta").and_then(Value::as_object);
+        let progress_token =
+            meta.and_then(|m| m.get("progressToken")).filter(|t| t.is_string() || t.is_number()).cloned();
+        let idempotency_key = match meta.and_then(|m| m.get(IDEMPOTENCY_KEY)) {
+            None | Some(Value::Null) => None,
+            Some(Value::String(k)) if !k.is_empty() && k.len() <= 256 && !k.contains(char::is_whitespace) => {
+                Some(k.clone())
+            }
+            Some(_) => {
+                return Err(RpcFailure::invalid_params(format!(
+                    "Invalid params: `_meta.{IDEMPOTENCY_KEY}` must be a string of 1 to 256 characters without spaces"
+                )));
+            }
+        };
+        let declared = meta
+            .and_then(|m| m.get(crate::wire::META_CLIENT_CAPABILITIES))
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        Ok(Self {
+            name,
+            arguments,
+            as_task: task.is_some(),
+            ttl_ms,
+            progress_token,
+            idempotency_key,
+            declared,
+            round,
+        })
+    }
+
+    /// Whether the 2026-07-28 client declares the tasks extension.
+    fn client_tasks(&self) -> bool {
+        self.declared.get("extensions").and_then(|e| e.get(TASKS_EXTENSION_ID)).is_some()
+    }
+
+    /// The top-level capabilities in `required` that the client does not declare.
+    fn undeclared(&self, required: &Value) -> Option<Value> {
+        let missing: Map<String, Value> = required
+            .as_object()?
+            .iter()
+            .filter(|(name, _)| !self.declared.contains_key(name.as_str()))
+            .map(|(name, value)| (name.clone(), value.clone()))
+            .collect();
+        (!missing.is_empty()).then_some(Value::Object(missing))
+    }
+}
+
 pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Result<Reply, RpcFailure> {
-    // The arguments are moved out, not copied: a large call is held in memory once.
-    let arguments = match ctx.params.get_mut("arguments").map(Value::take) {
-        None | Some(Value::Null) => json!({}),
-        Some(a @ Value::Object(_)) => a,
-        Some(_) => return Err(RpcFailure::invalid_params("Invalid params: `arguments` must be an object")),
-    };
-    let params = &ctx.params;
-    let name = string_param(params, "name")?;
-    let tool = match state.catalog.get(name).await? {
-        Some(tool) if tool.kind.is_tool() && state.access.may_call(&ctx.caller, name) => tool,
+    let call = CallParams::parse(&mut ctx)?;
+    let name = call.name.as_str();
+    // One catalog snapshot serves the whole call: the tool, the queues, which tools are live.
+    let catalog = state.catalog.snapshot_with(name).await?;
+    let tool = match catalog.get(name) {
+        Some(tool) if tool.kind.is_tool() && state.access.may_call(&ctx.caller, name) => tool.clone(),
         found => {
-            if found.as_ref().is_some_and(|t| t.kind.is_tool()) {
+            if found.is_some_and(|t| t.kind.is_tool()) {
                 super::audit_denied(
                     &ctx.caller,
                     "tools/call",
@@ -52,42 +136,40 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
             )));
         }
     };
-    check_argument_size(&state, &arguments)?;
-    let round = rounds::RoundInput::of(&ctx)?;
-    if let Some(request_state) = &round.request_state {
+    check_argument_size(&state, &call.arguments)?;
+    if let Some(request_state) = &call.round.request_state {
         // A later round of a call that asked for input: it continues that call, whatever else.
         let held = super::hold_stream(&state, &ctx.caller)?;
         let reply = rounds::continue_round(
-            state,
+            state.clone(),
             ctx.id.clone(),
             ctx.caller.clone(),
             name,
             request_state,
-            round.responses,
+            call.round.responses,
             ctx.accepts_sse,
         )
         .await;
         return super::holding(reply, held);
     }
-    let task_param = params.get("task").filter(|t| !t.is_null());
     let as_task = match ctx.wire {
-        Wire::V2025 => match (task_param, tool.task_support) {
-            (Some(_), TaskSupport::Forbidden) => {
+        Wire::V2025 => match (call.as_task, tool.task_support) {
+            (true, TaskSupport::Forbidden) => {
                 return Err(RpcFailure::method_not_found("tools/call").with_data(json!({
                     "reason": format!("tool `{name}` does not run as a task (execution.taskSupport is \"forbidden\"); call it without `task`")
                 })));
             }
-            (None, TaskSupport::Required) => {
+            (false, TaskSupport::Required) => {
                 return Err(RpcFailure::new(
                     ErrorCode::METHOD_NOT_FOUND,
                     format!("Tool `{name}` must be called as a task: add `task` to the tools/call params"),
                     None,
                 ));
             }
-            (task, _) => task.is_some(),
+            (task, _) => task,
         },
         Wire::V2026 => {
-            let client_tasks = client_has_tasks_extension(params);
+            let client_tasks = call.client_tasks();
             match tool.task_support {
                 TaskSupport::Required if !client_tasks => {
                     return Err(RpcFailure::new(
@@ -105,53 +187,35 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
     };
     if ctx.wire == Wire::V2026
         && let Some(required) = &tool.required_client_capabilities
-        && let Some(missing) = undeclared_capabilities(params, required)
+        && let Some(missing) = call.undeclared(required)
     {
         return Err(missing_capability(
             format!("Tool `{name}` needs client capabilities this client does not declare: {missing}"),
             missing,
         ));
     }
-    tool.validate(&arguments)?;
+    tool.validate(&call.arguments)?;
     if ctx.wire == Wire::V2026 {
-        wire::check_param_headers(&tool.definition, &arguments, &ctx.param_headers)?;
+        wire::check_param_headers(&tool.definition, &call.arguments, &ctx.param_headers)?;
     }
     // A tool that gathers input in rounds of the call first answers a task-capable 2026-07-28
     // client synchronously, and turns the call into its task when it says so.
     let escalable = ctx.wire == Wire::V2026 && as_task && tool.input_before_task;
     let as_task = as_task && !escalable;
-    let graph =
-        if tool.name == RUN_DAG { Some(checked_graph(&state, &ctx.caller, &arguments).await?) } else { None };
-    let requested_ttl = match task_param.and_then(|t| t.get("ttl")) {
-        None | Some(Value::Null) => None,
-        Some(ttl) => Some(ttl.as_u64().ok_or_else(|| {
-            RpcFailure::invalid_params(
-                "Invalid params: `task.ttl` must be a non-negative integer (milliseconds)",
-            )
-        })?),
+    let graph = if tool.name == RUN_DAG {
+        Some(checked_graph(&state, &ctx.caller, &call.arguments).await?)
+    } else {
+        None
     };
-    let progress_token =
-        params.pointer("/_meta/progressToken").filter(|t| t.is_string() || t.is_number()).cloned();
     let mode = if as_task { TaskMode::Task } else { TaskMode::Sync };
-    let idempotency_key = match params.pointer(&format!("/_meta/{}", IDEMPOTENCY_KEY.replace('/', "~1"))) {
-        None | Some(Value::Null) => None,
-        Some(Value::String(k)) if !k.is_empty() && k.len() <= 256 && !k.contains(char::is_whitespace) => {
-            Some(k.clone())
-        }
-        Some(_) => {
-            return Err(RpcFailure::invalid_params(format!(
-                "Invalid params: `_meta.{IDEMPOTENCY_KEY}` must be a string of 1 to 256 characters without spaces"
-            )));
-        }
-    };
     // A synchronous 2025-11-25 call can be cancelled with notifications/cancelled, which names
     // only its request id and may reach any gateway: the call's task is found by that id.
-    let call_scope = (ctx.wire == Wire::V2025 && !as_task && idempotency_key.is_none())
+    let call_scope = (ctx.wire == Wire::V2025 && !as_task && call.idempotency_key.is_none())
         .then(|| ctx.session.clone().unwrap_or_else(|| ctx.caller.principal.clone()));
     let request_id = super::client_messages::request_id_text(&ctx.id);
     // An idempotent call lands in the shard its key names, so that a retry finds the first task;
     // a cancellable call in the shard its request id names.
-    let shard = match (&idempotency_key, &call_scope) {
+    let shard = match (&call.idempotency_key, &call_scope) {
         (Some(key), _) => keys::shard_of_key(&ctx.caller.principal, key, state.store.shards()),
         (None, Some(scope)) => keys::shard_of_key(scope, &request_id, state.store.shards()),
         (None, None) => state.store.pick_shard(),
@@ -159,7 +223,6 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
     let task_id = new_task_id(shard);
     crate::telemetry::record_task(&task_id);
     let log_level = super::logging::level_of_call(&state, &ctx).await?;
-    let catalog = state.catalog.snapshot().await?;
     let idle = idle_tools(&tool, graph.as_ref(), &catalog.tools);
     let status_message = if idle.is_empty() {
         format!("Queued: {name}")
@@ -169,34 +232,40 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
     // A synchronous call hears of its task's progress and end in this gateway's inbox: the local
     // waiter is registered before the task exists, so that not even its first event is missed.
     // A synchronous call holds its connection while its task runs: one of the caller's streams.
+    // A call with an idempotency key is retried, not abandoned, when its connection drops: its
+    // work runs on so that the retry with the key gets the result (`cancel_when_gone`).
     let held = if as_task { None } else { Some(super::hold_stream(&state, &ctx.caller)?) };
     let hub = if as_task { None } else { Some(state.store.events().await?) };
     let mut waiter = hub.as_ref().map(|hub| hub.waiter(&task_id));
     let inbox = hub.as_ref().map(|hub| hub.inbox(shard));
     let created_at_ms = now_ms();
+    let progress_token = call.progress_token.clone();
+    let cancel_when_gone = call.idempotency_key.is_none();
     let mut new = NewTask {
         task_id,
         owner: ctx.caller.principal.clone(),
         tool: name.to_owned(),
-        arguments,
-        ttl_ms: state.config.applied_ttl_ms(requested_ttl),
-        poll_interval_ms: state.config.poll_interval_ms,
-        wire: ctx.wire.as_str().to_owned(),
-        progress_token: progress_token.clone(),
+        call: CallRecord {
+            wire: ctx.wire.as_str().to_owned(),
+            arguments: call.arguments,
+            poll_interval_ms: state.config.poll_interval_ms,
+            progress_token: call.progress_token,
+            client_capabilities: ctx.client_capabilities.as_object().cloned().unwrap_or_default(),
+            log_level,
+        },
+        ttl_ms: state.config.applied_ttl_ms(call.ttl_ms),
         traceparent: Some(conveyor_shared::telemetry::context::TaskTrace::here(created_at_ms).encode()),
         mode,
         status_message,
         created_at_ms,
         graph,
-        idempotency_key,
+        idempotency_key: call.idempotency_key,
         queues: catalog.queues.clone(),
         waiter: inbox,
         index_retention_ms: state.config.task_ttl_max_ms + OWNER_INDEX_SLACK_MS,
-        client_capabilities: ctx.client_capabilities.clone(),
-        input_responses: round.responses,
+        input_responses: call.round.responses,
         escalable,
         call_key: call_scope.map(|scope| shard.call(&scope, &request_id)),
-        log_level,
         max_bytes: state.config.max_task_bytes,
     };
     let created = state
@@ -249,9 +318,6 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
     if as_task {
         return Ok(Reply::Result(wire::create_result(ctx.wire, &record)));
     }
-    // A call with an idempotency key is retried, not abandoned, when its connection drops: its work
-    // runs on so that the retry with the key gets the result.
-    let cancel_when_gone = new.idempotency_key.is_none();
     // A synchronous call may wait minutes: the request's JSON and its memory budget go now.
     drop(new);
     ctx.params = Value::Null;

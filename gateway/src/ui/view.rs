@@ -53,7 +53,7 @@ pub(crate) async fn task_list(store: &Store, caller: &Caller) -> Result<Value, S
 pub(crate) fn task_detail(task: &TaskRecord, nodes: &[NodeRecord]) -> Value {
     let mut detail = task_row(task);
     detail["ttlMs"] = json!(task.ttl_ms);
-    detail["arguments"] = task.arguments.clone();
+    detail["arguments"] = task.call.arguments.clone();
     detail["result"] = task.result.clone().unwrap_or(Value::Null);
     detail["error"] = json!(task.error);
     detail["inputRequests"] = task.input_requests.clone().unwrap_or(Value::Null);

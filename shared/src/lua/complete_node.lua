@@ -17,7 +17,8 @@
 --   no retry whatever is left), deadLetter (bool: a failure that settles the node is recorded in
 --   the dead-letter stream), cancelChannel, inlineMax (largest result carried by the event),
 --   queueCount (Q), releaseHeld (bool: nodes were set aside in the shard when the attempt
---   started; then one of its queue's goes back to the stream)
+--   started; then one of its queue's goes back to the stream), toolErrorFails (bool: the call's
+--   wire makes a tool error a failed task, 2025-11-25)
 -- Returns JSON: {"outcome": "stale" | "retry" (with delayMs) | "dropped" (task already over) |
 --   "settled" (with settled: the task's status, tool: the task's tool, task, and trace: its stored
 --   trace context, for the task span the worker writes) | "released" (with count)
@@ -26,7 +27,7 @@ local r = cjson.decode(ARGV[1])
 local now = redis_now()
 local keys = {task = KEYS[1], nodes = KEYS[2], load = KEYS[3], expiring = KEYS[5]}
 local node = r.node
-local n = node_state(KEYS[2], node, {'status', 'kind', 'wire', 'ttlMs', 'nodeCount', 'owner', 'createdAt',
+local n = node_state(KEYS[2], node, {'status', 'kind', 'ttlMs', 'nodeCount', 'owner', 'createdAt',
   'traceparent', 'waiters', 'tool', nf(node, 'untried'), 'maxBytes', 'bytes', 'progressBase'})
 if n.status ~= 'running' or n.attempt ~= r.attempt then
   return cjson.encode({outcome = 'stale'})
@@ -111,8 +112,13 @@ if failed then
   node_fields[#node_fields + 1] = nf(node, 'error')
   node_fields[#node_fields + 1] = payload
   if r.deadLetter then
+    -- A graph node's own arguments, or a single call's record (which holds its arguments).
+    local args_field, args = 'arguments', n.args
+    if not args then
+      args_field, args = 'call', redis.call('HGET', KEYS[1], 'call') or ''
+    end
     dead_letter = redis.call('XADD', KEYS[6], 'MAXLEN', '~', 100000, '*',
-      'task', r.task, 'node', node, 'tool', n.tool, 'arguments', n.args or '{}',
+      'task', r.task, 'node', node, 'tool', n.tool, args_field, args,
       'owner', task.owner, 'attempts', r.attempt, 'error', payload, 'at', now)
   end
 end
@@ -129,7 +135,7 @@ end
 
 if not dag then
   local status = r.outcome
-  if r.outcome == 'completed' and r.isError and t.wire == '2025-11-25' then
+  if r.outcome == 'completed' and r.isError and r.toolErrorFails then
     -- That revision's rule: a tool error fails the task (its result is still kept).
     status = 'failed'
   end
@@ -179,7 +185,7 @@ if failed and n.onFailure == 'fail' then
     result = failure_result(false)
   end
   local status = 'completed'
-  if t.wire == '2025-11-25' then
+  if r.toolErrorFails then
     status = 'failed'
   end
   settle(keys, r.task, task, status, 'result', result, 'Failed: ' .. reason, now, r.inlineMax)

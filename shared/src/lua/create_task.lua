@@ -5,17 +5,19 @@
 -- KEYS[1] task hash   KEYS[2] nodes hash   KEYS[3] load hash   KEYS[4] expiring zset
 -- KEYS[5] the owner's task index   KEYS[6 .. 5+Q] the work stream of each of the task's queues,
 -- in the order of record.queues   KEYS[6+Q] the idempotency key, when record.idem is true
--- KEYS[#KEYS] the call key (a synchronous call by its request id), when record.call is true
--- ARGV[1] the record (JSON): id, owner, tool, args (JSON text), ttl, poll, wire,
---   token (JSON text or ""), trace, mode ("task" | "sync"), index (bool), message, retention (ms of
---   owner index kept), kind ("single" | "dag"), output, queues, nodes (each: id, tool, args, q,
---   deps, dependents, retries, backoffMs, timeoutMs, onFailure, weight), waiter (inbox channel or
---   ""), idem (bool), fingerprint, idemTtl, limits {queued, perTool, live} (per shard; 0: none),
---   caps (JSON text: the client's input capabilities), answers (JSON text of answers the call
---   came with, for a single call's node, or ""), escalable (bool: a synchronous call that its tool
---   may turn into the client's task), call (bool: KEYS ends with the call key), logLevel (the
---   least severe level of logged messages the client gets, or ""), cancelChannel (the shard's:
---   wakes its maintenance when this task's expiry is the shard's next due item)
+-- KEYS[#KEYS] the call key (a synchronous call by its request id), when record.callKey is true
+-- ARGV[1] the record (JSON): id, owner, tool, call (the call record as JSON text: stored as it
+--   is, never decoded here), ttl, trace, mode ("task" | "sync"), index (bool), message, retention
+--   (ms of owner index kept), kind ("single" | "dag"), output, queues, nodes (each: id, tool, args
+--   (absent for a single call's node: it runs with the call's), q, deps, dependents, retries,
+--   backoffMs, timeoutMs, onFailure, weight), waiter (inbox channel or ""), idem (bool),
+--   fingerprint, idemTtl, limits {queued, perTool, live} (per shard; 0: none), answers (JSON text
+--   of answers the call came with, for a single call's node, or ""), escalable (bool: a
+--   synchronous call that its tool may turn into the client's task), callKey (bool: KEYS ends with
+--   the call key), maxBytes, bytes, cancelChannel (the shard's: wakes its maintenance when this
+--   task's expiry is the shard's next due item)
+-- A single call's task hash holds only what scripts read (status, times, owner, tool, mode, trace,
+-- queues, waiters) beside the call record and its node; a graph's adds its counts.
 -- Returns JSON: {"outcome":"created","createdAt":ms (Redis's clock)} | {"outcome":"exists"}
 --   | {"outcome":"duplicate","task":id}
 --   | {"outcome":"conflict","task":id} | {"outcome":"budget","size":n,"max":n} (the arguments alone
@@ -99,34 +101,30 @@ if r.waiter ~= '' then
   waiters = cjson.encode({r.waiter})
 end
 local task_fields = {
-  'status', 'working', 'statusMessage', r.message, 'createdAt', now, 'updatedAt', now,
-  'ttlMs', r.ttl, 'pollMs', r.poll, 'owner', r.owner, 'tool', r.tool, 'arguments', r.args,
-  'wire', r.wire, 'progressToken', r.token, 'traceparent', r.trace, 'mode', r.mode, 'kind', r.kind,
-  'outputNode', r.output, 'nodeCount', #r.nodes, 'nodesSettled', 0, 'weightTotal', weight_total,
-  'weightSettled', 0, 'queues', cjson.encode(r.queues), 'waiters', waiters}
-if r.caps ~= '' and r.caps ~= '{}' then
-  task_fields[#task_fields + 1] = 'clientCaps'
-  task_fields[#task_fields + 1] = r.caps
+  'status', 'working', 'statusMessage', r.message, 'createdAt', now, 'updatedAt', now, 'ttlMs', r.ttl,
+  'owner', r.owner, 'tool', r.tool, 'call', r.call, 'traceparent', r.trace, 'mode', r.mode,
+  'queues', cjson.encode(r.queues), 'waiters', waiters}
+local function add(field, value)
+  task_fields[#task_fields + 1] = field
+  task_fields[#task_fields + 1] = value
 end
-if r.logLevel ~= '' then
-  task_fields[#task_fields + 1] = 'logLevel'
-  task_fields[#task_fields + 1] = r.logLevel
+if r.kind == 'dag' then
+  add('kind', 'dag')
+  add('outputNode', r.output)
+  add('nodeCount', #r.nodes)
+  add('nodesSettled', 0)
+  add('weightTotal', weight_total)
+  add('weightSettled', 0)
+  add('bytes', r.bytes)
 end
 if r.maxBytes > 0 then
-  task_fields[#task_fields + 1] = 'maxBytes'
-  task_fields[#task_fields + 1] = r.maxBytes
-  if #r.nodes > 1 then
-    task_fields[#task_fields + 1] = 'bytes'
-    task_fields[#task_fields + 1] = r.bytes
-  end
+  add('maxBytes', r.maxBytes)
 end
 if r.escalable then
-  task_fields[#task_fields + 1] = 'escalable'
-  task_fields[#task_fields + 1] = '1'
+  add('escalable', '1')
 end
 if r.answers ~= '' and #r.nodes == 1 then
-  task_fields[#task_fields + 1] = nf(r.nodes[1].id, 'answers')
-  task_fields[#task_fields + 1] = r.answers
+  add(nf(r.nodes[1].id, 'answers'), r.answers)
 end
 redis.call('HINCRBY', KEYS[3], 'live:' .. r.owner, 1)
 hold_nodes(KEYS[3], r.owner, #r.nodes - 1)
@@ -153,7 +151,7 @@ end
 if r.idem then
   redis.call('SET', idem_key, r.id .. ' ' .. r.fingerprint, 'PX', r.idemTtl)
 end
-if r.call then
+if r.callKey then
   redis.call('SET', KEYS[#KEYS], r.id, 'PX', r.ttl)
 end
 return cjson.encode({outcome = 'created', createdAt = now})

@@ -20,7 +20,7 @@ local t = redis.call('HMGET', KEYS[1], 'status', 'kind', 'traceparent', 'queues'
 if t[1] ~= 'working' then
   return cjson.encode({outcome = 'dropped'})
 end
-if t[2] ~= 'single' then
+if t[2] == 'dag' then
   return cjson.encode({outcome = 'refused', reason = 'only a direct tool call may plan a graph'})
 end
 for _, p in ipairs(r.nodes) do

@@ -231,8 +231,7 @@ local function write_node(keys, streams, task_id, n, trace, fields)
     redis.call('HINCRBY', keys.load, 'queued', 1)
     redis.call('HINCRBY', keys.load, 'queued:' .. n.tool, 1)
   end
-  local more = {nf(n.id, 'status'), status, nf(n.id, 'attempt'), 0, nf(n.id, 'tool'), n.tool,
-    nf(n.id, 'args'), n.args, nf(n.id, 'q'), n.q}
+  local more = {nf(n.id, 'status'), status, nf(n.id, 'attempt'), 0, nf(n.id, 'tool'), n.tool, nf(n.id, 'q'), n.q}
   for _, v in ipairs(more) do
     fields[#fields + 1] = v
   end
@@ -242,6 +241,7 @@ local function write_node(keys, streams, task_id, n, trace, fields)
       fields[#fields + 1] = value
     end
   end
+  put('args', n.args, nil)
   put('deps', n.deps, 0)
   if n.dependents and #n.dependents > 0 then
     put('dependents', cjson.encode(n.dependents), nil)

@@ -4,18 +4,19 @@
 --
 -- KEYS[1] task hash   KEYS[2] nodes hash   KEYS[3] load hash   KEYS[4] expiring zset
 -- KEYS[5] the built-in queue's stream (where the finalize entry is)
--- ARGV[1] the record (JSON): task, result (JSON text), isError, message, entry, inlineMax
+-- ARGV[1] the record (JSON): task, result (JSON text), isError, message, entry, inlineMax,
+--   toolErrorFails (bool: the call's wire makes a tool error a failed task, 2025-11-25)
 -- Returns JSON: {"outcome": "settled" (with settled: the task's status, and tool) | "dropped"}
 local r = cjson.decode(ARGV[1])
 local now = redis_now()
 ack(KEYS[5], r.entry)
-local t = redis.call('HMGET', KEYS[1], 'status', 'ttlMs', 'wire', 'owner', 'createdAt', 'tool', 'traceparent',
-  'nodeCount', 'maxBytes', 'bytes')
+local t = redis.call('HMGET', KEYS[1], 'status', 'ttlMs', 'owner', 'createdAt', 'tool', 'traceparent', 'nodeCount',
+  'maxBytes', 'bytes')
 if not is_live(t[1]) then
   return cjson.encode({outcome = 'dropped'})
 end
 local result, message, is_error = r.result, r.message, r.isError
-local fits, used, budget = fits_budget({maxBytes = t[9], bytes = t[10]}, #result)
+local fits, used, budget = fits_budget({maxBytes = t[8], bytes = t[9]}, #result)
 if not fits then
   -- The assembled result repeats what the nodes stored; past the budget, the task fails saying so.
   message = 'Failed: the result would be ' .. #result .. ' bytes, which passes the task\'s budget of ' .. budget ..
@@ -25,11 +26,11 @@ if not fits then
   is_error = true
 end
 local status = 'completed'
-if is_error and t[3] == '2025-11-25' then
+if is_error and r.toolErrorFails then
   -- That revision's rule: a tool error fails the task (its result is still kept).
   status = 'failed'
 end
 settle({task = KEYS[1], nodes = KEYS[2], load = KEYS[3], expiring = KEYS[4]}, r.task,
-  {owner = t[4] or '', createdAt = t[5], ttlMs = t[2], nodeCount = t[8]}, status, 'result', result, message,
+  {owner = t[3] or '', createdAt = t[4], ttlMs = t[2], nodeCount = t[7]}, status, 'result', result, message,
   now, r.inlineMax)
-return cjson.encode({outcome = 'settled', settled = status, tool = t[6], task = r.task, trace = t[7]})
+return cjson.encode({outcome = 'settled', settled = status, tool = t[5], task = r.task, trace = t[6]})

@@ -18,9 +18,10 @@
 --   room; -1: no share), cancelChannel (the shard's), releaseAfterMs (a node set aside goes back
 --   to its stream by the shard's maintenance within this long)
 -- Returns JSON: one result per item, in order:
---   {"outcome":"run","attempt":n,"tool":t,"args":json-text,"token":json-text,"timeoutMs":n,
---    "losses":n,"queues":[...],"kind":k,"answers":json-text,"state":json-text,"caps":json-text,
---    "logLevel":level-or-"","owner":o,"setAside":bool}
+--   {"outcome":"run","attempt":n,"tool":t,"args":json-text (a graph node's own; "" for a single
+--    call's, which runs with the call's),"call":the call record's text as stored,"timeoutMs":n,
+--    "losses":n,"queues":[...],"answers":json-text,"state":json-text,"owner":o,
+--    "setAside":bool}
 --   (setAside: nodes were set aside in this shard when the batch started, so that the attempt's
 --   completion puts one back)
 --   (answers and state: what a parked node was given when it resumed, or "")
@@ -37,16 +38,15 @@ local results = {}
 for i, item in ipairs(r.items) do
   local task, nodes, stream, held = KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i], KEYS[4 * i + 1]
   local node = item.node
-  local n = node_state(nodes, node, {'status', 'kind', 'progressToken', 'nodesSettled', 'nodeCount',
-    'queues', 'createdAt', 'ttlMs', 'clientCaps', nf(node, 'answers'), nf(node, 'state'), 'logLevel', 'owner'})
+  local n = node_state(nodes, node, {'status', 'kind', 'call', 'nodesSettled', 'nodeCount', 'queues', 'createdAt',
+    'ttlMs', nf(node, 'answers'), nf(node, 'state'), 'owner'})
   local t = n.task
   local owner = t.owner or ''
   local result
   local function run(attempt)
-    return {outcome = 'run', attempt = attempt, tool = n.tool, args = n.args or '{}', token = t.progressToken or '',
-      timeoutMs = n.timeoutMs, losses = n.losses, queues = cjson.decode(t.queues or '[]'), kind = t.kind or 'single',
-      answers = t[nf(node, 'answers')] or '', state = t[nf(node, 'state')] or '', caps = t.clientCaps or '{}',
-      logLevel = t.logLevel or '', owner = owner, setAside = set_aside}
+    return {outcome = 'run', attempt = attempt, tool = n.tool, args = n.args or '', call = t.call or '',
+      timeoutMs = n.timeoutMs, losses = n.losses, queues = cjson.decode(t.queues or '[]'),
+      answers = t[nf(node, 'answers')] or '', state = t[nf(node, 'state')] or '', owner = owner, setAside = set_aside}
   end
   local left = room[owner] or r.defaultRoom
   if n.status == 'running' and n.entry == item.entry then

@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use super::Store;
 use super::tasks::{Created, Limits, NewTask};
+use crate::call::CallRecord;
 use crate::dag;
 use crate::error::StoreError;
 use crate::keys::Shard;
@@ -34,7 +35,11 @@ fn dead_letter(shard: Shard, entry: &redis::streams::StreamId) -> DeadLetter {
         task_id: field("task"),
         node_id: field("node"),
         tool: field("tool"),
-        arguments: json("arguments"),
+        // A graph node's own arguments, or the record of a single call (which holds them).
+        arguments: match entry.get::<String>("call") {
+            Some(call) => CallRecord::from_text(&call).map(|c| c.arguments).unwrap_or(Value::Null),
+            None => json("arguments"),
+        },
         owner: field("owner"),
         attempts: field("attempts").parse().unwrap_or(0),
         error: json("error"),
@@ -106,11 +111,18 @@ impl Store {
             task_id: new_task_id(self.pick_shard()),
             owner: letter.owner.clone(),
             tool: letter.tool.clone(),
-            arguments,
+            // An operator's retry has no client to ask or to tell: no progress token, no client
+            // capabilities (a node that asks for input fails), no log level.
+            call: CallRecord {
+                wire: original
+                    .as_ref()
+                    .map(|t| t.call.wire.clone())
+                    .unwrap_or_else(|| "2026-07-28".to_owned()),
+                arguments,
+                poll_interval_ms,
+                ..CallRecord::default()
+            },
             ttl_ms,
-            poll_interval_ms,
-            wire: original.as_ref().map(|t| t.wire.clone()).unwrap_or_else(|| "2026-07-28".to_owned()),
-            progress_token: None,
             traceparent: original.and_then(|t| t.traceparent),
             mode: TaskMode::Task,
             status_message: format!("Queued: retry of dead letter {}", letter.id),
@@ -120,12 +132,9 @@ impl Store {
             queues: std::sync::Arc::new(self.tool_queues().await?),
             waiter: None,
             index_retention_ms: ttl_ms.saturating_mul(2),
-            // An operator's retry has no client to ask: a node that asks for input fails.
-            client_capabilities: serde_json::json!({}),
             input_responses: None,
             escalable: false,
             call_key: None,
-            log_level: None,
             max_bytes: 0,
         };
         if self.create_task_spread(&mut new, &Limits::default(), |_, _| {}).await? != Created::Created {

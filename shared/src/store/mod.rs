@@ -45,7 +45,8 @@ pub use dead_letters::DeadLetter;
 pub use listing::{TaskIndex, TaskPage};
 pub use maintenance::{MaintainOutcome, ReclaimOutcome};
 pub use nodes::{
-    Attempt, CompleteOutcome, ExpandOutcome, ParkOutcome, RELEASE_SET_ASIDE_AFTER, SlotShares, StartOutcome,
+    Attempt, CompleteOutcome, ExpandOutcome, NodeStart, ParkOutcome, RELEASE_SET_ASIDE_AFTER, SlotShares,
+    StartOutcome,
 };
 pub use queues::WorkReader;
 pub use stats::{ClusterStats, QueueDepth};

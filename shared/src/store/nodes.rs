@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use super::Store;
 use super::tasks::{INLINE_MAX, QueueList, graph_nodes};
+use crate::call::CallRecord;
 use crate::dag::{self, DagSpec};
 use crate::error::StoreError;
 use crate::input::InputRequired;
@@ -35,38 +36,56 @@ pub struct Attempt {
     /// Whether nodes were set aside in the shard when the attempt started: its completion then
     /// puts one of its queue's back on the stream.
     pub release_held: bool,
+    /// Whether a tool error fails the task (the call's wire says so: 2025-11-25), for the
+    /// completion that settles it.
+    pub tool_error_fails: bool,
+}
+
+/// A node a worker starts: its attempt, and what it runs with, as `start_nodes` handed it over.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeStart {
+    pub attempt: Attempt,
+    /// The tool to call, or `$noop` / `$collect` for a built-in node.
+    pub tool: String,
+    /// A graph node's own arguments (its `{"$from": ...}` objects are references); `None` for a
+    /// single call's node, which runs with the call's arguments (`call.arguments`).
+    pub node_arguments: Option<Value>,
+    /// Limit of this attempt.
+    pub timeout: Option<std::time::Duration>,
+    /// How often this node's worker was lost while running it.
+    pub losses: u32,
+    /// The answers to the requests the node parked with, by the tool's keys (or the answers the
+    /// call came with); empty when it asked nothing.
+    pub answers: serde_json::Map<String, Value>,
+    /// The state the node parked with.
+    pub state: Option<Value>,
+    /// The call record, as the task stores it.
+    pub call: std::sync::Arc<CallRecord>,
+}
+
+impl NodeStart {
+    /// Whether the node belongs to a graph: only then are `{"$from": ...}` objects in its
+    /// arguments references; in a single call they are the client's data.
+    pub fn in_graph(&self) -> bool {
+        self.node_arguments.is_some()
+    }
+
+    /// The arguments as stored: the node's own, or the call's.
+    pub fn arguments(&self) -> &Value {
+        self.node_arguments.as_ref().unwrap_or(&self.call.arguments)
+    }
 }
 
 /// What a worker must do with one entry of a batch it read.
 #[derive(Debug, Clone, PartialEq)]
 pub enum StartOutcome {
-    Run {
-        attempt: Box<Attempt>,
-        /// The tool to call, or `$noop` / `$collect` for a built-in node.
-        tool: String,
-        arguments: Value,
-        /// Whether the node belongs to a graph: only then are `{"$from": ...}` objects in its
-        /// arguments references; in a single call they are the client's data.
-        in_graph: bool,
-        progress_token: Option<Value>,
-        /// Limit of this attempt.
-        timeout: Option<std::time::Duration>,
-        /// How often this node's worker was lost while running it.
-        losses: u32,
-        /// The answers to the requests the node parked with, by the tool's keys (or the answers
-        /// the call came with); empty when it asked nothing.
-        answers: serde_json::Map<String, Value>,
-        /// The state the node parked with.
-        state: Option<Value>,
-        /// The client's input capabilities (elicitation, sampling, roots).
-        client_capabilities: Value,
-        /// The least severe level of logged messages the client wants; `None`: none.
-        log_level: Option<crate::model::LogLevel>,
-    },
+    Run(Box<NodeStart>),
     /// The worker gives the node's owner all the slots it may have, and the entry was not marked
     /// to be set aside: nothing changed; the worker may try it again when the owner has a free
     /// slot, or set it aside.
-    Capped { owner: String },
+    Capped {
+        owner: String,
+    },
     /// The worker gives the node's owner all the slots it may have: the node was set aside (its
     /// queue's held list) until a slot of its queue comes free, so that other owners' work behind
     /// it starts now.
@@ -133,20 +152,14 @@ struct RunReply {
     attempt: u32,
     tool: String,
     args: String,
-    token: String,
+    call: String,
     timeout_ms: u64,
     losses: u32,
     queues: Vec<String>,
     #[serde(default)]
-    kind: String,
-    #[serde(default)]
     answers: String,
     #[serde(default)]
     state: String,
-    #[serde(default)]
-    caps: String,
-    #[serde(default)]
-    log_level: String,
     #[serde(default)]
     owner: String,
     #[serde(default)]
@@ -295,37 +308,30 @@ impl Store {
                             attempt,
                             tool,
                             args,
-                            token,
+                            call,
                             timeout_ms,
                             losses,
                             queues,
-                            kind,
                             answers,
                             state,
-                            caps,
-                            log_level,
                             owner,
                             set_aside,
                         } = *run;
-                        let arguments = serde_json::from_str(&args)
-                            .map_err(|e| StoreError::Corrupt(format!("node arguments: {e}")))?;
+                        let call = CallRecord::from_text(&call).map_err(StoreError::Corrupt)?;
+                        let node_arguments = if args.is_empty() {
+                            None
+                        } else {
+                            Some(
+                                serde_json::from_str(&args)
+                                    .map_err(|e| StoreError::Corrupt(format!("node arguments: {e}")))?,
+                            )
+                        };
                         let answers = match serde_json::from_str::<Value>(&answers) {
                             Ok(Value::Object(answers)) => answers,
                             _ => serde_json::Map::new(),
                         };
-                        let state = serde_json::from_str::<Value>(&state).ok();
-                        let client_capabilities =
-                            serde_json::from_str::<Value>(&caps).unwrap_or_else(|_| json!({}));
-                        let progress_token = if token.is_empty() {
-                            None
-                        } else {
-                            Some(
-                                serde_json::from_str(&token)
-                                    .map_err(|e| StoreError::Corrupt(format!("progress token: {e}")))?,
-                            )
-                        };
-                        StartOutcome::Run {
-                            attempt: Box::new(Attempt {
+                        StartOutcome::Run(Box::new(NodeStart {
+                            attempt: Attempt {
                                 shard,
                                 task_id: item.task_id.clone(),
                                 node_id: item.node_id.clone(),
@@ -336,18 +342,16 @@ impl Store {
                                 traceparent: item.traceparent.clone(),
                                 owner,
                                 release_held: set_aside,
-                            }),
+                                tool_error_fails: call.tool_error_fails(),
+                            },
                             tool,
-                            arguments,
-                            in_graph: kind == "dag",
-                            progress_token,
+                            node_arguments,
                             timeout: (timeout_ms > 0).then(|| std::time::Duration::from_millis(timeout_ms)),
                             losses,
                             answers,
-                            state,
-                            client_capabilities,
-                            log_level: log_level.parse().ok(),
-                        }
+                            state: serde_json::from_str::<Value>(&state).ok(),
+                            call: std::sync::Arc::new(call),
+                        }))
                     }
                     StartReply::Capped { owner } => StartOutcome::Capped { owner },
                     StartReply::Deferred => StartOutcome::Deferred,
@@ -565,7 +569,7 @@ impl Store {
             "queueCount": attempt.queues.len(), "releaseHeld": attempt.release_held,
             "outcome": status, "payload": payload, "isError": is_error, "message": message,
             "jitter": rand::random::<f64>(), "maxBackoffMs": dag::MAX_BACKOFF_MS, "final": final_failure,
-            "deadLetter": dead_letter,
+            "deadLetter": dead_letter, "toolErrorFails": attempt.tool_error_fails,
             "cancelChannel": shard.cancel_channel(), "inlineMax": INLINE_MAX,
         });
         let reply: Value = self.script(&scripts::COMPLETE_NODE, &keys, &record).await?;
@@ -633,6 +637,7 @@ impl Store {
         item: &WorkItem,
         result: &Value,
         message: &str,
+        tool_error_fails: bool,
     ) -> Result<bool, StoreError> {
         let shard = item.shard;
         let keys = [
@@ -645,7 +650,7 @@ impl Store {
         let record = json!({
             "task": item.task_id, "result": result.to_string(),
             "isError": crate::model::result::is_error(result), "message": message, "entry": item.entry_id,
-            "inlineMax": INLINE_MAX,
+            "inlineMax": INLINE_MAX, "toolErrorFails": tool_error_fails,
         });
         let reply: Value = self.script(&scripts::SETTLE_DAG, &keys, &record).await?;
         let reply: SettleReply = super::effects::recorded(reply)?;

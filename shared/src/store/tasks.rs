@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::Store;
+use crate::call::CallRecord;
 use crate::dag::{self, DagSpec};
 use crate::error::StoreError;
 use crate::keys::{self, Shard};
@@ -20,11 +21,9 @@ pub struct NewTask {
     pub task_id: String,
     pub owner: String,
     pub tool: String,
-    pub arguments: Value,
+    /// What the call carries that no script decides on, stored as one field.
+    pub call: CallRecord,
     pub ttl_ms: u64,
-    pub poll_interval_ms: u64,
-    pub wire: String,
-    pub progress_token: Option<Value>,
     pub traceparent: Option<String>,
     pub mode: TaskMode,
     pub status_message: String,
@@ -40,15 +39,9 @@ pub struct NewTask {
     pub waiter: Option<String>,
     /// How long the owner's task index keeps entries (ms).
     pub index_retention_ms: u64,
-    /// The client's input capabilities (elicitation, sampling, roots: see
-    /// [`crate::input::kept_capabilities`]) that the task's tools may use; `{}` for none.
-    pub client_capabilities: Value,
     /// Answers the client sent with the call itself (an MRTR retry without state): the single
     /// call's first attempt sees them as if it had asked.
     pub input_responses: Option<serde_json::Map<String, Value>>,
-    /// The least severe level of the messages the task's tools log that the client wants to get
-    /// (`notifications/message`); `None`: none.
-    pub log_level: Option<crate::model::LogLevel>,
     /// The key that finds a synchronous call's task by its request id ([`crate::keys::Shard::call`],
     /// in the task's shard), so that `notifications/cancelled` reaches it.
     pub call_key: Option<String>,
@@ -167,12 +160,9 @@ impl NewTask {
             created_at_ms: self.created_at_ms,
             updated_at_ms: self.created_at_ms,
             ttl_ms: self.ttl_ms,
-            poll_interval_ms: self.poll_interval_ms,
             owner: self.owner.clone(),
             tool: self.tool.clone(),
-            arguments: self.arguments.clone(),
-            wire: self.wire.clone(),
-            progress_token: self.progress_token.clone(),
+            call: self.call.clone(),
             traceparent: self.traceparent.clone(),
             progress: None,
             total: None,
@@ -277,7 +267,9 @@ pub(crate) const INLINE_MAX: usize = 64 * 1024;
 pub(crate) struct NodeRow {
     id: String,
     tool: String,
-    args: String,
+    /// A graph node's own arguments; a single call's node runs with the call's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    args: Option<String>,
     q: usize,
     deps: usize,
     dependents: Vec<String>,
@@ -325,25 +317,15 @@ pub(crate) fn queue_of<'a>(tool: &'a str, queues: &'a HashMap<String, String>) -
 
 /// What tells two calls with one idempotency key apart: the tool and its arguments.
 fn fingerprint(new: &NewTask) -> String {
-    format!("{} {}", new.tool, new.arguments)
+    format!("{} {}", new.tool, new.call.arguments)
 }
 
-/// What a new task's arguments and nodes take as stored: its `arguments` field and each node's.
-fn stored_bytes(arguments: &Value, nodes: &[NodeRow]) -> usize {
-    crate::json_limits::compact_size(arguments) + nodes.iter().map(|n| n.args.len()).sum::<usize>()
-}
-
-/// The node of a single tool call.
-fn single_node(
-    tool: &str,
-    arguments: &Value,
-    queues: &mut QueueList,
-    map: &HashMap<String, String>,
-) -> NodeRow {
+/// The node of a single tool call (it runs with the call's arguments).
+fn single_node(tool: &str, queues: &mut QueueList, map: &HashMap<String, String>) -> NodeRow {
     NodeRow {
         id: crate::model::ROOT_NODE.to_owned(),
         tool: tool.to_owned(),
-        args: arguments.to_string(),
+        args: None,
         q: queues.index(queue_of(tool, map)),
         deps: 0,
         dependents: Vec::new(),
@@ -383,7 +365,7 @@ pub(crate) fn graph_nodes(
                 id: n.id.clone(),
                 q: queues.index(queue_of(&tool, map)),
                 tool,
-                args: arguments.to_string(),
+                args: Some(arguments.to_string()),
                 deps: n.depends_on.len(),
                 dependents: dependents
                     .get(n.id.as_str())
@@ -423,11 +405,7 @@ impl Store {
         })?;
         let mut queues = QueueList::new();
         let (kind, output, nodes) = match &new.graph {
-            None => (
-                "single",
-                String::new(),
-                vec![single_node(&new.tool, &new.arguments, &mut queues, &new.queues)],
-            ),
+            None => ("single", String::new(), vec![single_node(&new.tool, &mut queues, &new.queues)]),
             Some(graph) => (
                 "dag",
                 graph.output.clone().unwrap_or_default(),
@@ -448,22 +426,18 @@ impl Store {
         if let Some(key) = &new.call_key {
             keys.push(key.clone());
         }
+        let call_text = new.call.to_text();
         let record = json!({
             "id": new.task_id,
             "owner": new.owner,
             "tool": new.tool,
-            "args": new.arguments.to_string(),
+            "call": call_text,
             "ttl": new.ttl_ms,
-            "poll": new.poll_interval_ms,
-            "wire": new.wire,
-            "token": new.progress_token.as_ref().map(Value::to_string).unwrap_or_default(),
             "trace": new.traceparent.clone().unwrap_or_default(),
             "mode": new.mode.as_str(),
             "index": new.mode == TaskMode::Task || new.escalable,
             "escalable": new.escalable,
-            "call": new.call_key.is_some(),
-            "logLevel": new.log_level.map(|l| l.as_str()).unwrap_or_default(),
-            "caps": new.client_capabilities.to_string(),
+            "callKey": new.call_key.is_some(),
             "answers": new.input_responses.as_ref().map(|a| Value::Object(a.clone()).to_string()).unwrap_or_default(),
             "message": new.status_message,
             "retention": new.index_retention_ms.max(1),
@@ -477,7 +451,7 @@ impl Store {
             "idemTtl": new.ttl_ms.saturating_add(IDEMPOTENCY_SLACK_MS),
             "limits": limits.for_shard(shard, self.shards()),
             "maxBytes": new.max_bytes,
-            "bytes": stored_bytes(&new.arguments, &nodes),
+            "bytes": call_text.len() + nodes.iter().filter_map(|n| n.args.as_ref()).map(String::len).sum::<usize>(),
             "cancelChannel": shard.cancel_channel(),
         });
         let reply: CreateReply = self.durable_script(&scripts::CREATE_TASK, &keys, &record).await?;
@@ -491,7 +465,7 @@ impl Store {
                 // Either a 112-bit collision, or this very create retried after its reply was
                 // lost while Redis was away: then the task is the one we wrote.
                 match self.get_task(&new.task_id).await? {
-                    Some(t) if t.owner == new.owner && t.tool == new.tool && t.arguments == new.arguments => {
+                    Some(t) if t.owner == new.owner && t.tool == new.tool && t.call == new.call => {
                         created_at = Some(t.created_at_ms);
                         Created::Created
                     }

@@ -22,7 +22,8 @@ use conveyor_shared::keys::{self, Shard};
 use conveyor_shared::metrics::{self, NodeOutcome, NodeRun};
 use conveyor_shared::model::{RpcError, TaskStatus, ToolOutcome, WorkItem, now_ms};
 use conveyor_shared::store::{
-    Attempt, CompleteOutcome, ExpandOutcome, ParkOutcome, RunningNode, SlotShares, StartOutcome, WorkReader,
+    Attempt, CompleteOutcome, ExpandOutcome, NodeStart, ParkOutcome, RunningNode, SlotShares, StartOutcome,
+    WorkReader,
 };
 use conveyor_shared::telemetry::context::{self, TaskTrace, attr};
 use conveyor_shared::{Store, StoreError};
@@ -787,24 +788,19 @@ async fn dispatch(
         };
         for (item, outcome) in items.into_iter().zip(outcomes) {
             match outcome {
-                StartOutcome::Run {
-                    attempt,
-                    tool,
-                    arguments,
-                    in_graph,
-                    timeout,
-                    losses,
-                    answers,
-                    state,
-                    client_capabilities,
-                    log_level,
-                    ..
-                } => {
+                StartOutcome::Run(start) => {
                     let Some(permit) = permits.pop() else { continue };
                     dispatched.started += 1;
+                    let attempt = &start.attempt;
                     let slot = worker.owners.take(&attempt.owner);
                     let freed = worker.slot_freed.clone();
-                    let span = node_span(&attempt, &tool, &worker.options.name, losses, !answers.is_empty());
+                    let span = node_span(
+                        attempt,
+                        &start.tool,
+                        &worker.options.name,
+                        start.losses,
+                        !start.answers.is_empty(),
+                    );
                     if conveyor_shared::telemetry::exporting() {
                         context::finished_span(
                             &span.context(),
@@ -815,19 +811,10 @@ async fn dispatch(
                         );
                     }
                     let job = NodeJob {
-                        metrics: NodeRun::start(&attempt, &tool),
+                        metrics: NodeRun::start(attempt, &start.tool),
                         span,
                         worker: worker.clone(),
-                        attempt: *attempt,
-                        tool,
-                        arguments,
-                        in_graph,
-                        timeout,
-                        losses,
-                        answers,
-                        state,
-                        client_capabilities,
-                        log_level,
+                        start: *start,
                     };
                     jobs.spawn(async move {
                         job.run().await;
@@ -965,16 +952,8 @@ struct NodeJob {
     /// Counts the attempt as running until the job ends, and records how it ended.
     metrics: NodeRun,
     worker: Worker,
-    attempt: Attempt,
-    tool: String,
-    arguments: serde_json::Value,
-    in_graph: bool,
-    timeout: Option<Duration>,
-    losses: u32,
-    answers: serde_json::Map<String, serde_json::Value>,
-    state: Option<serde_json::Value>,
-    client_capabilities: serde_json::Value,
-    log_level: Option<conveyor_shared::model::LogLevel>,
+    /// The node as `start_nodes` handed it over: its attempt, arguments and the call record.
+    start: NodeStart,
 }
 
 impl NodeJob {
@@ -985,14 +964,14 @@ impl NodeJob {
 
     async fn run_in_span(self) {
         let store = &self.worker.store;
-        let attempt = &self.attempt;
+        let attempt = &self.start.attempt;
         let max_losses = self.worker.options.max_losses;
-        if max_losses > 0 && self.losses >= max_losses {
+        if max_losses > 0 && self.start.losses >= max_losses {
             // This node took its worker down too often: it is not run again.
-            tracing::warn!(task = %attempt.task_id, node = %attempt.node_id, losses = self.losses, "node lost its worker too often; failing it");
+            tracing::warn!(task = %attempt.task_id, node = %attempt.node_id, losses = self.start.losses, "node lost its worker too often; failing it");
             let error = ToolOutcome::Error(RpcError {
                 code: -32603,
-                message: format!("the node lost its worker {} times; it is not run again", self.losses),
+                message: format!("the node lost its worker {} times; it is not run again", self.start.losses),
                 data: None,
             });
             self.settle(Some(error), true).await;
@@ -1002,7 +981,7 @@ impl NodeJob {
         let reason = Arc::new(AtomicU8::new(StopReason::Running as u8));
         self.worker.running.add(Run {
             attempt: attempt.clone(),
-            tool: self.tool.clone(),
+            tool: self.start.tool.clone(),
             started_at_ms: now_ms(),
             token: token.clone(),
             reason: reason.clone(),
@@ -1026,14 +1005,13 @@ impl NodeJob {
                     traceparent: Some(w3c_traceparent(&self.span)),
                     store: store.clone(),
                     lease: attempt.clone(),
-                    answers: self.answers.clone(),
-                    state: self.state.clone(),
-                    client_capabilities: self.client_capabilities.clone(),
-                    log_level: self.log_level,
+                    answers: self.start.answers.clone(),
+                    state: self.start.state.clone(),
+                    call: self.start.call.clone(),
                 };
                 let call = self.call(ctx);
                 tokio::pin!(call);
-                match self.timeout {
+                match self.start.timeout {
                     None => call.await,
                     Some(limit) => tokio::select! {
                         outcome = &mut call => outcome,
@@ -1102,21 +1080,21 @@ impl NodeJob {
     /// the worker's byte limits) and is checked against its tool's input schema here: the gateway
     /// could check only what the client sent, not what upstream nodes produced.
     async fn arguments(&self) -> Result<serde_json::Value, ToolOutcome> {
-        if !self.in_graph {
-            return Ok(self.arguments.clone());
+        if !self.start.in_graph() {
+            return Ok(self.start.arguments().clone());
         }
         let limits = &self.worker.options.node_limits;
         let resolved = crate::dag::resolve_arguments(
             &self.worker.store,
-            &self.attempt.task_id,
-            &self.arguments,
+            &self.start.attempt.task_id,
+            self.start.arguments(),
             &limits.resolve(),
         )
         .await?;
-        self.worker.registry.check_arguments(&self.tool, &resolved).map_err(|message| {
+        self.worker.registry.check_arguments(&self.start.tool, &resolved).map_err(|message| {
             ToolOutcome::Error(RpcError {
                 code: -32602,
-                message: format!("Invalid arguments for {}: {message}", offer_name(&self.tool)),
+                message: format!("Invalid arguments for {}: {message}", offer_name(&self.start.tool)),
                 data: None,
             })
         })?;
@@ -1137,10 +1115,10 @@ impl NodeJob {
     /// Runs one attempt of a tool or a built-in node. A panicking tool must not take the worker
     /// down: it fails its attempt instead.
     async fn call(&self, ctx: ToolContext) -> ToolOutcome {
-        if let Some(outcome) = crate::dag::builtin(&self.tool, &ctx) {
+        if let Some(outcome) = crate::dag::builtin(&self.start.tool, &ctx) {
             return outcome;
         }
-        match self.worker.registry.get(&self.tool) {
+        match self.worker.registry.get(&self.start.tool) {
             Some(tool) => {
                 let stop = ctx.cancel.clone();
                 let mut running = tokio::spawn(tool.call(ctx));
@@ -1154,10 +1132,10 @@ impl NodeJob {
                             Ok(joined) => joined,
                             Err(_) => {
                                 running.abort();
-                                tracing::warn!(tool = %self.tool, grace_ms = TOOL_STOP_GRACE.as_millis() as u64, "the tool did not stop when told to; aborted it");
+                                tracing::warn!(tool = %self.start.tool, grace_ms = TOOL_STOP_GRACE.as_millis() as u64, "the tool did not stop when told to; aborted it");
                                 return ToolOutcome::Error(RpcError {
                                     code: -32800,
-                                    message: format!("tool `{}` did not stop when told to and was aborted", self.tool),
+                                    message: format!("tool `{}` did not stop when told to and was aborted", self.start.tool),
                                     data: None,
                                 });
                             }
@@ -1167,7 +1145,7 @@ impl NodeJob {
                 joined.unwrap_or_else(|e| {
                     ToolOutcome::Error(RpcError {
                         code: -32603,
-                        message: format!("tool `{}` crashed: {e}", self.tool),
+                        message: format!("tool `{}` crashed: {e}", self.start.tool),
                         data: None,
                     })
                 })
@@ -1176,7 +1154,7 @@ impl NodeJob {
                 code: -32601,
                 message: format!(
                     "tool `{}` is not registered on worker {}",
-                    self.tool, self.worker.options.name
+                    self.start.tool, self.worker.options.name
                 ),
                 data: None,
             }),
@@ -1187,7 +1165,7 @@ impl NodeJob {
     /// Redis is briefly away: the completion is tried again until Redis takes it (the lease stays
     /// held meanwhile); a repeat after a lost reply is refused as stale and changes nothing.
     async fn settle(&self, outcome: Option<ToolOutcome>, final_failure: bool) {
-        let attempt = &self.attempt;
+        let attempt = &self.start.attempt;
         let store = &self.worker.store;
         let error = match &outcome {
             Some(ToolOutcome::Error(error)) => Some(error.message.as_str()),
@@ -1200,7 +1178,7 @@ impl NodeJob {
             .await;
         match completed {
             Some(CompleteOutcome::Retry { delay_ms }) => {
-                metrics::node_retried(&self.tool);
+                metrics::node_retried(&self.start.tool);
                 tracing::info!(task = %attempt.task_id, node = %attempt.node_id, attempt = attempt.attempt, delay_ms, "attempt failed; retry scheduled");
             }
             Some(CompleteOutcome::Stale) => {
@@ -1227,13 +1205,13 @@ impl NodeJob {
             match op().await {
                 Ok(done) => return Some(done),
                 Err(e) => {
-                    tracing::warn!(task = %self.attempt.task_id, error = %e, "could not record the node's {what} yet; retrying");
+                    tracing::warn!(task = %self.start.attempt.task_id, error = %e, "could not record the node's {what} yet; retrying");
                     // A stopping worker keeps trying for a while: work it finished and fails to
                     // record would be run again by another worker after its lease.
                     if self.worker.stop_running.is_cancelled() {
                         let since = *stopping_since.get_or_insert_with(tokio::time::Instant::now);
                         if since.elapsed() >= PERSIST_WHILE_STOPPING {
-                            tracing::warn!(task = %self.attempt.task_id, "gave up recording the node's {what}: the worker stops");
+                            tracing::warn!(task = %self.start.attempt.task_id, "gave up recording the node's {what}: the worker stops");
                             return None;
                         }
                         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -1254,7 +1232,7 @@ impl NodeJob {
         if input.requests.is_empty() {
             return refuse(
                 -32603,
-                format!("tool `{}` asked for input but named no request", self.tool),
+                format!("tool `{}` asked for input but named no request", self.start.tool),
                 None,
             );
         }
@@ -1264,18 +1242,18 @@ impl NodeJob {
                     -32603,
                     format!(
                         "{} asked for input `{key}` with a method the client cannot answer: {}",
-                        offer_name(&self.tool),
+                        offer_name(&self.start.tool),
                         request.get("method").unwrap_or(&serde_json::Value::Null)
                     ),
                     None,
                 );
             };
-            if !input::client_supports(&self.client_capabilities, request) {
+            if !input::client_supports(&self.start.call.client_capabilities, request) {
                 return refuse(
                     MISSING_CLIENT_CAPABILITY,
                     format!(
                         "{} needs to ask the client ({key}: {}), but the client did not declare the capability {needed}",
-                        offer_name(&self.tool),
+                        offer_name(&self.start.tool),
                         request.get("method").and_then(serde_json::Value::as_str).unwrap_or_default()
                     ),
                     Some(serde_json::json!({"requiredCapabilities": needed})),
@@ -1288,7 +1266,7 @@ impl NodeJob {
     /// Fails the attempt with a refusal that is the client's to fix (no retry, no dead letter).
     async fn refuse(&self, error: RpcError) {
         self.finish(NodeOutcome::Failed, Some(&error.message));
-        let attempt = &self.attempt;
+        let attempt = &self.start.attempt;
         let store = &self.worker.store;
         if let Some(done) = self.persist("refusal", || store.complete_refused(attempt, error.clone())).await {
             tracing::debug!(task = %attempt.task_id, node = %attempt.node_id, outcome = ?done, "refused a request for input");
@@ -1298,7 +1276,7 @@ impl NodeJob {
     /// Parks the node until the client answers; like a completion, tried again while Redis is away.
     async fn park(&self, input: &InputRequired) {
         self.finish(NodeOutcome::Parked, None);
-        let attempt = &self.attempt;
+        let attempt = &self.start.attempt;
         let store = &self.worker.store;
         match self.persist("request for input", || store.park(attempt, input)).await {
             Some(ParkOutcome::Parked) => {
@@ -1317,7 +1295,7 @@ impl NodeJob {
     /// Hands the node back so that another worker starts it at once.
     async fn hand_back(&self) {
         self.finish(NodeOutcome::HandedBack, None);
-        let attempt = &self.attempt;
+        let attempt = &self.start.attempt;
         match self.worker.store.release(attempt).await {
             Ok(true) => {
                 tracing::info!(task = %attempt.task_id, node = %attempt.node_id, "handed the node back to its queue")
@@ -1334,7 +1312,7 @@ impl NodeJob {
     /// Adds a planning node's graph to its task.
     async fn expand(&self, plan: &conveyor_shared::dag::DagSpec) {
         let store = &self.worker.store;
-        let attempt = &self.attempt;
+        let attempt = &self.start.attempt;
         let queues = match store.tool_queues().await {
             Ok(queues) => queues,
             Err(e) => {
@@ -1408,6 +1386,7 @@ mod tests {
             traceparent: None,
             owner: "alice".to_owned(),
             release_held: false,
+            tool_error_fails: false,
         };
         let metrics = NodeRun::start(&attempt, "runner_test_tool");
         Run {
