@@ -19,8 +19,13 @@ pub fn request_span(headers: &HeaderMap, params: &Value, method: &str, id: &Valu
     let from_meta = |name: &str| meta.and_then(|m| m.get(name)).and_then(Value::as_str).map(str::to_owned);
     let from_headers = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
     // One source for all three: a `_meta` that names a trace wins over the transport's headers.
-    let parent =
-        if from_meta("traceparent").is_some() { extract(&from_meta) } else { extract(&from_headers) };
+    let in_meta = from_meta("traceparent").is_some();
+    if !in_meta && !conveyor_shared::telemetry::exporting() && !headers.contains_key("traceparent") {
+        // Nothing exports this span and no caller's trace goes on through it: it would cost every
+        // request its fields and context for nothing. A task created now starts its own trace.
+        return Span::none();
+    }
+    let parent = if in_meta { extract(&from_meta) } else { extract(&from_headers) };
     let target = match method {
         "tools/call" | "prompts/get" => params.get("name").and_then(Value::as_str),
         "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {

@@ -23,7 +23,17 @@ pub struct WorkReader {
     /// connection is new, since a read whose reply was lost with the connection (a Redis restart)
     /// left entries delivered to this worker that it never saw.
     own_pending: bool,
+    /// Indexes in `streams` of those the last read found work in. Under load the next read names
+    /// only these, so that its cost follows the queues with work, not every queue the worker
+    /// serves (an `XREADGROUP` looks at each stream it names).
+    hot: Vec<usize>,
+    /// Reads of only the hot streams since the last read of all of them.
+    hot_reads: u32,
 }
+
+/// A read of all streams follows at most this many reads of the hot ones, so that a queue whose
+/// work started while others kept the worker busy waits a few batches, not until they run dry.
+const HOT_READS_BEFORE_FULL: u32 = 8;
 
 impl WorkReader {
     /// Reads up to `count` entries per stream that no worker has seen, blocking up to `block` for
@@ -46,14 +56,43 @@ impl WorkReader {
             self.own_pending = true;
         }
         let own = std::mem::take(&mut self.own_pending);
+        if !own
+            && !self.hot.is_empty()
+            && self.hot.len() < self.streams.len()
+            && self.hot_reads < HOT_READS_BEFORE_FULL
+        {
+            // Without waiting: when the hot streams are dry, the read of all of them follows.
+            self.hot_reads += 1;
+            let hot = std::mem::take(&mut self.hot);
+            let items = self.read_streams(&hot, consumer, count, Duration::ZERO, false).await?;
+            if !items.is_empty() {
+                return Ok((items, false));
+            }
+        }
+        self.hot_reads = 0;
+        let all: Vec<usize> = (0..self.streams.len()).collect();
         let block = if own { Duration::ZERO } else { block };
-        let Some(conn) = self.conn.as_mut() else { return Ok((Vec::new(), false)) };
+        let items = self.read_streams(&all, consumer, count, block, own).await?;
+        Ok((items, own))
+    }
+
+    /// One `XREADGROUP` of the streams at `which` (indexes in `streams`): new entries, or with
+    /// `own` the consumer's pending ones. Remembers which streams had entries as the hot ones.
+    async fn read_streams(
+        &mut self,
+        which: &[usize],
+        consumer: &str,
+        count: usize,
+        block: Duration,
+        own: bool,
+    ) -> Result<Vec<WorkItem>, StoreError> {
+        let Some(conn) = self.conn.as_mut() else { return Ok(Vec::new()) };
         let mut options = StreamReadOptions::default().group(keys::WORK_GROUP, consumer).count(count.max(1));
         // No BLOCK at all for a zero wait: `BLOCK 0` would wait forever.
         if !block.is_zero() {
             options = options.block(block.as_millis() as usize);
         }
-        let names: Vec<&str> = self.streams.iter().map(|(_, s)| s.as_str()).collect();
+        let names: Vec<&str> = which.iter().map(|&i| self.streams[i].1.as_str()).collect();
         let ids: Vec<&str> = vec![if own { "0" } else { ">" }; names.len()];
         let read = redis::AsyncCommands::xread_options::<_, _, Option<StreamReadReply>>(
             conn, &names, &ids, &options,
@@ -69,14 +108,18 @@ impl WorkReader {
                 return Err(StoreError::Timeout(block));
             }
         };
-        let shard_of: HashMap<&str, Shard> =
-            self.streams.iter().map(|(shard, s)| (s.as_str(), *shard)).collect();
+        let index_of: HashMap<&str, usize> = which.iter().map(|&i| (self.streams[i].1.as_str(), i)).collect();
         let mut items = Vec::new();
+        let mut hot = Vec::new();
         for stream in reply.map(|r| r.keys).unwrap_or_default() {
-            let Some(shard) = shard_of.get(stream.key.as_str()).copied() else { continue };
-            items.extend(stream.ids.iter().map(|entry| work_item(shard, &stream.key, entry)));
+            let Some(&i) = index_of.get(stream.key.as_str()) else { continue };
+            if !stream.ids.is_empty() {
+                hot.push(i);
+            }
+            items.extend(stream.ids.iter().map(|entry| work_item(self.streams[i].0, &stream.key, entry)));
         }
-        Ok((items, own))
+        self.hot = hot;
+        Ok(items)
     }
 }
 
@@ -117,10 +160,18 @@ impl Store {
                     conn: None,
                     streams: queues.iter().map(|q| (shard, shard.queue(q))).collect(),
                     own_pending: true,
+                    hot: Vec::new(),
+                    hot_reads: 0,
                 })
                 .collect())
         } else {
-            Ok(vec![WorkReader { conn: None, streams: self.queue_streams(queues), own_pending: true }])
+            Ok(vec![WorkReader {
+                conn: None,
+                streams: self.queue_streams(queues),
+                own_pending: true,
+                hot: Vec::new(),
+                hot_reads: 0,
+            }])
         }
     }
 
