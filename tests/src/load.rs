@@ -1,5 +1,5 @@
-//! What the benchmarks share: synchronous `tools/call`s of the `noop` fixture as a 2026-07-28
-//! client sends them, driven from this process; latency percentiles; and CPU readings of
+//! What the benchmarks share: synchronous `tools/call`s (of the `noop` fixture, or any
+//! [`SyncRequest`]) as a 2026-07-28 client sends them, driven from this process; latency percentiles; and CPU readings of
 //! processes (`/proc/<pid>/stat`) and of Redis (`INFO cpu`); and [`BenchProcess`], a `conveyor`
 //! process at the binary's own log level.
 
@@ -13,54 +13,88 @@ use serde_json::json;
 
 use crate::RedisServer;
 
-/// Synchronous `tools/call`s of `noop` as a 2026-07-28 client without the tasks extension sends
-/// them (the headers and `_meta` of [`crate::Mcp::call_2026`]), the body made once.
+/// Synchronous `tools/call`s as a 2026-07-28 client without the tasks extension sends them (the
+/// headers and `_meta` of [`crate::Mcp::call_2026`]), of one [`SyncRequest`], the body made once.
 #[derive(Clone)]
 pub struct SyncCaller {
     http: reqwest::Client,
     url: String,
     headers: reqwest::header::HeaderMap,
     body: String,
+    expect: String,
 }
 
-/// The headers of a synchronous 2026-07-28 `tools/call` of `noop`.
-pub const SYNC_HEADERS: [(&str, &str); 5] = [
-    ("Content-Type", "application/json"),
-    ("Accept", "application/json, text/event-stream"),
-    ("MCP-Protocol-Version", "2026-07-28"),
-    ("Mcp-Method", "tools/call"),
-    ("Mcp-Name", "noop"),
-];
+/// One synchronous 2026-07-28 `tools/call` (no tasks extension: the gateway answers with the
+/// result): its body, its headers, and what its reply holds when the call succeeded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncRequest {
+    /// The tool called (the `Mcp-Name` header).
+    pub tool: String,
+    /// The JSON-RPC request.
+    pub body: String,
+    /// What a successful reply body contains: the tool's text as JSON, `"text":"<text>"`.
+    pub expect: String,
+}
 
-/// What a reply to a `noop` call holds when it succeeded.
-pub const OK_REPLY: &str = r#""text":"ok""#;
-
-pub fn sync_body() -> String {
-    json!({
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "tools/call",
-        "params": {
-            "name": "noop",
-            "arguments": {},
-            "_meta": {
-                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                "io.modelcontextprotocol/clientInfo": {"name": "conveyor-bench", "version": "1"},
-                "io.modelcontextprotocol/clientCapabilities": {},
+impl SyncRequest {
+    /// A call of `tool` with `arguments`, whose reply holds a text content of `reply_text`.
+    pub fn new(tool: &str, arguments: serde_json::Value, reply_text: &str) -> Self {
+        let body = json!({
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {
+                "name": tool,
+                "arguments": arguments,
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientInfo": {"name": "conveyor-bench", "version": "1"},
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                },
             },
-        },
-    })
-    .to_string()
+        })
+        .to_string();
+        let expect = format!(r#""text":{}"#, serde_json::Value::from(reply_text));
+        Self { tool: tool.to_owned(), body, expect }
+    }
+
+    /// A call of the `noop` fixture, which answers `ok`.
+    pub fn noop() -> Self {
+        Self::new("noop", json!({}), "ok")
+    }
+
+    /// The HTTP headers of the call.
+    pub fn headers(&self) -> [(&'static str, &str); 5] {
+        [
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("MCP-Protocol-Version", "2026-07-28"),
+            ("Mcp-Method", "tools/call"),
+            ("Mcp-Name", &self.tool),
+        ]
+    }
 }
 
 impl SyncCaller {
+    /// Calls of `noop`.
     pub fn new(url: &str) -> anyhow::Result<Self> {
+        Self::with_request(url, &SyncRequest::noop())
+    }
+
+    /// Calls of `request`.
+    pub fn with_request(url: &str, request: &SyncRequest) -> anyhow::Result<Self> {
         let mut headers = reqwest::header::HeaderMap::new();
-        for (name, value) in SYNC_HEADERS {
+        for (name, value) in request.headers() {
             headers.insert(reqwest::header::HeaderName::from_bytes(name.as_bytes())?, value.parse()?);
         }
         let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build()?;
-        Ok(Self { http, url: url.to_owned(), headers, body: sync_body() })
+        Ok(Self {
+            http,
+            url: url.to_owned(),
+            headers,
+            body: request.body.clone(),
+            expect: request.expect.clone(),
+        })
     }
 
     /// One call; its time from send to the whole reply.
@@ -71,7 +105,10 @@ impl SyncCaller {
         let status = response.status();
         let text = response.text().await?;
         let elapsed = started.elapsed();
-        anyhow::ensure!(status == 200 && text.contains(OK_REPLY), "a sync call answered {status}: {text}");
+        anyhow::ensure!(
+            status == 200 && text.contains(&self.expect),
+            "a sync call answered {status}: {text}"
+        );
         Ok(elapsed)
     }
 }
@@ -121,8 +158,13 @@ impl std::fmt::Display for Latencies {
 
 /// Redis's own CPU time so far (`used_cpu_sys + used_cpu_user` from `INFO cpu`).
 pub fn redis_cpu_seconds(redis: &RedisServer) -> anyhow::Result<f64> {
-    let mut conn = redis.connection()?;
-    let info: String = redis::cmd("INFO").arg("cpu").query(&mut conn)?;
+    redis_cpu_seconds_on(&mut redis.connection()?)
+}
+
+/// [`redis_cpu_seconds`] on a connection already open (so that no new connection's handshake
+/// shows among the commands of a window being counted).
+pub fn redis_cpu_seconds_on(conn: &mut redis::Connection) -> anyhow::Result<f64> {
+    let info: String = redis::cmd("INFO").arg("cpu").query(conn)?;
     let field = |name: &str| -> anyhow::Result<f64> {
         info.lines()
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
@@ -161,11 +203,11 @@ fn clock_ticks() -> f64 {
 
 /// A `conveyor` process at the binary's own log level (`info`, or `RUST_LOG` from the bench's
 /// environment), not the end-to-end tests' debug level, whose line per node would cost CPU that a
-/// deployment does not spend. A gateway listens on a free port and is waited for.
+/// deployment does not spend. A gateway (or `up`) listens on a free port and is waited for.
 pub struct BenchProcess {
     pub command: &'static str,
     pub child: std::process::Child,
-    /// `http://127.0.0.1:<port>` of a gateway; empty for a worker.
+    /// `http://127.0.0.1:<port>` of a gateway or `up`; empty for a worker.
     pub base: String,
     log: std::path::PathBuf,
 }
@@ -191,7 +233,7 @@ impl BenchProcess {
             .envs(crate::process::test_process_env(args, &[]))
             .envs(set.iter().map(|(k, v)| (k, v)))
             .stdin(std::process::Stdio::null());
-        let listen = (command == "gateway").then(|| format!("127.0.0.1:{}", crate::free_port()));
+        let listen = matches!(command, "gateway" | "up").then(|| format!("127.0.0.1:{}", crate::free_port()));
         if let Some(listen) = &listen {
             cmd.args(["--listen", listen]);
         }

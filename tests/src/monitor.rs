@@ -5,12 +5,18 @@
 //! them apart: a client's command is printed as `1700000000.123456 [0 127.0.0.1:5555] "EVALSHA" ...`
 //! and a command run by a script as `1700000000.123457 [0 lua] "HSET" ...`.
 //!
+//! It also tells apart the commands that wait rather than work: blocking reads (`XREADGROUP` or
+//! `XREAD` with `BLOCK`, and the blocking pops) and the subscription commands and `PING`s of
+//! pub/sub connections (a connection counts as one when it subscribes during the run, or when
+//! `CLIENT LIST` shows it subscribed as the monitor starts), for the idle command rate of a
+//! deployment.
+//!
 //! [`Monitor::stop`] is exact: it sends `ECHO <marker>` on a connection of its own and reads the
 //! feed up to that line, so every command Redis executed before `stop` was called is counted. The
 //! monitor's and the marker's own connections are left out. `MONITOR` slows Redis down a lot, so
 //! count commands in a run of their own rather than in a timed one.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::sync::Arc;
@@ -36,6 +42,18 @@ pub struct MonitorCounts {
     pub script_by_command: BTreeMap<String, u64>,
     /// Feed lines that did not parse as a command (none are expected).
     pub unparsed_lines: u64,
+    /// Client commands that wait for data (also in [`MonitorCounts::client_commands`]):
+    /// `XREADGROUP` and `XREAD` with `BLOCK`, `BLPOP`, `BRPOP`, `BLMOVE`, `BRPOPLPUSH`, `BLMPOP`,
+    /// `BZPOPMIN`, `BZPOPMAX` and `BZMPOP`.
+    pub blocking_reads: u64,
+    /// [`MonitorCounts::blocking_reads`] per command name, uppercased.
+    pub blocking_by_command: BTreeMap<String, u64>,
+    /// Commands of pub/sub connections (also in [`MonitorCounts::client_commands`]): `SUBSCRIBE`,
+    /// `SSUBSCRIBE`, `PSUBSCRIBE` and their unsubscribes, and `PING` from a connection that is
+    /// subscribed.
+    pub pubsub_commands: u64,
+    /// [`MonitorCounts::pubsub_commands`] per command name, uppercased.
+    pub pubsub_by_command: BTreeMap<String, u64>,
 }
 
 impl MonitorCounts {
@@ -61,17 +79,20 @@ pub struct Monitor {
 }
 
 impl Monitor {
-    /// Connects to `redis_url` (`redis://host[:port][/db]`, no credentials), sends `MONITOR`,
-    /// waits for its `OK` and counts from then on.
+    /// Connects to `redis_url` (`redis://host[:port][/db]`, no credentials), notes the
+    /// connections subscribed to channels (`CLIENT LIST`), sends `MONITOR`, waits for its `OK`
+    /// and counts from then on.
     pub fn start(redis_url: &str) -> anyhow::Result<Self> {
         let address = address(redis_url)?;
         let mut stream =
             TcpStream::connect(&address).with_context(|| format!("cannot connect to Redis at {address}"))?;
         stream.set_nodelay(true)?;
-        stream.write_all(&command(&["MONITOR"]))?;
         let own = stream.local_addr()?.to_string();
         let mut reader = BufReader::with_capacity(1 << 20, stream.try_clone()?);
         reader.get_mut().set_read_timeout(Some(Duration::from_secs(5)))?;
+        stream.write_all(&command(&["CLIENT", "LIST"]))?;
+        let subscribers = subscribed_clients(&read_bulk(&mut reader, &address)?);
+        stream.write_all(&command(&["MONITOR"]))?;
         let mut reply = String::new();
         reader.read_line(&mut reply).with_context(|| format!("no reply to MONITOR from {address}"))?;
         anyhow::ensure!(reply.trim_end() == "+OK", "MONITOR on {address} answered {:?}", reply.trim_end());
@@ -84,7 +105,7 @@ impl Monitor {
             let (stopping, marker) = (stopping.clone(), marker.clone());
             std::thread::Builder::new()
                 .name("redis-monitor".to_owned())
-                .spawn(move || count(reader, &own, &stopping, &marker))?
+                .spawn(move || count(reader, &own, subscribers, &stopping, &marker))?
         };
         Ok(Self { address, stream, stopping, thread: Some(thread), marker })
     }
@@ -133,11 +154,14 @@ impl Drop for Monitor {
 fn count(
     mut reader: BufReader<TcpStream>,
     own: &str,
+    mut subscribers: HashSet<String>,
     stopping: &AtomicBool,
     marker: &str,
 ) -> anyhow::Result<MonitorCounts> {
     let mut client: HashMap<String, u64> = HashMap::new();
     let mut script: HashMap<String, u64> = HashMap::new();
+    let mut blocking: HashMap<String, u64> = HashMap::new();
+    let mut pubsub: HashMap<String, u64> = HashMap::new();
     let mut counts = MonitorCounts::default();
     let mut line = Vec::with_capacity(1024);
     let mut last_data = Instant::now();
@@ -163,13 +187,24 @@ fn count(
             Some(Line { command, .. }) if command.eq_ignore_ascii_case("ECHO") && text.contains(marker) => {
                 break;
             }
-            Some(Line { client: source, command }) => {
+            Some(Line { client: source, command, args }) => {
                 if source == "lua" {
                     counts.script_commands += 1;
                     bump(&mut script, command);
                 } else if source != own {
                     counts.client_commands += 1;
                     bump(&mut client, command);
+                    if is_blocking_read(command, args) {
+                        counts.blocking_reads += 1;
+                        bump(&mut blocking, command);
+                    } else if is_subscription(command) {
+                        subscribers.insert(source.to_owned());
+                        counts.pubsub_commands += 1;
+                        bump(&mut pubsub, command);
+                    } else if command.eq_ignore_ascii_case("PING") && subscribers.contains(source) {
+                        counts.pubsub_commands += 1;
+                        bump(&mut pubsub, command);
+                    }
                 }
             }
             None => counts.unparsed_lines += 1,
@@ -178,7 +213,74 @@ fn count(
     }
     counts.by_command = client.into_iter().collect();
     counts.script_by_command = script.into_iter().collect();
+    counts.blocking_by_command = blocking.into_iter().collect();
+    counts.pubsub_by_command = pubsub.into_iter().collect();
     Ok(counts)
+}
+
+/// Whether a client's command waits for data: a blocking pop, or `XREAD`/`XREADGROUP` with a
+/// `BLOCK` option (before `STREAMS`; `args` is the rest of the feed line, quoted words).
+fn is_blocking_read(command: &str, args: &str) -> bool {
+    const POPS: [&str; 8] =
+        ["BLPOP", "BRPOP", "BLMOVE", "BRPOPLPUSH", "BLMPOP", "BZPOPMIN", "BZPOPMAX", "BZMPOP"];
+    if POPS.iter().any(|p| command.eq_ignore_ascii_case(p)) {
+        return true;
+    }
+    if !(command.eq_ignore_ascii_case("XREADGROUP") || command.eq_ignore_ascii_case("XREAD")) {
+        return false;
+    }
+    // `"GROUP" "g" "c" "COUNT" "1" "BLOCK" "5000" "STREAMS" ...`: every other piece is a word.
+    for word in args.split('"').skip(1).step_by(2) {
+        if word.eq_ignore_ascii_case("STREAMS") {
+            return false;
+        }
+        if word.eq_ignore_ascii_case("BLOCK") {
+            return true;
+        }
+    }
+    false
+}
+
+/// Whether a command subscribes to, or unsubscribes from, channels.
+fn is_subscription(command: &str) -> bool {
+    ["SUBSCRIBE", "SSUBSCRIBE", "PSUBSCRIBE", "UNSUBSCRIBE", "SUNSUBSCRIBE", "PUNSUBSCRIBE"]
+        .iter()
+        .any(|c| command.eq_ignore_ascii_case(c))
+}
+
+/// Reads a bulk string reply (`$<len>\r\n<bytes>\r\n`); an error reply reads as nothing (a server
+/// that refuses `CLIENT LIST` leaves the pub/sub connections to be recognised by what they send).
+fn read_bulk(reader: &mut BufReader<TcpStream>, address: &str) -> anyhow::Result<String> {
+    let mut header = String::new();
+    reader.read_line(&mut header).with_context(|| format!("no reply to CLIENT LIST from {address}"))?;
+    if header.starts_with('-') {
+        return Ok(String::new());
+    }
+    let len: usize = header
+        .trim_end()
+        .strip_prefix('$')
+        .and_then(|n| n.parse().ok())
+        .with_context(|| format!("CLIENT LIST on {address} answered {:?}", header.trim_end()))?;
+    let mut body = vec![0; len + 2];
+    reader.read_exact(&mut body)?;
+    body.truncate(len);
+    Ok(String::from_utf8_lossy(&body).into_owned())
+}
+
+/// The addresses of the connections `CLIENT LIST` shows subscribed to channels, patterns or shard
+/// channels.
+fn subscribed_clients(list: &str) -> HashSet<String> {
+    list.lines()
+        .filter_map(|line| {
+            let field = |name: &str| {
+                line.split(' ').find_map(|kv| kv.strip_prefix(name).and_then(|v| v.strip_prefix('=')))
+            };
+            let subscribed = ["sub", "psub", "ssub"]
+                .iter()
+                .any(|name| field(name).and_then(|n| n.parse::<u64>().ok()).is_some_and(|n| n > 0));
+            subscribed.then(|| field("addr").map(str::to_owned)).flatten()
+        })
+        .collect()
 }
 
 /// Counts one `command`, uppercased (without allocating for a name already counted that way).
@@ -190,11 +292,13 @@ fn bump(counts: &mut HashMap<String, u64>, command: &str) {
     }
 }
 
-/// One command of the feed: who ran it (`lua` or the client's `ip:port`) and its name as printed.
+/// One command of the feed: who ran it (`lua` or the client's `ip:port`), its name as printed,
+/// and the rest of the line (its arguments, quoted).
 #[derive(Debug, PartialEq, Eq)]
 struct Line<'a> {
     client: &'a str,
     command: &'a str,
+    args: &'a str,
 }
 
 /// Parses `+1700000000.123456 [0 127.0.0.1:5555] "SET" "k" "v"` (the `+` is optional). The client
@@ -207,11 +311,11 @@ fn parse_line(line: &str) -> Option<Line<'_>> {
     let (_db, rest) = rest.split_once(' ')?;
     let (client, rest) = rest.split_once("] \"")?;
     // A command name has no quotes or escapes in it; anything else is not a command line.
-    let (command, _args) = rest.split_once('"')?;
+    let (command, args) = rest.split_once('"')?;
     if command.is_empty() || command.contains('\\') {
         return None;
     }
-    Some(Line { client, command })
+    Some(Line { client, command, args })
 }
 
 /// `host:port` from `redis://host[:port][/db]`.
@@ -251,16 +355,22 @@ mod tests {
 
     #[test]
     fn lines_parse() {
-        let line = |client, command| Some(Line { client, command });
+        let line = |client, command, args| Some(Line { client, command, args });
         assert_eq!(
             parse_line(r#"+1700000000.123456 [0 127.0.0.1:5555] "EVALSHA" "abc" "1" "k""#),
-            line("127.0.0.1:5555", "EVALSHA")
+            line("127.0.0.1:5555", "EVALSHA", r#" "abc" "1" "k""#)
         );
-        assert_eq!(parse_line(r#"1700000000.123456 [3 lua] "hset" "k" "f" "v""#), line("lua", "hset"));
-        assert_eq!(parse_line(r#"1700000000.1 [0 [::1]:6000] "get" "a\"] \"b""#), line("[::1]:6000", "get"));
+        assert_eq!(
+            parse_line(r#"1700000000.123456 [3 lua] "hset" "k" "f" "v""#),
+            line("lua", "hset", r#" "k" "f" "v""#)
+        );
+        assert_eq!(
+            parse_line(r#"1700000000.1 [0 [::1]:6000] "get" "a\"] \"b""#),
+            line("[::1]:6000", "get", r#" "a\"] \"b""#)
+        );
         assert_eq!(
             parse_line(r#"1700000000.1 [0 unix:/tmp/r.sock] "PING""#),
-            line("unix:/tmp/r.sock", "PING")
+            line("unix:/tmp/r.sock", "PING", "")
         );
         assert_eq!(parse_line("+OK"), None);
         assert_eq!(parse_line("-ERR something"), None);
@@ -322,6 +432,50 @@ mod tests {
         let again = Monitor::start(&server.url())?;
         let _: i64 = redis::cmd("INCR").arg("n").query(&mut conn)?;
         assert_eq!(again.stop()?.by_command, BTreeMap::from([("INCR".into(), 1)]));
+        Ok(())
+    }
+
+    /// Sends one command on a raw connection and reads until `until` shows up in the replies.
+    fn raw(stream: &mut TcpStream, words: &[&str], until: &str) -> anyhow::Result<()> {
+        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+        stream.write_all(&command(words))?;
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 512];
+        while !String::from_utf8_lossy(&seen).contains(until) {
+            let n = stream.read(&mut buf)?;
+            anyhow::ensure!(n > 0, "the connection closed");
+            seen.extend_from_slice(&buf[..n]);
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn blocking_reads_and_pubsub_connections_are_told_apart() -> anyhow::Result<()> {
+        let server = RedisServer::start()?;
+        let mut conn = server.connection()?;
+        // Subscribed before the monitor starts: known from CLIENT LIST.
+        let mut early = TcpStream::connect(address(&server.url())?)?;
+        raw(&mut early, &["SUBSCRIBE", "a"], "subscribe")?;
+        let monitor = Monitor::start(&server.url())?;
+        raw(&mut early, &["PING"], "pong")?;
+        // Subscribed while it runs.
+        let mut late = TcpStream::connect(address(&server.url())?)?;
+        raw(&mut late, &["SSUBSCRIBE", "b"], "ssubscribe")?;
+        raw(&mut late, &["PING"], "pong")?;
+        let _: () = redis::cmd("XADD").arg("s").arg("*").arg("f").arg("v").query(&mut conn)?;
+        let _: redis::Value =
+            redis::cmd("XREAD").arg("BLOCK").arg(10).arg("STREAMS").arg("s").arg("$").query(&mut conn)?;
+        let _: redis::Value =
+            redis::cmd("XREAD").arg("COUNT").arg(1).arg("STREAMS").arg("s").arg("0").query(&mut conn)?;
+        let _: redis::Value = redis::cmd("BLPOP").arg("list").arg(0.01).query(&mut conn)?;
+        let _: String = redis::cmd("PING").query(&mut conn)?;
+        let counts = monitor.stop()?;
+
+        assert_eq!(counts.blocking_reads, 2, "{counts:?}");
+        assert_eq!(counts.blocking_by_command, BTreeMap::from([("BLPOP".into(), 1), ("XREAD".into(), 1)]));
+        assert_eq!(counts.pubsub_commands, 3, "{counts:?}");
+        assert_eq!(counts.pubsub_by_command, BTreeMap::from([("PING".into(), 2), ("SSUBSCRIBE".into(), 1)]));
+        assert_eq!((counts.client("XREAD"), counts.client("PING"), counts.client_commands), (2, 3, 8));
         Ok(())
     }
 }

@@ -12,30 +12,59 @@
 //!    worker does) (at the binary's own log level). A `tools/call` of
 //!    the `noop` fixture as a synchronous 2026-07-28 call (no tasks extension: the gateway creates
 //!    a hidden task, a worker runs it, the gateway answers with the result), C in flight, N calls
-//!    after a warm-up: calls/s and p50/p90/p99. Driven by `wrk` when it is installed (one thread;
-//!    a Lua script checks every reply body and marks the N-th reply, then wrk is stopped), else
-//!    by this process's HTTP client. Either driver takes CPU from the same cores; it is reported.
+//!    after a warm-up: calls/s and p50/p90/p99. Driven by `wrk` when it is installed (one thread,
+//!    C connections; a Lua script checks every reply body for the tool's text and marks the N-th
+//!    reply, then wrk is stopped), else by this process's HTTP client. Either driver takes CPU
+//!    from the same cores; it is reported.
 //! 3. **Round trip at one connection**: sequential sync calls through HTTP (this process's
 //!    client), p50/p90/p99, beside BullMQ's add→completed.
 //! 4. **Fan-out**: one `run_dag` task through the gateway, root → F no-op nodes → sink, polled
-//!    with `tasks/get` every 10 ms until completed: nodes/s.
-//! 5. **Queue core without HTTP**, in this process: a [`Store`] creates no-op tasks (sync mode, the
+//!    with `tasks/get` every 10 ms until completed: nodes/s. The deployment of 2-4 is then
+//!    stopped with SIGTERM, so that its workers neither take later sections' tasks nor stay
+//!    behind as lost workers.
+//! 5. **The deployment a user starts**: `conveyor up --workers 2 --fixtures --no-auth`, one
+//!    process running a gateway and two workers (at their default concurrency) with every fixture
+//!    tool. Synchronous `tools/call`s of the `greet` fixture (`{"name": "bench"}`, answered
+//!    `Hello, bench!`) through its `/mcp`, as in 2 (C connections, N calls after a warm-up):
+//!    calls/s, latency, and per call Redis CPU, Redis commands and the `conveyor up` process's
+//!    CPU. `--skip-up` leaves this load out.
+//! 6. **Idle command rate**: the Redis commands per second a deployment with nothing to do sends,
+//!    over `--idle-seconds` (30): (a) the `conveyor up` process of 5, after its load and a 5 s
+//!    pause; (b) one `conveyor gateway` and two `conveyor worker --fixtures` processes (default
+//!    lease), started fresh, after one call and a 5 s pause. Counted under `MONITOR` (an idle
+//!    server feeds it little), which tells blocking reads (`XREADGROUP ... BLOCK`) and the
+//!    subscribe commands and `PING`s of pub/sub connections apart from the rest: commands/s sent
+//!    in all and beyond those, the top commands, the commands scripts ran, `INFO commandstats`
+//!    over the same window (scripts' commands included), and the CPU Redis and the deployment
+//!    spent. `--skip-idle` leaves it out.
+//! 7. **Takeover delay**: one `conveyor gateway` and two `conveyor worker --fixtures --lease-ms
+//!    3000 --name ...`. A `slow_compute` task (2026-07-28 tasks extension) starts on one worker
+//!    (its node's `worker` field in Redis names it), that worker is killed with SIGKILL, and the
+//!    node's status, attempt and worker are read from Redis every 10 ms until the node runs
+//!    again, with the next attempt, on the other worker: the delay from the kill, printed as
+//!    lease + X s. Three times (a fresh worker replaces the killed one each time), each saying
+//!    whether the killed worker held the deployment's maintenance lease; the table holds the
+//!    slowest. `--skip-takeover` leaves it out.
+//! 8. **Queue core without HTTP**, in this process: a [`Store`] creates no-op tasks (sync mode, the
 //!    process's inbox as waiter; the local waiter is registered before the create) and
 //!    [`conveyor_worker::run`] runs them with the fixtures registry at concurrency 64. (a) N
 //!    tasks, K in flight, timed from create to the terminal status event: tasks/s. (b) N tasks
 //!    created first with no worker (add rate), then a worker started and timed until the last one
 //!    settles: the consume rate, BullMQ's add-then-consume shape. (c) Sequential tasks: the round
 //!    trip without HTTP.
-//! 6. **Cost per call**, for the sync HTTP run and the queue-core run (a): Redis CPU per call
-//!    (`used_cpu_sys + used_cpu_user` delta over the measured run), Redis commands per call
-//!    (`INFO commandstats`, as BullMQ's figure), Conveyor's CPU per call (`utime + stime` from
-//!    `/proc/<pid>/stat` of the gateway and workers, or of this process), Redis time per command
-//!    (`INFO commandstats` usec: wall time, so it can exceed CPU time when cores are short); and,
-//!    from a separate smaller run under `MONITOR` (which slows Redis down, so never during a timed
-//!    run), the commands Conveyor sends per call apart from the commands its scripts run.
+//! 9. **Cost per call**, for the sync HTTP runs (2 and 5) and the queue-core run (a): Redis CPU
+//!    per call (`used_cpu_sys + used_cpu_user` delta over the measured run), Redis commands per
+//!    call (`INFO commandstats`, as BullMQ's figure), Conveyor's CPU per call (`utime + stime`
+//!    from `/proc/<pid>/stat` of the gateway and workers, of `conveyor up`, or of this process),
+//!    Redis time per command (`INFO commandstats` usec: wall time, so it can exceed CPU time when
+//!    cores are short); and, from a separate smaller run under `MONITOR` (which slows Redis down,
+//!    so never during a timed run), the commands Conveyor sends per call apart from the commands
+//!    its scripts run.
 //!
-//! It ends with a table of ratios and targets, each marked met or not. Nothing is asserted: a
-//! missed target does not fail the run; errors in Conveyor do.
+//! It ends with a table of every figure that has a target (and a few shown for comparison):
+//! Conveyor's figure, BullMQ's where one applies, the ratio, the target, and whether it is met.
+//! Nothing is asserted on timings (a missed target does not fail the run); errors in Conveyor (a
+//! bad reply, a task that does not complete, a node that is not taken over) do.
 //!
 //! Usage: cargo run --release -p conveyor-tests --bin bench -- --help
 
@@ -47,13 +76,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use conveyor_shared::Store;
+use conveyor_shared::call::CallRecord;
 use conveyor_shared::events::{Delivery, EventHub, Waiter};
 use conveyor_shared::model::{TaskEvent, TaskMode, TaskStatus, new_task_id, now_ms};
 use conveyor_shared::store::{Created, Limits, NewTask};
 use conveyor_tests::bullmq::{self, BullmqFigures, BullmqOptions};
 use conveyor_tests::load::{
-    self, BenchProcess, Latencies, OK_REPLY, SYNC_HEADERS, SyncCaller, process_cpu_seconds,
-    redis_cpu_seconds, sync_body,
+    self, BenchProcess, Latencies, SyncCaller, SyncRequest, process_cpu_seconds, redis_cpu_seconds,
+    redis_cpu_seconds_on,
 };
 use conveyor_tests::mcp::tasks_client_capabilities;
 use conveyor_tests::monitor::{Monitor, MonitorCounts};
@@ -76,8 +106,12 @@ Usage: cargo run --release -p conveyor-tests --bin bench -- [options]
   --fanout F          nodes between root and sink of the run_dag; BullMQ fan-out jobs (10000)
   --latency-calls L   sequential calls for the round trip (500)
   --monitor-calls M   calls counted under MONITOR, HTTP and queue core each (2000)
+  --idle-seconds S    window of each idle command-rate measurement (30)
   --skip-bullmq       leave BullMQ out (no ratios)
-  --skip-http         leave the gateway and worker processes out (queue core only)
+  --skip-http         leave out the gateway and noop worker processes (sync noop, round trip, fan-out)
+  --skip-up           leave out sync greet calls on `conveyor up --workers 2 --fixtures --no-auth`
+  --skip-idle         leave out the idle command rates (of `conveyor up`; of a gateway + 2 workers)
+  --skip-takeover     leave out the takeover delay of a SIGKILLed worker's node
   -h, --help          this text";
 
 /// Worker concurrency of every Conveyor worker, in a process or in this one.
@@ -94,8 +128,12 @@ struct Options {
     fanout: usize,
     latency_calls: usize,
     monitor_calls: u64,
+    idle_seconds: u64,
     skip_bullmq: bool,
     skip_http: bool,
+    skip_up: bool,
+    skip_idle: bool,
+    skip_takeover: bool,
 }
 
 fn parse() -> anyhow::Result<Options> {
@@ -108,8 +146,12 @@ fn parse() -> anyhow::Result<Options> {
         fanout: 10_000,
         latency_calls: 500,
         monitor_calls: 2000,
+        idle_seconds: 30,
         skip_bullmq: false,
         skip_http: false,
+        skip_up: false,
+        skip_idle: false,
+        skip_takeover: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -128,8 +170,12 @@ fn parse() -> anyhow::Result<Options> {
             "--fanout" => options.fanout = value()? as usize,
             "--latency-calls" => options.latency_calls = value()? as usize,
             "--monitor-calls" => options.monitor_calls = value()?,
+            "--idle-seconds" => options.idle_seconds = value()?,
             "--skip-bullmq" => options.skip_bullmq = true,
             "--skip-http" => options.skip_http = true,
+            "--skip-up" => options.skip_up = true,
+            "--skip-idle" => options.skip_idle = true,
+            "--skip-takeover" => options.skip_takeover = true,
             "-h" | "--help" => {
                 println!("{HELP}");
                 std::process::exit(0);
@@ -161,11 +207,21 @@ async fn main() -> anyhow::Result<()> {
     } else {
         let deployment = Deployment::start(&redis, &options)?;
         let figures = measure_http(&redis, &deployment, &options, cores).await?;
-        drop(deployment); // its workers would take the queue core's tasks
+        // Its workers would take the next sections' tasks; stopped cleanly, they leave no lost
+        // worker behind for the idle measurements.
+        deployment.stop().await?;
         Some(figures)
     };
+    let up = if options.skip_up && options.skip_idle {
+        None
+    } else {
+        Some(measure_up(&redis, &options, cores).await?)
+    };
+    let split_idle = if options.skip_idle { None } else { Some(measure_split_idle(&redis, &options).await?) };
+    let takeover = if options.skip_takeover { None } else { Some(measure_takeover(&redis).await?) };
     let core = measure_core(&redis, &options, cores).await?;
-    print_ratios(bullmq.as_ref(), http.as_ref(), &core);
+    let figures = Figures { bullmq, http, up, split_idle, takeover, core };
+    print_ratios(&figures, &options);
     Ok(())
 }
 
@@ -215,7 +271,7 @@ fn measure_bullmq(redis: &RedisServer, options: &Options) -> anyhow::Result<Bull
 }
 
 // ---------------------------------------------------------------------------------------------
-// 2-4 and 6. Conveyor through HTTP
+// 2-4 and 9. Conveyor through HTTP
 
 /// What the HTTP part measured.
 struct HttpFigures {
@@ -254,7 +310,8 @@ async fn measure_http(
     // One call through the full client first, so that a wrong reply shape shows as itself.
     let reply = mcp.call_2026("tools/call", json!({"name": "noop", "arguments": {}}), json!({})).await?;
     anyhow::ensure!(reply.result()["content"][0]["text"] == "ok", "a sync noop call answered {}", reply.raw);
-    let caller = SyncCaller::new(&deployment.gateway.mcp_url())?;
+    let request = SyncRequest::noop();
+    let caller = SyncCaller::with_request(&deployment.gateway.mcp_url(), &request)?;
     println!();
     println!(
         "== Conveyor sync tools/call over HTTP: 1 gateway + {} worker process(es) x concurrency {WORKER_CONCURRENCY}",
@@ -263,17 +320,9 @@ async fn measure_http(
 
     let warmup = (options.calls / 10).max(200);
     load::drive(&caller, warmup, options.concurrency).await?;
-    let sync = sync_calls(redis, deployment, &caller, options).await?;
-    println!(
-        "  throughput  {} calls, {} in flight, driven by {}: {:.2} s, {:.0} calls/s",
-        sync.calls,
-        options.concurrency,
-        sync.driver,
-        sync.seconds,
-        sync.calls as f64 / sync.seconds
-    );
-    println!("  latency     {}", sync.latency);
-    print_cost("  per call   ", &sync.cost, Some(("load generator", sync.client_cpu_us)), cores);
+    let url = deployment.gateway.mcp_url();
+    let sync = sync_calls(redis, deployment.processes(), &url, &request, &caller, options).await?;
+    sync.print(options, cores);
 
     let round_trip = round_trip(|| caller.call(), options.latency_calls).await?;
     println!("  round trip  one call at a time ({} calls): {round_trip}", options.latency_calls);
@@ -295,18 +344,41 @@ async fn measure_http(
     Ok(HttpFigures { sync, round_trip, fanout, counts })
 }
 
-/// The measured run of sync calls, with wrk when installed.
+impl SyncRun {
+    fn print(&self, options: &Options, cores: usize) {
+        println!(
+            "  throughput  {} calls, {} in flight, driven by {}: {:.2} s, {:.0} calls/s",
+            self.calls,
+            options.concurrency,
+            self.driver,
+            self.seconds,
+            self.calls as f64 / self.seconds
+        );
+        println!("  latency     {}", self.latency);
+        print_cost("  per call   ", &self.cost, Some(("load generator", self.client_cpu_us)), cores);
+    }
+
+    fn per_sec(&self) -> f64 {
+        self.calls as f64 / self.seconds
+    }
+}
+
+/// The measured run of sync calls of `request` to `url`, with wrk when installed (else with
+/// `caller`, which makes the same call); `processes` are the deployment's, for their CPU.
 async fn sync_calls(
     redis: &RedisServer,
-    deployment: &Deployment,
+    processes: Vec<(String, u32)>,
+    url: &str,
+    request: &SyncRequest,
     caller: &SyncCaller,
     options: &Options,
 ) -> anyhow::Result<SyncRun> {
-    let meter = Meter::start(redis, deployment.processes())?;
+    let meter = Meter::start(redis, processes)?;
     if wrk_installed() {
-        let url = deployment.gateway.mcp_url();
+        let (url, request) = (url.to_owned(), request.clone());
         let (calls, concurrency) = (options.calls, options.concurrency);
-        let run = tokio::task::spawn_blocking(move || drive_wrk(&url, calls, concurrency)).await??;
+        let run =
+            tokio::task::spawn_blocking(move || drive_wrk(&url, &request, calls, concurrency)).await??;
         let cost = meter.stop(run.requests)?;
         if run.bad > 0 || run.socket_errors > 0 {
             bail!(
@@ -416,6 +488,14 @@ impl Deployment {
         Ok(Self { gateway, workers })
     }
 
+    /// Stops every process with SIGTERM and waits for each to exit cleanly.
+    async fn stop(mut self) -> anyhow::Result<()> {
+        for worker in &mut self.workers {
+            worker.terminate().await?;
+        }
+        self.gateway.terminate().await
+    }
+
     /// The processes by name, for CPU readings.
     fn processes(&self) -> Vec<(String, u32)> {
         let mut all = vec![("gateway".to_owned(), self.gateway.child.id())];
@@ -453,17 +533,19 @@ struct WrkRun {
     cpu_seconds: f64,
 }
 
-/// The Lua script of a wrk run: the request, a check of every reply, `BENCH_DONE` on stderr at
-/// the `calls`-th reply, and the figures on one stdout line at the end.
-fn wrk_script(calls: u64) -> String {
+/// The Lua script of a wrk run: the request, a check of every reply (HTTP 200 and the request's
+/// expected text), `BENCH_DONE` on stderr at the `calls`-th reply, and the figures on one stdout
+/// line at the end.
+fn wrk_script(request: &SyncRequest, calls: u64) -> String {
     let mut headers = String::new();
-    for (name, value) in SYNC_HEADERS {
-        headers.push_str(&format!("wrk.headers[\"{name}\"] = \"{value}\"\n"));
+    for (name, value) in request.headers() {
+        headers.push_str(&format!("wrk.headers[\"{name}\"] = [==[{value}]==]\n"));
     }
     format!(
         r#"wrk.method = "POST"
 wrk.body = [==[{body}]==]
 {headers}
+local expect = [==[{expect}]==]
 local limit = {calls}
 local seen = 0
 bad = 0
@@ -471,7 +553,7 @@ first_bad = ""
 
 function response(status, headers, body)
   seen = seen + 1
-  if status ~= 200 or not string.find(body, '{OK_REPLY}', 1, true) then
+  if status ~= 200 or not string.find(body, expect, 1, true) then
     bad = bad + 1
     if first_bad == "" then first_bad = status .. " " .. string.sub(body, 1, 400) end
   end
@@ -495,15 +577,16 @@ function done(summary, latency, requests)
   if first ~= "" then io.write("BENCH_FIRST_BAD ", (string.gsub(first, "%s+", " ")), "\n") end
 end
 "#,
-        body = sync_body(),
+        body = request.body,
+        expect = request.expect,
     )
 }
 
-/// Runs wrk (one thread, `concurrency` connections) until `calls` replies arrived, then stops it
-/// with SIGINT so that it prints its figures.
-fn drive_wrk(url: &str, calls: u64, concurrency: usize) -> anyhow::Result<WrkRun> {
+/// Runs wrk (one thread, `concurrency` connections) sending `request` until `calls` replies
+/// arrived, then stops it with SIGINT so that it prints its figures.
+fn drive_wrk(url: &str, request: &SyncRequest, calls: u64, concurrency: usize) -> anyhow::Result<WrkRun> {
     let script = std::env::temp_dir().join(format!("conveyor-bench-{}.lua", std::process::id()));
-    std::fs::write(&script, wrk_script(calls))?;
+    std::fs::write(&script, wrk_script(request, calls))?;
     let mut child = Command::new("wrk")
         .args(["-t1", &format!("-c{concurrency}"), "-d3600s", "--timeout", "60s", "-s"])
         .arg(&script)
@@ -567,7 +650,469 @@ fn drive_wrk(url: &str, calls: u64, concurrency: usize) -> anyhow::Result<WrkRun
 }
 
 // ---------------------------------------------------------------------------------------------
-// 5-6. The queue core in this process
+// 5-6. The deployment a user starts, and the idle command rate
+
+/// Workers of the `conveyor up` process.
+const UP_WORKERS: usize = 2;
+/// The pause after a load, or after a deployment started, before an idle window opens.
+const IDLE_SETTLE: Duration = Duration::from_secs(5);
+
+/// What the `conveyor up` section measured.
+struct UpFigures {
+    /// Sync `greet` calls (`None` with `--skip-up`).
+    sync: Option<SyncRun>,
+    /// Its idle command rate after the load (`None` with `--skip-idle`).
+    idle: Option<IdleRun>,
+}
+
+async fn measure_up(redis: &RedisServer, options: &Options, cores: usize) -> anyhow::Result<UpFigures> {
+    let workers = UP_WORKERS.to_string();
+    let mut up = BenchProcess::start(
+        "up",
+        &redis.url(),
+        &["--workers", &workers, "--fixtures", "--no-auth"],
+        &[],
+        &[],
+    )?;
+    let url = up.mcp_url();
+    let mcp = Mcp::new(url.clone());
+    mcp.wait_for_tool("greet", Duration::from_secs(30)).await?;
+    println!();
+    println!(
+        "== conveyor up --workers {UP_WORKERS} --fixtures --no-auth: one process, a gateway and {UP_WORKERS} workers (default concurrency) with every fixture tool"
+    );
+    let sync = if options.skip_up {
+        None
+    } else {
+        // One call through the full client first, so that a wrong reply shows as itself.
+        let arguments = json!({"name": "bench"});
+        let request = SyncRequest::new("greet", arguments.clone(), "Hello, bench!");
+        let reply =
+            mcp.call_2026("tools/call", json!({"name": "greet", "arguments": arguments}), json!({})).await?;
+        anyhow::ensure!(
+            reply.result()["content"][0]["text"] == "Hello, bench!",
+            "a sync greet call answered {}",
+            reply.raw
+        );
+        let caller = SyncCaller::with_request(&url, &request)?;
+        load::drive(&caller, (options.calls / 10).max(200), options.concurrency).await?;
+        let processes = vec![("conveyor up".to_owned(), up.child.id())];
+        let run = sync_calls(redis, processes, &url, &request, &caller, options).await?;
+        println!("  sync tools/call of greet {{\"name\": \"bench\"}} through /mcp:");
+        run.print(options, cores);
+        Some(run)
+    };
+    let idle = if options.skip_idle {
+        None
+    } else {
+        let processes = vec![("conveyor up".to_owned(), up.child.id())];
+        settle(redis, &processes).await?;
+        let run = idle_window(redis, processes, Duration::from_secs(options.idle_seconds)).await?;
+        run.print(if options.skip_up { "after it started" } else { "after the load" });
+        Some(run)
+    };
+    up.terminate().await?;
+    Ok(UpFigures { sync, idle })
+}
+
+/// The idle command rate of one `conveyor gateway` and two `conveyor worker --fixtures`
+/// processes, started fresh.
+async fn measure_split_idle(redis: &RedisServer, options: &Options) -> anyhow::Result<IdleRun> {
+    let mut gateway = BenchProcess::start("gateway", &redis.url(), &[], &[], &[])?;
+    let mut workers = (0..UP_WORKERS)
+        .map(|_| BenchProcess::start("worker", &redis.url(), &["--fixtures"], &[], &[]))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mcp = Mcp::new(gateway.mcp_url());
+    mcp.wait_for_tool("greet", Duration::from_secs(30)).await?;
+    let reply = mcp
+        .call_2026("tools/call", json!({"name": "greet", "arguments": {"name": "idle"}}), json!({}))
+        .await?;
+    anyhow::ensure!(
+        reply.result()["content"][0]["text"] == "Hello, idle!",
+        "a sync greet call answered {}",
+        reply.raw
+    );
+    println!();
+    println!(
+        "== conveyor gateway + {UP_WORKERS} x conveyor worker --fixtures (default lease), started fresh, after one call"
+    );
+    let mut processes = vec![("gateway".to_owned(), gateway.child.id())];
+    processes.extend(workers.iter().enumerate().map(|(i, w)| (format!("worker {}", i + 1), w.child.id())));
+    settle(redis, &processes).await?;
+    let run = idle_window(redis, processes, Duration::from_secs(options.idle_seconds)).await?;
+    run.print("after one call");
+    for worker in &mut workers {
+        worker.terminate().await?;
+    }
+    gateway.terminate().await?;
+    Ok(run)
+}
+
+/// Waits until a worker of the deployment (of one of `processes`) holds the maintenance lease
+/// (a worker of an earlier section may hold it until it lapses, and a new holder first looks
+/// over every shard and stream once), then [`IDLE_SETTLE`] more.
+async fn settle(redis: &RedisServer, processes: &[(String, u32)]) -> anyhow::Result<()> {
+    use conveyor_shared::keys::{MAINTAINER, WORKERS};
+    let pids: Vec<u32> = processes.iter().map(|(_, pid)| *pid).collect();
+    let mut conn = redis.connection()?;
+    let started = Instant::now();
+    loop {
+        let holder: Option<String> = redis::cmd("GET").arg(MAINTAINER).query(&mut conn)?;
+        let record: Option<String> = match &holder {
+            Some(name) => redis::cmd("HGET").arg(WORKERS).arg(name).query(&mut conn)?,
+            None => None,
+        };
+        let pid = record
+            .and_then(|r| serde_json::from_str::<serde_json::Value>(&r).ok())
+            .and_then(|r| r["pid"].as_u64());
+        if pid.is_some_and(|pid| pids.iter().any(|p| u64::from(*p) == pid)) {
+            break;
+        }
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(120),
+            "no worker of the deployment took the maintenance lease within 120 s (held by {holder:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(IDLE_SETTLE).await;
+    Ok(())
+}
+
+/// Commands a deployment sent over a window in which it had nothing to do.
+struct IdleRun {
+    seconds: f64,
+    counts: MonitorCounts,
+    /// `INFO commandstats` calls over the window (scripts' commands included; the monitor's own
+    /// `CLIENT LIST`, `MONITOR` and `ECHO` left out).
+    info_commands: u64,
+    /// Redis CPU over the window, seconds.
+    redis_cpu: f64,
+    /// The deployment's CPU over the window, process by process, seconds.
+    processes: Vec<(String, f64)>,
+}
+
+/// Opens a `MONITOR` for `window` with nothing else sent by this process, and reads
+/// `INFO commandstats` and CPU times around it (on one connection opened before, so that no
+/// handshake falls inside).
+async fn idle_window(
+    redis: &RedisServer,
+    processes: Vec<(String, u32)>,
+    window: Duration,
+) -> anyhow::Result<IdleRun> {
+    let mut conn = redis.connection()?;
+    let stats_before = CommandStats::read_on(&mut conn)?;
+    let redis_before = redis_cpu_seconds_on(&mut conn)?;
+    let cpu_before: Vec<f64> = processes.iter().map(|(_, pid)| process_cpu_seconds(*pid)).collect();
+    let started = Instant::now();
+    let monitor = Monitor::start(&redis.url())?;
+    tokio::time::sleep(window).await;
+    let counts = tokio::task::spawn_blocking(move || monitor.stop()).await??;
+    let seconds = started.elapsed().as_secs_f64();
+    let stats_after = CommandStats::read_on(&mut conn)?;
+    let redis_cpu = redis_cpu_seconds_on(&mut conn)? - redis_before;
+    let processes = processes
+        .iter()
+        .zip(cpu_before)
+        .map(|((name, pid), before)| (name.clone(), process_cpu_seconds(*pid) - before))
+        .collect();
+    // The monitor's own commands: CLIENT LIST and MONITOR on its connection, the stop's ECHO.
+    let own: u64 = ["client|list", "monitor", "echo"]
+        .iter()
+        .map(|name| {
+            let delta = |s: &CommandStats| s.calls.get(*name).copied().unwrap_or(0);
+            (delta(&stats_after) - delta(&stats_before)).min(1)
+        })
+        .sum();
+    let total = |s: &CommandStats| s.calls.values().sum::<u64>();
+    let info_commands = (total(&stats_after) - total(&stats_before)).saturating_sub(own);
+    Ok(IdleRun { seconds, counts, info_commands, redis_cpu, processes })
+}
+
+impl IdleRun {
+    fn rate(&self, n: u64) -> f64 {
+        n as f64 / self.seconds.max(1e-9)
+    }
+
+    /// Commands sent per second beyond blocking reads and pub/sub connections' subscriptions.
+    fn beyond_blocking(&self) -> f64 {
+        let c = &self.counts;
+        self.rate(c.client_commands.saturating_sub(c.blocking_reads + c.pubsub_commands))
+    }
+
+    fn print(&self, after: &str) {
+        let c = &self.counts;
+        println!(
+            "  idle        {:.1} s with nothing to do, {after}, once one of its workers held maintenance, and a {} s pause: {:.2} commands/s sent; {:.2}/s beyond blocking reads ({:.2}/s) and pub/sub connections' subscribe and PING ({:.2}/s)",
+            self.seconds,
+            IDLE_SETTLE.as_secs(),
+            self.rate(c.client_commands),
+            self.beyond_blocking(),
+            self.rate(c.blocking_reads),
+            self.rate(c.pubsub_commands),
+        );
+        // Each command once: blocking reads and pub/sub commands apart from the same name's others.
+        let mut top: Vec<(String, u64)> = Vec::new();
+        for (name, &n) in &c.by_command {
+            let blocking = c.blocking_by_command.get(name).copied().unwrap_or(0);
+            let pubsub = c.pubsub_by_command.get(name).copied().unwrap_or(0);
+            let rest = n.saturating_sub(blocking + pubsub);
+            for (label, n) in [
+                (name.clone(), rest),
+                (format!("{name} BLOCK"), blocking),
+                (format!("{name} (pub/sub)"), pubsub),
+            ] {
+                if n > 0 {
+                    top.push((label, n));
+                }
+            }
+        }
+        top.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let list = |l: &[(String, u64)]| {
+            l.iter()
+                .take(8)
+                .map(|(name, n)| format!("{name} {:.2}", self.rate(*n)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        println!(
+            "  idle top    commands sent per s: {}",
+            if top.is_empty() { "none".to_owned() } else { list(&top) }
+        );
+        let mut scripts: Vec<(String, u64)> =
+            c.script_by_command.iter().map(|(name, &n)| (name.clone(), n)).collect();
+        scripts.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        println!(
+            "  idle        run inside scripts {:.2}/s ({}); INFO commandstats {:.2}/s in all",
+            self.rate(c.script_commands),
+            if scripts.is_empty() { "none".to_owned() } else { list(&scripts) },
+            self.rate(self.info_commands)
+        );
+        let mut cpu = format!("Redis {:.2}%", self.redis_cpu * 100.0 / self.seconds.max(1e-9));
+        for (name, seconds) in &self.processes {
+            cpu.push_str(&format!(", {name} {:.2}%", seconds * 100.0 / self.seconds.max(1e-9)));
+        }
+        println!("  idle        CPU of one core: {cpu}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 7. Takeover of a killed worker's node
+
+/// The lease of the takeover's workers.
+const TAKEOVER_LEASE: Duration = Duration::from_millis(3000);
+/// Workers killed, one after the other.
+const TAKEOVER_TRIALS: usize = 3;
+
+/// What the takeover section measured.
+struct TakeoverFigures {
+    trials: Vec<TakeoverTrial>,
+}
+
+impl TakeoverFigures {
+    /// The slowest trial's delay beyond the lease, seconds.
+    fn worst_beyond_lease(&self) -> Option<f64> {
+        self.trials.iter().map(TakeoverTrial::beyond_lease).max_by(f64::total_cmp)
+    }
+}
+
+/// One killed worker.
+struct TakeoverTrial {
+    /// From the kill until the node was queued again (seen at the same poll as `running` when
+    /// both happened within one poll).
+    requeued: Option<Duration>,
+    /// From the kill until the node ran again on another worker.
+    running: Duration,
+    killed: String,
+    took_over: String,
+    attempt: u64,
+    /// Whether the killed worker held the deployment's maintenance lease.
+    killed_maintainer: bool,
+}
+
+impl TakeoverTrial {
+    fn beyond_lease(&self) -> f64 {
+        self.running.as_secs_f64() - TAKEOVER_LEASE.as_secs_f64()
+    }
+}
+
+/// A worker of the takeover section, named so that a node's `worker` field says which it is.
+fn takeover_worker(redis: &RedisServer, name: &str) -> anyhow::Result<BenchProcess> {
+    let lease = TAKEOVER_LEASE.as_millis().to_string();
+    BenchProcess::start(
+        "worker",
+        &redis.url(),
+        &["--fixtures", "--lease-ms", &lease, "--name", name],
+        &[],
+        &[],
+    )
+}
+
+async fn measure_takeover(redis: &RedisServer) -> anyhow::Result<TakeoverFigures> {
+    let mut gateway = BenchProcess::start("gateway", &redis.url(), &[], &[], &[])?;
+    let mut workers: Vec<(String, BenchProcess)> = Vec::new();
+    for i in 0..2 {
+        let name = format!("bench-takeover-{}", i + 1);
+        workers.push((name.clone(), takeover_worker(redis, &name)?));
+    }
+    let mcp = Mcp::new(gateway.mcp_url());
+    mcp.wait_for_tool("slow_compute", Duration::from_secs(30)).await?;
+    println!();
+    println!(
+        "== Takeover: conveyor gateway + 2 x conveyor worker --fixtures --lease-ms {}; the worker running a slow_compute task's node gets SIGKILL",
+        TAKEOVER_LEASE.as_millis()
+    );
+    let mut conn = redis.connection()?;
+    let mut trials = Vec::new();
+    for trial in 1..=TAKEOVER_TRIALS {
+        let names: Vec<String> = workers.iter().map(|(name, _)| name.clone()).collect();
+        let maintainer = wait_takeover_ready(&mut conn, &names).await?;
+        let created = mcp
+            .call_2026(
+                "tools/call",
+                json!({"name": "slow_compute", "arguments": {"seconds": 120, "label": "takeover"}}),
+                tasks_client_capabilities(),
+            )
+            .await?;
+        let task = created.result()["taskId"]
+            .as_str()
+            .with_context(|| format!("slow_compute created no task: {}", truncated(&created.raw)))?
+            .to_owned();
+        let key = conveyor_tests::process::nodes_key(&task);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let (attempt, losses, running_on) = loop {
+            let node = RootNode::read(&mut conn, &key)?;
+            if node.status == "running"
+                && let Some(worker) = node.worker
+            {
+                break (node.attempt, node.losses, worker);
+            }
+            anyhow::ensure!(Instant::now() < deadline, "the node of task {task} never ran: {node:?}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let index = workers
+            .iter()
+            .position(|(name, _)| *name == running_on)
+            .with_context(|| format!("task {task} runs on {running_on}, none of {names:?}"))?;
+        let (killed, mut process) = workers.remove(index);
+        process.child.kill()?;
+        let killed_at = Instant::now();
+        process.child.wait()?;
+
+        let deadline = killed_at + TAKEOVER_LEASE * 4 + Duration::from_secs(30);
+        let mut requeued = None;
+        let (running, took_over, attempt) = loop {
+            let node = RootNode::read(&mut conn, &key)?;
+            let now = killed_at.elapsed();
+            if requeued.is_none() && (node.status == "queued" || node.losses > losses) {
+                requeued = Some(now);
+            }
+            if node.attempt > attempt && node.status == "running" {
+                let took_over = node.worker.clone().unwrap_or_default();
+                break (now, took_over, node.attempt);
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "the node of task {task} was not taken over from {killed} within {:?}: {node:?}",
+                deadline - killed_at
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        anyhow::ensure!(took_over != killed, "the node of task {task} runs on the killed worker again");
+        let run = TakeoverTrial {
+            requeued,
+            running,
+            killed_maintainer: maintainer == killed,
+            killed,
+            took_over,
+            attempt,
+        };
+        println!(
+            "  takeover {trial}  lease {:.1} s + {:.3} s: killed {} ({}), node queued again after {}, running again after {:.3} s on {} (attempt {})",
+            TAKEOVER_LEASE.as_secs_f64(),
+            run.beyond_lease(),
+            run.killed,
+            if run.killed_maintainer { "held the maintenance lease" } else { "not the maintainer" },
+            run.requeued.map_or_else(|| "(not seen)".to_owned(), |d| format!("{:.3} s", d.as_secs_f64())),
+            run.running.as_secs_f64(),
+            run.took_over,
+            run.attempt
+        );
+        trials.push(run);
+
+        let cancelled =
+            mcp.call_2026("tasks/cancel", json!({"taskId": task}), tasks_client_capabilities()).await?;
+        anyhow::ensure!(
+            cancelled.message.get("error").is_none(),
+            "tasks/cancel of {task} failed: {}",
+            truncated(&cancelled.raw)
+        );
+        if trial < TAKEOVER_TRIALS {
+            let name = format!("bench-takeover-{}", trial + 2);
+            workers.push((name.clone(), takeover_worker(redis, &name)?));
+        }
+    }
+    for (_, worker) in &mut workers {
+        worker.terminate().await?;
+    }
+    gateway.terminate().await?;
+    Ok(TakeoverFigures { trials })
+}
+
+/// Waits until every one of `names` has announced itself (its liveness in the catalog) and one of
+/// them holds the maintenance lease (a worker of an earlier section may hold it until it lapses);
+/// returns the holder.
+async fn wait_takeover_ready(conn: &mut redis::Connection, names: &[String]) -> anyhow::Result<String> {
+    use conveyor_shared::keys::{ALIVE, MAINTAINER};
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let holder: Option<String> = redis::cmd("GET").arg(MAINTAINER).query(conn)?;
+        let mut alive = true;
+        for name in names {
+            let score: Option<f64> = redis::cmd("ZSCORE").arg(ALIVE).arg(name).query(conn)?;
+            alive &= score.is_some();
+        }
+        if alive && let Some(holder) = holder.as_ref().filter(|h| names.contains(h)) {
+            return Ok(holder.clone());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the takeover's workers {names:?} were not all live with one holding maintenance (held by {holder:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The root node of a task as Redis holds it.
+#[derive(Debug)]
+struct RootNode {
+    status: String,
+    attempt: u64,
+    worker: Option<String>,
+    /// Times the node lost its worker (counted when maintenance queues it again).
+    losses: u64,
+}
+
+impl RootNode {
+    fn read(conn: &mut redis::Connection, nodes_key: &str) -> anyhow::Result<Self> {
+        type Fields = (Option<String>, Option<u64>, Option<String>, Option<u64>);
+        let (status, attempt, worker, losses): Fields = redis::cmd("HMGET")
+            .arg(nodes_key)
+            .arg("root:status")
+            .arg("root:attempt")
+            .arg("root:worker")
+            .arg("root:losses")
+            .query(conn)?;
+        Ok(Self {
+            status: status.unwrap_or_default(),
+            attempt: attempt.unwrap_or(0),
+            worker,
+            losses: losses.unwrap_or(0),
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 8-9. The queue core in this process
 
 /// What the queue-core part measured.
 struct CoreFigures {
@@ -695,11 +1240,13 @@ impl Core {
             task_id: task_id.clone(),
             owner: "bench".to_owned(),
             tool: "noop".to_owned(),
-            arguments: json!({}),
+            call: CallRecord {
+                wire: "2026-07-28".to_owned(),
+                arguments: json!({}),
+                poll_interval_ms: 1000,
+                ..CallRecord::default()
+            },
             ttl_ms: 3_600_000,
-            poll_interval_ms: 1000,
-            wire: "2026-07-28".to_owned(),
-            progress_token: None,
             traceparent: None,
             mode: TaskMode::Sync,
             status_message: "Queued: noop".to_owned(),
@@ -709,11 +1256,9 @@ impl Core {
             queues: Default::default(),
             waiter: Some(self.hub.inbox(shard)),
             index_retention_ms: 86_400_000,
-            client_capabilities: json!({}),
             input_responses: None,
             escalable: false,
             call_key: None,
-            log_level: None,
             max_bytes: 0,
         };
         match self.store.create_task(&new, &Limits::default()).await? {
@@ -891,8 +1436,11 @@ struct CommandStats {
 
 impl CommandStats {
     fn read(redis: &RedisServer) -> anyhow::Result<Self> {
-        let mut conn = redis.connection()?;
-        let info: String = redis::cmd("INFO").arg("commandstats").query(&mut conn)?;
+        Self::read_on(&mut redis.connection()?)
+    }
+
+    fn read_on(conn: &mut redis::Connection) -> anyhow::Result<Self> {
+        let info: String = redis::cmd("INFO").arg("commandstats").query(conn)?;
         let mut stats = Self { calls: HashMap::new(), usec: HashMap::new() };
         for line in info.lines() {
             let Some((name, rest)) = line.strip_prefix("cmdstat_").and_then(|l| l.split_once(':')) else {
@@ -986,7 +1534,18 @@ fn truncated(text: &str) -> String {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 7. Ratios and targets
+// 10. Ratios and targets
+
+/// Everything the run measured.
+struct Figures {
+    bullmq: Option<BullmqFigures>,
+    http: Option<HttpFigures>,
+    up: Option<UpFigures>,
+    /// The idle command rate of a gateway and two worker processes.
+    split_idle: Option<IdleRun>,
+    takeover: Option<TakeoverFigures>,
+    core: CoreFigures,
+}
 
 /// How a figure is held against its target.
 enum Goal {
@@ -1001,98 +1560,152 @@ enum Goal {
 }
 
 struct Row {
-    what: &'static str,
+    what: String,
     conveyor: Option<f64>,
     bullmq: Option<f64>,
     goal: Goal,
 }
 
-fn print_ratios(bullmq: Option<&BullmqFigures>, http: Option<&HttpFigures>, core: &CoreFigures) {
-    let b = |f: fn(&BullmqFigures) -> f64| bullmq.map(f);
-    let h = |f: fn(&HttpFigures) -> f64| http.map(f);
+fn row(what: impl Into<String>, conveyor: Option<f64>, bullmq: Option<f64>, goal: Goal) -> Row {
+    Row { what: what.into(), conveyor, bullmq, goal }
+}
+
+fn print_ratios(figures: &Figures, options: &Options) {
+    let Figures { bullmq, http, up, split_idle, takeover, core } = figures;
+    let b = |f: fn(&BullmqFigures) -> f64| bullmq.as_ref().map(f);
+    let h = |f: fn(&HttpFigures) -> f64| http.as_ref().map(f);
+    let up_sync = up.as_ref().and_then(|u| u.sync.as_ref());
+    let up_idle = up.as_ref().and_then(|u| u.idle.as_ref());
+    let consume = b(|b| b.consume.jobs_per_sec);
+    let cycle_cpu = b(|b| b.cycle.redis_cpu_us_per_job);
     let rows = [
-        Row {
-            what: "sync HTTP calls/s ÷ BullMQ consume jobs/s",
-            conveyor: h(|h| h.sync.calls as f64 / h.sync.seconds),
-            bullmq: b(|b| b.consume.jobs_per_sec),
-            goal: Goal::RatioAtLeast(0.5),
-        },
-        Row {
-            what: "queue core create→settle tasks/s ÷ consume",
-            conveyor: Some(core.settle.per_sec()),
-            bullmq: b(|b| b.consume.jobs_per_sec),
-            goal: Goal::RatioAtLeast(1.5),
-        },
-        Row {
-            what: "queue core consume tasks/s ÷ consume",
-            conveyor: Some(core.consume.per_sec()),
-            bullmq: b(|b| b.consume.jobs_per_sec),
-            goal: Goal::RatioAtLeast(1.5),
-        },
-        Row {
-            what: "queue core add tasks/s ÷ BullMQ add jobs/s",
-            conveyor: Some(core.add.per_sec()),
-            bullmq: b(|b| b.add.jobs_per_sec),
-            goal: Goal::None,
-        },
-        Row {
-            what: "fan-out nodes/s ÷ BullMQ fan-out jobs/s",
-            conveyor: h(|h| h.fanout.nodes as f64 / h.fanout.seconds),
-            bullmq: b(|b| b.fanout.jobs_per_sec),
-            goal: Goal::RatioAtLeast(0.75),
-        },
-        Row {
-            what: "round trip p50 ms, sync HTTP vs add→completed",
-            conveyor: h(|h| h.round_trip.p50),
-            bullmq: b(|b| b.latency.p50_ms),
-            goal: Goal::RatioAtMost(1.0),
-        },
-        Row {
-            what: "round trip p50 ms, queue core vs add→completed",
-            conveyor: Some(core.round_trip.p50),
-            bullmq: b(|b| b.latency.p50_ms),
-            goal: Goal::RatioAtMost(1.0),
-        },
-        Row {
-            what: "commands sent per call, sync HTTP (MONITOR)",
-            conveyor: h(|h| h.counts.client),
-            bullmq: None,
-            goal: Goal::AtMost(6.0),
-        },
-        Row {
-            what: "commands sent per task, queue core (MONITOR)",
-            conveyor: Some(core.counts.client),
-            bullmq: None,
-            goal: Goal::AtMost(6.0),
-        },
-        Row {
-            what: "Redis CPU µs per call, sync HTTP vs cycle",
-            conveyor: h(|h| h.sync.cost.redis_cpu_us),
-            bullmq: b(|b| b.cycle.redis_cpu_us_per_job),
-            goal: Goal::RatioAtMost(1.0),
-        },
-        Row {
-            what: "Redis CPU µs per task, queue core vs cycle",
-            conveyor: Some(core.settle.cost.redis_cpu_us),
-            bullmq: b(|b| b.cycle.redis_cpu_us_per_job),
-            goal: Goal::RatioAtMost(1.0),
-        },
-        Row {
-            what: "Redis CPU µs per task, core add + consume vs cycle",
-            conveyor: Some(core.add.cost.redis_cpu_us + core.consume.cost.redis_cpu_us),
-            bullmq: b(|b| b.cycle.redis_cpu_us_per_job),
-            goal: Goal::RatioAtMost(1.0),
-        },
-        Row {
-            what: "Redis commands per call (INFO), sync HTTP vs cycle",
-            conveyor: h(|h| h.sync.cost.redis_commands),
-            bullmq: b(|b| b.cycle.redis_commands_per_job),
-            goal: Goal::None,
-        },
+        // The targets, in the order they are set.
+        row(
+            "sync greet calls/s, conveyor up ÷ consume",
+            up_sync.map(SyncRun::per_sec),
+            consume,
+            Goal::RatioAtLeast(0.5),
+        ),
+        row(
+            "sync noop calls/s, one noop worker ÷ consume",
+            h(|h| h.sync.per_sec()),
+            consume,
+            Goal::RatioAtLeast(0.6),
+        ),
+        row(
+            "queue core create→settle tasks/s ÷ consume",
+            Some(core.settle.per_sec()),
+            consume,
+            Goal::RatioAtLeast(1.5),
+        ),
+        row(
+            format!("{}-node fan-out nodes/s ÷ BullMQ fan-out jobs/s", options.fanout),
+            h(|h| h.fanout.nodes as f64 / h.fanout.seconds),
+            b(|b| b.fanout.jobs_per_sec),
+            Goal::RatioAtLeast(1.0),
+        ),
+        row(
+            "Redis CPU µs per call, conveyor up vs cycle",
+            up_sync.map(|s| s.cost.redis_cpu_us),
+            cycle_cpu,
+            Goal::RatioAtMost(1.0),
+        ),
+        row(
+            "Redis CPU µs per call, one noop worker vs cycle",
+            h(|h| h.sync.cost.redis_cpu_us),
+            cycle_cpu,
+            Goal::RatioAtMost(0.8),
+        ),
+        row(
+            "gateway + worker CPU µs per call (sync noop)",
+            h(|h| h.sync.cost.process_cpu_us),
+            None,
+            Goal::AtMost(45.0),
+        ),
+        row(
+            "idle commands/s beyond blocking reads, up",
+            up_idle.map(IdleRun::beyond_blocking),
+            None,
+            Goal::AtMost(2.0),
+        ),
+        row(
+            format!("idle commands/s beyond blocking, gateway+{UP_WORKERS}w"),
+            split_idle.as_ref().map(IdleRun::beyond_blocking),
+            None,
+            Goal::AtMost(2.0),
+        ),
+        row(
+            format!("takeover delay - lease s, slowest of {TAKEOVER_TRIALS}"),
+            takeover.as_ref().and_then(TakeoverFigures::worst_beyond_lease),
+            None,
+            Goal::AtMost(0.1),
+        ),
+        // The rest.
+        row(
+            "queue core consume tasks/s ÷ consume",
+            Some(core.consume.per_sec()),
+            consume,
+            Goal::RatioAtLeast(1.5),
+        ),
+        row(
+            "queue core add tasks/s ÷ BullMQ add jobs/s",
+            Some(core.add.per_sec()),
+            b(|b| b.add.jobs_per_sec),
+            Goal::None,
+        ),
+        row(
+            "round trip p50 ms, sync HTTP vs add→completed",
+            h(|h| h.round_trip.p50),
+            b(|b| b.latency.p50_ms),
+            Goal::RatioAtMost(1.0),
+        ),
+        row(
+            "round trip p50 ms, queue core vs add→completed",
+            Some(core.round_trip.p50),
+            b(|b| b.latency.p50_ms),
+            Goal::RatioAtMost(1.0),
+        ),
+        row("commands sent per call, sync HTTP (MONITOR)", h(|h| h.counts.client), None, Goal::AtMost(6.0)),
+        row(
+            "commands sent per task, queue core (MONITOR)",
+            Some(core.counts.client),
+            None,
+            Goal::AtMost(6.0),
+        ),
+        row(
+            "Redis CPU µs per task, queue core vs cycle",
+            Some(core.settle.cost.redis_cpu_us),
+            cycle_cpu,
+            Goal::RatioAtMost(1.0),
+        ),
+        row(
+            "Redis CPU µs per task, core add + consume vs cycle",
+            Some(core.add.cost.redis_cpu_us + core.consume.cost.redis_cpu_us),
+            cycle_cpu,
+            Goal::RatioAtMost(1.0),
+        ),
+        row(
+            "Redis commands per call (INFO), sync noop vs cycle",
+            h(|h| h.sync.cost.redis_commands),
+            b(|b| b.cycle.redis_commands_per_job),
+            Goal::None,
+        ),
+        row(
+            "Redis commands per call (INFO), up greet vs cycle",
+            up_sync.map(|s| s.cost.redis_commands),
+            b(|b| b.cycle.redis_commands_per_job),
+            Goal::None,
+        ),
+        row(
+            "conveyor up CPU µs per call (sync greet)",
+            up_sync.map(|s| s.cost.process_cpu_us),
+            None,
+            Goal::None,
+        ),
     ];
     println!();
     println!("== Conveyor against BullMQ {} (targets are reported, not asserted)", bullmq::BULLMQ_VERSION);
-    println!("{:<50} {:>10} {:>10} {:>7}  {:<10} met", "figure", "Conveyor", "BullMQ", "ratio", "target");
+    println!("{:<52} {:>10} {:>10} {:>7}  {:<10} met", "figure", "Conveyor", "BullMQ", "ratio", "target");
     let number = |v: Option<f64>| v.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.2}"));
     for row in rows {
         let ratio = row.conveyor.zip(row.bullmq).map(|(c, b)| c / b);
@@ -1109,7 +1722,7 @@ fn print_ratios(bullmq: Option<&BullmqFigures>, http: Option<&HttpFigures>, core
             None => "n/a",
         };
         println!(
-            "{:<50} {:>10} {:>10} {:>7}  {:<10} {}",
+            "{:<52} {:>10} {:>10} {:>7}  {:<10} {}",
             row.what,
             number(row.conveyor),
             number(row.bullmq),
