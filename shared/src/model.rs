@@ -3,7 +3,7 @@
 //! The gateway turns these into the MCP wire shapes of the client's protocol revision; the worker
 //! never sees MCP types. Field names here are the field names of the Redis hashes.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::str::FromStr;
 
@@ -119,7 +119,7 @@ pub struct TaskRecord {
     pub input_requests: Option<Value>,
     /// The round of the task's input that asked each pending request, by key: an answer that
     /// names its round is taken only for that round's question.
-    pub input_rounds: HashMap<String, u64>,
+    pub input_rounds: BTreeMap<String, u64>,
     /// The node whose content is a DAG task's result.
     pub output_node: Option<String>,
     /// A client's task, or the hidden vehicle of a synchronous call.
@@ -321,7 +321,7 @@ pub enum TaskEvent {
         input_requests: Option<Value>,
         /// The round that asked each of those requests, by key (with `input_requests`).
         #[serde(default, rename = "inputRounds")]
-        input_rounds: Box<HashMap<String, u64>>,
+        input_rounds: Box<BTreeMap<String, u64>>,
         /// The hidden task of a synchronous call became the client's task (the tool said so).
         #[serde(default)]
         escalated: bool,
