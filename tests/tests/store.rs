@@ -718,6 +718,28 @@ async fn the_work_stream_keeps_only_entries_not_yet_done() {
 }
 
 #[tokio::test]
+async fn a_graph_node_starts_with_its_own_arguments_and_not_the_whole_graph() {
+    let mut h = setup().await;
+    let s = Shard(1);
+    let graph = json!({"nodes": [
+        {"id": "a", "tool": "slow_compute", "arguments": {"seconds": 2}},
+        {"id": "b", "tool": "slow_compute", "arguments": {"seconds": 3}, "dependsOn": ["a"]},
+    ]});
+    let mut task = dag_task(s, graph.clone());
+    task.call.arguments = graph;
+    let id = h.create(&task).await;
+    let item = h.item(&id, "a").await;
+    let StartOutcome::Run(start) = h.start_item(&item).await else { panic!("node a did not start") };
+    assert_eq!(start.node_arguments, Some(json!({"seconds": 2})));
+    // Every node start hands its worker the call record: a record that held the graph would cost
+    // each node the whole graph.
+    assert_eq!(start.call.arguments, Value::Null, "{:?}", start.call);
+    assert_eq!(start.call.wire, "2026-07-28");
+    let stored: String = h.conn().hget(task_key(&id), "call").expect("a call record");
+    assert!(!stored.contains("slow_compute"), "the stored record holds the graph: {stored}");
+}
+
+#[tokio::test]
 async fn a_reclaimed_entry_that_is_not_the_nodes_current_one_is_dropped_and_fences_nothing() {
     let mut h = setup().await;
     let s = Shard(3);

@@ -151,6 +151,16 @@ impl Limits {
 }
 
 impl NewTask {
+    /// The call record as the task hash keeps it. A graph's leaves out its arguments (the graph
+    /// itself): its nodes hold their own, and every node start hands the record to its worker, so
+    /// a record that held the graph would cost each of N nodes the whole graph, N² in all.
+    pub fn stored_call(&self) -> CallRecord {
+        match self.graph {
+            Some(_) => CallRecord { arguments: Value::Null, ..self.call.clone() },
+            None => self.call.clone(),
+        }
+    }
+
     /// The task as it stands right after creation, without reading it back.
     pub fn record(&self) -> TaskRecord {
         TaskRecord {
@@ -162,7 +172,7 @@ impl NewTask {
             ttl_ms: self.ttl_ms,
             owner: self.owner.clone(),
             tool: self.tool.clone(),
-            call: self.call.clone(),
+            call: self.stored_call(),
             traceparent: self.traceparent.clone(),
             progress: None,
             total: None,
@@ -426,7 +436,8 @@ impl Store {
         if let Some(key) = &new.call_key {
             keys.push(key.clone());
         }
-        let call_text = new.call.to_text();
+        let stored_call = new.stored_call();
+        let call_text = stored_call.to_text();
         let record = json!({
             "id": new.task_id,
             "owner": new.owner,
@@ -465,7 +476,7 @@ impl Store {
                 // Either a 112-bit collision, or this very create retried after its reply was
                 // lost while Redis was away: then the task is the one we wrote.
                 match self.get_task(&new.task_id).await? {
-                    Some(t) if t.owner == new.owner && t.tool == new.tool && t.call == new.call => {
+                    Some(t) if t.owner == new.owner && t.tool == new.tool && t.call == stored_call => {
                         created_at = Some(t.created_at_ms);
                         Created::Created
                     }

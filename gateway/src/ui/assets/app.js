@@ -555,7 +555,10 @@
     cancel.disabled = false;
     renderGraph(task);
     renderResult(task);
-    $('arguments').textContent = JSON.stringify(task.arguments, null, 2);
+    // A graph keeps no arguments of its own: each node holds its own.
+    $('arguments').textContent = task.arguments === null && task.nodes.length > 1
+      ? '(a graph: each node has its own arguments)'
+      : JSON.stringify(task.arguments, null, 2);
   }
 
   function renderFacts(task) {
