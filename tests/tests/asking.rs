@@ -108,6 +108,11 @@ fn accept(content: Value) -> Value {
     json!({"action": "accept", "content": content})
 }
 
+/// The `requestState` of an `input_required` result, which the next round sends back.
+fn state_of(result: &Value) -> String {
+    result["requestState"].as_str().unwrap_or_else(|| panic!("no requestState in {result}")).to_owned()
+}
+
 fn keys_of(requests: &Value) -> Vec<String> {
     let mut keys: Vec<String> = requests.as_object().map(|o| o.keys().cloned().collect()).unwrap_or_default();
     keys.sort();
@@ -316,7 +321,7 @@ async fn mrtr_rounds_continue_on_any_gateway_and_a_tampered_state_is_refused() {
     assert_eq!(r1["resultType"], "input_required", "{}", round1.raw);
     assert_eq!(keys_of(&r1["inputRequests"]), ["step1"], "{}", round1.raw);
     assert_eq!(r1["inputRequests"]["step1"]["method"], "elicitation/create");
-    let state1 = r1["requestState"].as_str().expect("a requestState").to_owned();
+    let state1 = state_of(r1);
 
     let round2 = sync_call(
         &s.b,
@@ -328,7 +333,7 @@ async fn mrtr_rounds_continue_on_any_gateway_and_a_tampered_state_is_refused() {
     let r2 = round2.result();
     assert_eq!(r2["resultType"], "input_required", "{}", round2.raw);
     assert_eq!(keys_of(&r2["inputRequests"]), ["step2"], "{}", round2.raw);
-    let state2 = r2["requestState"].as_str().expect("a requestState").to_owned();
+    let state2 = state_of(r2);
     assert_ne!(state1, state2, "each round has its own state");
 
     let round3 = sync_call(
@@ -346,12 +351,12 @@ async fn mrtr_rounds_continue_on_any_gateway_and_a_tampered_state_is_refused() {
     // first round's state replayed with an answer for that key answers nothing: the call is
     // still asking, and only the new round's state continues it.
     let first = sync_call(&s.a, tool, None, elicits.clone()).await;
-    let first_state = first.result()["requestState"].as_str().expect("a requestState").to_owned();
+    let first_state = state_of(first.result());
     let declined =
         sync_call(&s.b, tool, Some((&first_state, json!({"step1": {"action": "decline"}}))), elicits.clone())
             .await;
     assert_eq!(keys_of(&declined.result()["inputRequests"]), ["step1"], "{}", declined.raw);
-    let again = declined.result()["requestState"].as_str().expect("a requestState").to_owned();
+    let again = state_of(declined.result());
     let replayed = sync_call(
         &s.a,
         tool,
@@ -374,7 +379,7 @@ async fn mrtr_rounds_continue_on_any_gateway_and_a_tampered_state_is_refused() {
     )
     .await;
     assert_eq!(keys_of(&named.result()["inputRequests"]), ["step2"], "{}", named.raw);
-    let state = named.result()["requestState"].as_str().expect("a requestState").to_owned();
+    let state = state_of(named.result());
     let done = sync_call(
         &s.a,
         tool,
@@ -388,7 +393,7 @@ async fn mrtr_rounds_continue_on_any_gateway_and_a_tampered_state_is_refused() {
     let tampered_tool = "test_input_required_result_tampered_state";
     let asked = sync_call(&s.b, tampered_tool, None, elicits.clone()).await;
     assert_eq!(asked.result()["resultType"], "input_required", "{}", asked.raw);
-    let state = asked.result()["requestState"].as_str().expect("a requestState").to_owned();
+    let state = state_of(asked.result());
     let mut chars: Vec<char> = state.chars().collect();
     let at = chars.len() / 3;
     chars[at] = if chars[at] == 'A' { 'B' } else { 'A' };
@@ -568,7 +573,7 @@ async fn url_elicitation_is_sent_only_to_a_client_that_takes_it() {
     assert_eq!(request["params"]["mode"], "url", "{}", asked.raw);
     assert_eq!(request["params"]["url"], "https://example.com/connect/git");
     assert!(request["params"]["elicitationId"].as_str().is_some_and(|id| id.starts_with("connect-")));
-    let state = asked.result()["requestState"].as_str().expect("a requestState").to_owned();
+    let state = state_of(asked.result());
     let done =
         call(json!({"elicitation": {"url": {}}}), Some((state, json!({"sign_in": {"action": "accept"}}))))
             .await;

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use conveyor_shared::events::Waiter;
-use conveyor_shared::model::{TaskRecord, now_ms};
+use conveyor_shared::model::TaskRecord;
 use conveyor_shared::store::AnswerOutcome;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -85,8 +85,8 @@ struct RoundState {
     /// that a state replayed later never answers a new question under the same key.
     #[serde(default)]
     r: u64,
-    /// When the round can no longer be continued (the task's end of life), ms since the epoch.
-    x: u64,
+    // No expiry of its own: the task's hash expires by Redis's clock, and a state whose task is
+    // gone is refused by `answer_input`, whatever this gateway's clock says.
 }
 
 /// Follows a synchronous call's hidden task: its result when it ends; on 2026-07-28 the input
@@ -161,7 +161,6 @@ fn input_required(key: &SigningKey, task: &TaskRecord) -> Value {
         n: task.tool.clone(),
         k: keys,
         r: input_round,
-        x: task.created_at_ms.saturating_add(task.ttl_ms),
     };
     json!({
         "resultType": "input_required",
@@ -204,9 +203,6 @@ pub(super) async fn continue_round(
             "Invalid params: the call this `requestState` continues has ended or expired; call `{tool}` again without it"
         ))
     };
-    if round.x <= now_ms() {
-        return Err(gone());
-    }
     let responses = responses.unwrap_or_default();
     // A state issued before rounds were numbered (r = 0) names none.
     let rounds: HashMap<String, u64> =
