@@ -8,14 +8,14 @@
 --
 -- KEYS[1] task hash (it holds the nodes)   KEYS[2] load hash
 -- KEYS[3 ..] the work stream of each of the task's queues, in the order of the task's `queues`
--- ARGV[1] the record (JSON): task, owner, responses (key -> the client's result as JSON text),
+-- ARGV[1] the record (MessagePack): task, owner, responses (key -> the client's result as JSON text),
 --   rounds (key -> the round of the question the answer is for, when the answer names one: an
 --   answer whose key is pending from another round is ignored), queues (how many streams
 --   the caller passed)
 -- Returns JSON: {"outcome":"missing"} (no such task) | {"outcome":"denied"} (another owner's task;
 --   nothing written) | {"outcome":"notWaiting",
 --   "status":s} | {"outcome":"answered","remaining":n,"resumed":n} | {"outcome":"queuesChanged"}
-local r = cjson.decode(ARGV[1])
+local r = cmsgpack.unpack(ARGV[1])
 local now = redis_now()
 local task = KEYS[1]
 local state = redis.call('HMGET', task, 'status', 'owner', 'inputKeys', 'queues', 'traceparent', 'waiters',

@@ -3,12 +3,12 @@
 -- learns its status instead.
 --
 -- KEYS[1] task hash   KEYS[2] nodes hash   KEYS[3] load hash   KEYS[4] expiring zset
--- ARGV[1] the record (JSON): task, owner ("" skips the check), message, cancelChannel, token (this
+-- ARGV[1] the record (MessagePack): task, owner ("" skips the check), message, cancelChannel, token (this
 --   request's: a cancel sent again after its reply was lost finds its own token on the task it
 --   cancelled, and answers "cancelled" again rather than "terminal")
 -- Returns JSON: {"outcome":"cancelled","settled":"cancelled","tool":the task's tool,"task","trace"}
 --   | {"outcome":"terminal","status":s} | {"outcome":"missing"}
-local r = cjson.decode(ARGV[1])
+local r = cmsgpack.unpack(ARGV[1])
 local now = redis_now()
 local t = redis.call('HMGET', KEYS[1], 'status', 'owner', 'ttlMs', 'createdAt', 'tool', 'traceparent', 'nodeCount',
   'cancelToken')

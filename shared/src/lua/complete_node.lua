@@ -11,7 +11,7 @@
 -- KEYS[5] expiring zset   KEYS[6] dead-letter stream
 -- KEYS[7 .. 6+Q] the work stream of each of the task's Q queues, in the order of the task's
 -- `queues`, then KEYS[7+Q .. 6+2Q] the held list of each (start_nodes)
--- ARGV[1] the record (JSON): task, node, attempt, outcome ("completed" | "failed" |
+-- ARGV[1] the record (MessagePack): task, node, attempt, outcome ("completed" | "failed" |
 --   "cancelled"), payload (JSON text: the CallToolResult or the JSON-RPC error), isError, message
 --   (status message of a settled single-call task), jitter in [0, 1), maxBackoffMs, final (bool:
 --   no retry whatever is left), deadLetter (bool: a failure that settles the node is recorded in
@@ -23,7 +23,7 @@
 --   "settled" (with settled: the task's status, tool: the task's tool, task, and trace: its stored
 --   trace context, for the task span the worker writes) | "released" (with count)
 --   | "finalize"}, and deadLetter (the entry's id) with nodeTool when a dead letter was written
-local r = cjson.decode(ARGV[1])
+local r = cmsgpack.unpack(ARGV[1])
 local now = redis_now()
 local keys = {task = KEYS[1], nodes = KEYS[2], load = KEYS[3], expiring = KEYS[5]}
 local node = r.node

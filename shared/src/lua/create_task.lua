@@ -6,7 +6,7 @@
 -- KEYS[5] the owner's task index   KEYS[6 .. 5+Q] the work stream of each of the task's queues,
 -- in the order of record.queues   KEYS[6+Q] the idempotency key, when record.idem is true
 -- KEYS[#KEYS] the call key (a synchronous call by its request id), when record.callKey is true
--- ARGV[1] the record (JSON): id, owner, tool, call (the call record as JSON text: stored as it
+-- ARGV[1] the record (MessagePack): id, owner, tool, call (the call record as JSON text: stored as it
 --   is, never decoded here), ttl, trace, mode ("task" | "sync"), index (bool), message, retention
 --   (ms of owner index kept), kind ("single" | "dag"), output, queues, nodes (each: id, tool, args
 --   (absent for a single call's node: it runs with the call's), q, deps, dependents, retries,
@@ -26,7 +26,7 @@
 --   "queued":n} (needed: what this task would add to the count)
 --   (live, nodes: the owner's live tasks and the nodes they hold in this shard; queued: the
 --   shard's queued nodes)
-local r = cjson.decode(ARGV[1])
+local r = cmsgpack.unpack(ARGV[1])
 local now = redis_now()
 local keys = {task = KEYS[1], nodes = KEYS[2], load = KEYS[3]}
 local queue_count = #r.queues

@@ -4,10 +4,10 @@
 -- call with the task instead of the result. Only a call created as escalable changes.
 --
 -- KEYS[1] task hash (it holds the nodes)
--- ARGV[1] the record (JSON): task, node, attempt, message
+-- ARGV[1] the record (MessagePack): task, node, attempt, message
 -- Returns JSON: {"outcome": "escalated" | "unchanged" (not an escalable synchronous call, or over)
 --   | "stale"}
-local r = cjson.decode(ARGV[1])
+local r = cmsgpack.unpack(ARGV[1])
 local now = redis_now()
 local n = node_state(KEYS[1], r.node, {'status', 'mode', 'escalable', 'waiters'})
 if n.status ~= 'running' or n.attempt ~= r.attempt then

@@ -5,10 +5,10 @@
 --
 -- KEYS[1] task hash   KEYS[2] nodes hash   KEYS[3] load hash
 -- KEYS[4 ..] the work stream of each queue in record.queues (the task's queues, then new ones)
--- ARGV[1] the record (JSON): task, node, attempt, output (JSON text), planOutput, nodes (as
+-- ARGV[1] the record (MessagePack): task, node, attempt, output (JSON text), planOutput, nodes (as
 --   create_task reads them, with q indexing record.queues), queues
 -- Returns JSON: {"outcome": "expanded" (with count) | "stale" | "dropped" | "refused" (with reason)}
-local r = cjson.decode(ARGV[1])
+local r = cmsgpack.unpack(ARGV[1])
 local now = redis_now()
 local node = r.node
 local n = node_state(KEYS[2], node)

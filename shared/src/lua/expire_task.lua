@@ -4,10 +4,10 @@
 --
 -- KEYS[1] task hash   KEYS[2] nodes hash   KEYS[3] load hash   KEYS[4] expiring zset
 -- KEYS[5] the owner's task index
--- ARGV[1] the record (JSON): task, cancelChannel
+-- ARGV[1] the record (MessagePack): task, cancelChannel
 -- Returns JSON: {"outcome": "expired" (with settled: "expired" and tool when the task was unsettled)
 --   | "notYet" | "gone"}
-local r = cjson.decode(ARGV[1])
+local r = cmsgpack.unpack(ARGV[1])
 local now = redis_now()
 local t = redis.call('HMGET', KEYS[1], 'status', 'owner', 'createdAt', 'ttlMs', 'tool', 'traceparent', 'nodeCount')
 if not t[1] then

@@ -3,9 +3,9 @@
 -- would drop what it holds, so one that still holds entries stays for maintenance to take over.
 --
 -- KEYS the shard's work streams the worker read
--- ARGV[1] the record (JSON): consumer
+-- ARGV[1] the record (MessagePack): consumer
 -- Returns JSON: {"kept": n (streams where it still holds entries)}
-local r = cjson.decode(ARGV[1])
+local r = cmsgpack.unpack(ARGV[1])
 local kept = 0
 for _, stream in ipairs(KEYS) do
   if redis.call('EXISTS', stream) == 1 then

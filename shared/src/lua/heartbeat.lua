@@ -4,13 +4,13 @@
 -- over) and when the next one passes, so that it wakes for a lost worker and at no other time.
 --
 -- KEYS[1] the workers hash   KEYS[2] the liveness zset   KEYS[3] the maintenance lease
--- ARGV[1] the record (JSON): name, record (the worker's record, JSON text, whose heartbeatMs of 0
+-- ARGV[1] the record (MessagePack): name, record (the worker's record, JSON text, whose heartbeatMs of 0
 --   is set here), leaseMs, maintainForMs (how long the maintenance lease lasts unrenewed),
 --   lapsedMax (most lapsed workers listed)
 -- Returns JSON: {"fresh": bool (the worker was not known: first heartbeat, or Redis lost its
 --   data), "maintainer": bool, "nowMs": Redis's clock, and for the maintainer "lapsed": [{name,
 --   record (JSON text or "")}] and "nextLapseInMs" (null when no other worker is known)}
-local r = cjson.decode(ARGV[1])
+local r = cmsgpack.unpack(ARGV[1])
 local now = redis_now()
 -- The record comes with `"heartbeatMs":0`, set here from Redis's clock; it is not decoded, since
 -- cjson would write its empty lists back as objects.

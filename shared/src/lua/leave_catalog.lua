@@ -4,9 +4,9 @@
 -- its record before its tools).
 --
 -- KEYS[1] the workers hash   KEYS[2] the liveness zset   KEYS[3] the tools hash
--- ARGV[1] the record (JSON): name
+-- ARGV[1] the record (MessagePack): name
 -- Returns JSON: {"tools": n (tools removed)}
-local r = cjson.decode(ARGV[1])
+local r = cmsgpack.unpack(ARGV[1])
 redis.call('HDEL', KEYS[1], r.name)
 redis.call('ZREM', KEYS[2], r.name)
 local offered = {}

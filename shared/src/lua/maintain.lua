@@ -6,11 +6,11 @@
 -- expire_task).
 --
 -- KEYS[1] retry zset   KEYS[2] expiring zset   KEYS[3] the shard's load hash
--- ARGV[1] the record (JSON): max, everyMs (when set-aside nodes wait, the next look is at most
+-- ARGV[1] the record (MessagePack): max, everyMs (when set-aside nodes wait, the next look is at most
 --   this far off)
 -- Returns JSON: {"retries": [members], "expired": [task ids], "nextDueInMs": ms or null,
 --   "setAside": n (nodes set aside in the shard's held lists)}
-local r = cjson.decode(ARGV[1])
+local r = cmsgpack.unpack(ARGV[1])
 local now = redis_now()
 local retries = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, r.max)
 local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, r.max)

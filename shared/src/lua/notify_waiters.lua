@@ -4,10 +4,10 @@
 -- is over says nothing.
 --
 -- KEYS[1] task hash (it holds the nodes)
--- ARGV[1] the record (JSON): node, attempt, event (the inbox message as JSON text, built by the
+-- ARGV[1] the record (MessagePack): node, attempt, event (the inbox message as JSON text, built by the
 --   caller: {"task": ..., "type": ..., ...})
 -- Returns JSON: {"outcome": "recorded" | "refused"} (refused: task over, or a stale attempt)
-local r = cjson.decode(ARGV[1])
+local r = cmsgpack.unpack(ARGV[1])
 local state = redis.call('HMGET', KEYS[1], nf(r.node, 'status'), nf(r.node, 'attempt'), 'status', 'waiters')
 if not is_live(state[3]) or state[1] ~= 'running' or tonumber(state[2]) ~= r.attempt then
   return cjson.encode({outcome = 'refused'})

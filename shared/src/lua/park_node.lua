@@ -11,11 +11,11 @@
 -- answer never answers a later question under the same key.
 --
 -- KEYS[1] task hash (it holds the nodes)   KEYS[2] the work stream the attempt's entry is in
--- ARGV[1] the record (JSON): task, node, attempt, requests (key -> the request as JSON
+-- ARGV[1] the record (MessagePack): task, node, attempt, requests (key -> the request as JSON
 --   text), state (JSON text, or "" for none), message, inlineMax
 -- Returns JSON: {"outcome": "parked" | "dropped" (the task is over; the entry is acknowledged)
 --   | "stale"}
-local r = cjson.decode(ARGV[1])
+local r = cmsgpack.unpack(ARGV[1])
 local now = redis_now()
 local node = r.node
 local n = node_state(KEYS[1], node, {'status', 'kind', 'inputKeys', 'waiters', 'inputRounds'})

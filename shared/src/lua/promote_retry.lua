@@ -2,9 +2,9 @@
 --
 -- KEYS[1] task hash   KEYS[2] nodes hash   KEYS[3] load hash   KEYS[4] retry zset
 -- KEYS[5] the node's work stream
--- ARGV[1] the record (JSON): task, node, member (the retry set's member)
+-- ARGV[1] the record (MessagePack): task, node, member (the retry set's member)
 -- Returns JSON: {"outcome": "promoted" | "dropped"}
-local r = cjson.decode(ARGV[1])
+local r = cmsgpack.unpack(ARGV[1])
 if redis.call('ZREM', KEYS[4], r.member) == 0 then
   return cjson.encode({outcome = 'dropped'})
 end

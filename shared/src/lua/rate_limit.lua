@@ -2,9 +2,9 @@
 -- key holds the theoretical arrival time of the next request; Redis's clock is the one clock).
 --
 -- KEYS[1] the principal's rate key
--- ARGV[1] the record (JSON): intervalMs (1000 / requests per second), burst (requests at once)
+-- ARGV[1] the record (MessagePack): intervalMs (1000 / requests per second), burst (requests at once)
 -- Returns JSON: {"allowed":true} | {"allowed":false,"retryAfterMs":n}
-local r = cjson.decode(ARGV[1])
+local r = cmsgpack.unpack(ARGV[1])
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local tat = tonumber(redis.call('GET', KEYS[1]) or '0') or 0

@@ -4,10 +4,10 @@
 -- acknowledged either way, so the lost worker, when it renews, learns that it lost the node.
 --
 -- KEYS[1] task hash   KEYS[2] nodes hash   KEYS[3] load hash   KEYS[4] the entry's work stream
--- ARGV[1] the record (JSON): task, node, entry, trace
+-- ARGV[1] the record (MessagePack): task, node, entry, trace
 -- Returns JSON: {"outcome": "requeued" (with losses, and for a node that was running, lost: the
 -- attempt its worker was running: tool, attempt, worker, startedMs) | "dropped" (with reason)}
-local r = cjson.decode(ARGV[1])
+local r = cmsgpack.unpack(ARGV[1])
 local status = redis.call('HGET', KEYS[1], 'status')
 local n = node_state(KEYS[2], r.node)
 ack(KEYS[4], r.entry)

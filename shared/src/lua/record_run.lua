@@ -4,10 +4,10 @@
 -- twice, and the runs before it come back as the first call would have seen them.
 --
 -- KEYS[1] the history list
--- ARGV[1] the record (JSON): entry (the run as JSON text: it names its run and time, so that two
+-- ARGV[1] the record (MessagePack): entry (the run as JSON text: it names its run and time, so that two
 --   runs never have the same text), keep
 -- Returns JSON: the entries (JSON texts) recorded before this one, newest first
-local r = cjson.decode(ARGV[1])
+local r = cmsgpack.unpack(ARGV[1])
 local kept = redis.call('LRANGE', KEYS[1], 0, r.keep - 1)
 for i, entry in ipairs(kept) do
   if entry == r.entry then

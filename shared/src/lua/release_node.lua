@@ -3,9 +3,9 @@
 -- the old entry is acknowledged, in one step.
 --
 -- KEYS[1] task hash   KEYS[2] nodes hash   KEYS[3] load hash   KEYS[4] the node's work stream
--- ARGV[1] the record (JSON): task, node, attempt, trace
+-- ARGV[1] the record (MessagePack): task, node, attempt, trace
 -- Returns JSON: {"outcome": "released" | "stale"}
-local r = cjson.decode(ARGV[1])
+local r = cmsgpack.unpack(ARGV[1])
 local n = node_state(KEYS[2], r.node)
 if n.status ~= 'running' or n.attempt ~= r.attempt then
   return cjson.encode({outcome = 'stale'})

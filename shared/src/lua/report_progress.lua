@@ -3,9 +3,9 @@
 -- its message.
 --
 -- KEYS[1] task hash   KEYS[2] nodes hash
--- ARGV[1] the record (JSON): task, node, attempt, progress, total (or null), message (or null)
+-- ARGV[1] the record (MessagePack): task, node, attempt, progress, total (or absent), message (or absent)
 -- Returns JSON: {"outcome": "recorded" | "refused"} (refused: task over, or a stale attempt)
-local r = cjson.decode(ARGV[1])
+local r = cmsgpack.unpack(ARGV[1])
 local now = redis_now()
 local state = redis.call('HMGET', KEYS[2], nf(r.node, 'status'), nf(r.node, 'attempt'), 'status', 'waiters')
 if not is_live(state[3]) or state[1] ~= 'running' or tonumber(state[2]) ~= r.attempt then
@@ -23,13 +23,13 @@ else
   fields[#fields + 1] = 'progress'
   fields[#fields + 1] = r.progress
   event.progress = tonumber(r.progress)
-  if r.total ~= cjson.null then
+  if r.total ~= nil then
     fields[#fields + 1] = 'total'
     fields[#fields + 1] = r.total
     event.total = tonumber(r.total)
   end
 end
-if r.message ~= cjson.null then
+if r.message ~= nil then
   fields[#fields + 1] = 'statusMessage'
   fields[#fields + 1] = r.message
   event.message = r.message

@@ -4,10 +4,10 @@
 --
 -- KEYS[1] task hash   KEYS[2] nodes hash   KEYS[3] load hash   KEYS[4] expiring zset
 -- KEYS[5] the built-in queue's stream (where the finalize entry is)
--- ARGV[1] the record (JSON): task, result (JSON text), isError, message, entry, inlineMax,
+-- ARGV[1] the record (MessagePack): task, result (JSON text), isError, message, entry, inlineMax,
 --   toolErrorFails (bool: the call's wire makes a tool error a failed task, 2025-11-25)
 -- Returns JSON: {"outcome": "settled" (with settled: the task's status, and tool) | "dropped"}
-local r = cjson.decode(ARGV[1])
+local r = cmsgpack.unpack(ARGV[1])
 local now = redis_now()
 ack(KEYS[5], r.entry)
 local t = redis.call('HMGET', KEYS[1], 'status', 'ttlMs', 'owner', 'createdAt', 'tool', 'traceparent', 'nodeCount',

