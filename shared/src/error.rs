@@ -1,7 +1,7 @@
 use thiserror::Error;
 
 /// Failures of the Redis-backed store.
-#[derive(Debug, Error)]
+#[derive(Debug, Clone, Error)]
 pub enum StoreError {
     /// Redis is out of reach (down, restarting, failing over); the operation may be retried.
     #[error(

@@ -717,6 +717,45 @@ async fn the_work_stream_keeps_only_entries_not_yet_done() {
     assert!(h.pending(&stream).is_empty());
 }
 
+/// `complete_node` calls Redis has run so far.
+fn complete_node_calls(h: &Harness) -> u64 {
+    let stats: String = redis::cmd("INFO").arg("commandstats").query(&mut h.conn()).expect("info");
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn completions_that_come_together_settle_in_one_batch_each_as_if_alone() {
+    let mut h = setup().await;
+    let s = Shard(1);
+    let mut attempts = Vec::new();
+    for _ in 0..20 {
+        let id = h.create(&new_task(s)).await;
+        attempts.push(h.start(&id).await);
+    }
+    // The first attempt twice: the second of the pair is stale, whatever batch it lands in.
+    let repeated = attempts[0].clone();
+    let done = ok("done");
+    let before = complete_node_calls(&h);
+    let outcomes = futures::future::join_all(
+        attempts.iter().chain(std::iter::once(&repeated)).map(|a| h.store.complete(a, Some(&done), false, 0)),
+    )
+    .await;
+    let calls = complete_node_calls(&h) - before;
+    let outcomes: Vec<CompleteOutcome> = outcomes.into_iter().map(|o| o.expect("complete")).collect();
+    assert_eq!(outcomes[..20], vec![CompleteOutcome::Settled; 20][..], "{outcomes:?}");
+    assert_eq!(outcomes[20], CompleteOutcome::Stale);
+    assert!(calls <= 2, "21 completions took {calls} script calls");
+    for a in &attempts {
+        let status: Option<String> = h.conn().hget(task_key(&a.task_id), "status").expect("hget");
+        assert_eq!(status.as_deref(), Some("completed"));
+    }
+}
+
 #[tokio::test]
 async fn a_graph_node_starts_with_its_own_arguments_and_not_the_whole_graph() {
     let mut h = setup().await;

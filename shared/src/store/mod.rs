@@ -5,6 +5,7 @@
 //! The operations are grouped by concern:
 //! - [`tasks`]: create, read, watch, cancel, answer input;
 //! - [`nodes`]: start a batch, report progress, ask for input, complete, hand back, plan, settle;
+//! - `completions`: completions of one shard sent as one script call per batch (group commit);
 //! - [`queues`]: consumer groups, batched reads, lease renewal, takeover of lost entries;
 //! - [`maintenance`]: each shard's due retries and expiries, run by one worker at a time;
 //! - [`catalog`]: live workers and the tools they offer;
@@ -21,6 +22,7 @@
 //! or pipeline name.
 
 pub mod catalog;
+mod completions;
 pub mod dead_letters;
 mod effects;
 pub mod history;
@@ -102,6 +104,7 @@ struct Inner {
     hub: OnceCell<EventHub>,
     options: StoreOptions,
     process: String,
+    completions: completions::Completions,
 }
 
 /// A script's record (`ARGV[1]`) as MessagePack, which Redis's Lua unpacks (`cmsgpack.unpack`) in
@@ -143,6 +146,7 @@ impl Store {
                 hub: OnceCell::new(),
                 options,
                 process,
+                completions: Default::default(),
             }),
         })
     }

@@ -554,14 +554,7 @@ impl Store {
             (status, payload, is_error, message)
         };
         let shard = attempt.shard;
-        let mut keys = vec![
-            shard.task(&attempt.task_id),
-            shard.nodes(&attempt.task_id),
-            shard.load(),
-            shard.retries(),
-            shard.expiring(),
-            shard.dead_letters(),
-        ];
+        let mut keys = vec![shard.task(&attempt.task_id), shard.nodes(&attempt.task_id)];
         keys.extend(attempt.queues.iter().map(|q| shard.queue(q)));
         keys.extend(attempt.queues.iter().map(|q| shard.held(q)));
         let record = json!({
@@ -572,7 +565,7 @@ impl Store {
             "deadLetter": dead_letter, "toolErrorFails": attempt.tool_error_fails,
             "cancelChannel": shard.cancel_channel(), "inlineMax": INLINE_MAX,
         });
-        let reply: Value = self.script(&scripts::COMPLETE_NODE, &keys, &record).await?;
+        let reply = self.complete_in_batch(shard, super::completions::Completion { keys, record }).await?;
         let reply: CompleteReply = super::effects::recorded(reply)?;
         Ok(match reply {
             CompleteReply::Stale => CompleteOutcome::Stale,
