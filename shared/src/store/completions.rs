@@ -135,3 +135,35 @@ fn take_batch(waiting: &mut Vec<Waiting>) -> Vec<Waiting> {
     }
     waiting.drain(..count).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn waiting(payload_bytes: usize) -> Waiting {
+        let record = json!({"payload": "x".repeat(payload_bytes)});
+        Waiting {
+            completion: Completion { keys: Vec::new(), record },
+            span: tracing::Span::none(),
+            reply: oneshot::channel().0,
+        }
+    }
+
+    #[test]
+    fn a_batch_takes_the_oldest_within_its_count_and_bytes_and_always_one() {
+        let mut queue: Vec<Waiting> = (0..100).map(|_| waiting(10)).collect();
+        assert_eq!(take_batch(&mut queue).len(), MAX_BATCH);
+        assert_eq!(queue.len(), 100 - MAX_BATCH);
+
+        let mut big = vec![waiting(MAX_BATCH_BYTES * 2), waiting(10)];
+        assert_eq!(take_batch(&mut big).len(), 1, "a batch's first completion goes whatever its size");
+        assert_eq!(big.len(), 1);
+
+        let half = MAX_BATCH_BYTES / 2;
+        let mut halves = vec![waiting(half), waiting(half), waiting(half)];
+        assert_eq!(take_batch(&mut halves).len(), 1, "two halves and their records pass the bound");
+        assert!(take_batch(&mut Vec::new()).is_empty());
+    }
+}
