@@ -3,9 +3,11 @@
 //! acknowledged, how a task settles and who hears of it).
 //!
 //! Every script takes the keys it touches in `KEYS`, all of one shard, and its arguments as one
-//! MessagePack record in `ARGV[1]` (`cmsgpack.unpack` costs a third of `cjson.decode`); it answers
-//! with JSON that decodes to a Rust enum in `store`. Each
-//! carries the name of its file, which names its round trips in the metrics.
+//! MessagePack record in `ARGV[1]` (`cmsgpack.unpack` of a sync call's `create_task` record
+//! costs Redis about 4 µs against 5.5 µs for `cjson.decode` of the same record); it answers with
+//! JSON that decodes to a Rust enum in `store`, except `start_nodes`, which answers plain arrays
+//! so that the call record it hands over is not escaped into a JSON document. Each carries the
+//! name of its file, which names its round trips in the metrics.
 //! `redis::Script` sends `EVALSHA` and loads the script on `NOSCRIPT`, so a restarted or
 //! failed-over Redis gets the scripts back without anyone noticing.
 

@@ -100,8 +100,9 @@ local waiters = '[]'
 if r.waiter ~= '' then
   waiters = cjson.encode({r.waiter})
 end
+local now_text = tostring(now)
 local task_fields = {
-  'status', 'working', 'statusMessage', r.message, 'createdAt', now, 'updatedAt', now, 'ttlMs', r.ttl,
+  'status', 'working', 'statusMessage', r.message, 'createdAt', now_text, 'updatedAt', now_text, 'ttlMs', r.ttl,
   'owner', r.owner, 'tool', r.tool, 'call', r.call, 'traceparent', r.trace, 'mode', r.mode,
   'queues', cjson.encode(r.queues), 'waiters', waiters}
 local function add(field, value)
@@ -126,7 +127,7 @@ end
 if r.answers ~= '' and #r.nodes == 1 then
   add(nf(r.nodes[1].id, 'answers'), r.answers)
 end
-redis.call('HINCRBY', KEYS[3], 'live:' .. r.owner, 1)
+redis.call('HINCRBY', KEYS[3], 'live:' .. r.owner, '1')
 hold_nodes(KEYS[3], r.owner, #r.nodes - 1)
 if #r.nodes == 1 then
   -- A single call: the task and its node in one write.

@@ -27,6 +27,15 @@ local function wake_maintenance(load, channel, due, planned)
   end
 end
 
+-- `-by` as an argument of a command. Numbers cost Redis a formatting each time they go to a
+-- command; the usual one-step counts go as ready texts.
+local function minus(by)
+  if by == 1 then
+    return '-1'
+  end
+  return -by
+end
+
 local function is_live(status)
   return status == 'working' or status == 'input_required'
 end
@@ -49,8 +58,8 @@ end
 local function enqueue(nodes, stream, load, task_id, node, tool, trace)
   local entry = redis.call('XADD', stream, '*', 'task', task_id, 'node', node, 'trace', trace or '')
   redis.call('HSET', nodes, nf(node, 'status'), 'queued', nf(node, 'entry'), entry)
-  redis.call('HINCRBY', load, 'queued', 1)
-  redis.call('HINCRBY', load, 'queued:' .. tool, 1)
+  redis.call('HINCRBY', load, 'queued', '1')
+  redis.call('HINCRBY', load, 'queued:' .. tool, '1')
   return entry
 end
 
@@ -83,13 +92,13 @@ end
 -- Counts a per-owner or per-tool field of the load hash down; one that reaches zero leaves the hash,
 -- so that it holds the owners and tools with work in the shard, not every one there ever was.
 local function count_down(load, field, by)
-  if redis.call('HINCRBY', load, field, -by) == 0 then
+  if redis.call('HINCRBY', load, field, minus(by)) == 0 then
     redis.call('HDEL', load, field)
   end
 end
 
 local function dequeued(load, tool, count)
-  redis.call('HINCRBY', load, 'queued', -(count or 1))
+  redis.call('HINCRBY', load, 'queued', minus(count or 1))
   count_down(load, 'queued:' .. tool, count or 1)
 end
 
@@ -121,6 +130,13 @@ local function notify(task, message, waiters)
     waiters = redis.call('HGET', task, 'waiters')
   end
   if waiters and waiters ~= '' and waiters ~= '[]' then
+    -- One waiter (a synchronous call's gateway) is the usual case: its channel is read without a
+    -- JSON decode. Channel names hold no quote, comma or backslash.
+    local single = string.match(waiters, '^%["([^",\\]*)"%]$')
+    if single then
+      redis.call('SPUBLISH', single, message)
+      return
+    end
     for _, channel in ipairs(cjson.decode(waiters)) do
       redis.call('SPUBLISH', channel, message)
     end
@@ -197,23 +213,34 @@ end
 
 -- The stored record of a node, with the defaults a single tool call leaves out, and the named
 -- fields of its task (a task's nodes live in its hash, so one HMGET reads both): `n.task[name]`.
-local function node_state(nodes, node, task_fields)
-  local fields = {nf(node, 'status'), nf(node, 'attempt'), nf(node, 'tool'), nf(node, 'entry'), nf(node, 'q'),
-    nf(node, 'retries'), nf(node, 'backoffMs'), nf(node, 'onFailure'), nf(node, 'weight'),
-    nf(node, 'dependents'), nf(node, 'losses'), nf(node, 'args'), nf(node, 'timeoutMs')}
-  for _, name in ipairs(task_fields or {}) do
-    fields[#fields + 1] = name
+-- With `to_start`, only what starting an attempt needs is read (status, attempt, tool, entry,
+-- losses, args, timeoutMs): a start reads no more of the hash than it uses.
+local NODE_FIELDS = {'status', 'attempt', 'tool', 'entry', 'losses', 'args', 'timeoutMs', 'q', 'retries',
+  'backoffMs', 'onFailure', 'weight', 'dependents'}
+local START_FIELD_COUNT = 7
+local function node_state(nodes, node, task_fields, to_start)
+  local count = #NODE_FIELDS
+  if to_start then
+    count = START_FIELD_COUNT
+  end
+  local fields = {}
+  for i = 1, count do
+    fields[i] = nf(node, NODE_FIELDS[i])
+  end
+  task_fields = task_fields or {}
+  for i, name in ipairs(task_fields) do
+    fields[count + i] = name
   end
   local v = redis.call('HMGET', nodes, unpack(fields))
   local task = {}
-  for i, name in ipairs(task_fields or {}) do
-    task[name] = v[13 + i]
+  for i, name in ipairs(task_fields) do
+    task[name] = v[count + i]
   end
   return {
     status = v[1], attempt = tonumber(v[2] or '0'), tool = v[3] or '', entry = v[4] or '',
-    q = tonumber(v[5] or '1'), retries = tonumber(v[6] or '0'), backoffMs = tonumber(v[7] or '200'),
-    onFailure = v[8] or 'fail', weight = v[9] or '1', dependents = v[10], losses = tonumber(v[11] or '0'),
-    args = v[12], timeoutMs = tonumber(v[13] or '0'), task = task,
+    losses = tonumber(v[5] or '0'), args = v[6], timeoutMs = tonumber(v[7] or '0'),
+    q = tonumber(v[8] or '1'), retries = tonumber(v[9] or '0'), backoffMs = tonumber(v[10] or '200'),
+    onFailure = v[11] or 'fail', weight = v[12] or '1', dependents = v[13], task = task,
   }
 end
 
@@ -228,10 +255,10 @@ local function write_node(keys, streams, task_id, n, trace, fields)
     local entry = redis.call('XADD', streams[n.q], '*', 'task', task_id, 'node', n.id, 'trace', trace or '')
     fields[#fields + 1] = nf(n.id, 'entry')
     fields[#fields + 1] = entry
-    redis.call('HINCRBY', keys.load, 'queued', 1)
-    redis.call('HINCRBY', keys.load, 'queued:' .. n.tool, 1)
+    redis.call('HINCRBY', keys.load, 'queued', '1')
+    redis.call('HINCRBY', keys.load, 'queued:' .. n.tool, '1')
   end
-  local more = {nf(n.id, 'status'), status, nf(n.id, 'attempt'), 0, nf(n.id, 'tool'), n.tool, nf(n.id, 'q'), n.q}
+  local more = {nf(n.id, 'status'), status, nf(n.id, 'attempt'), '0', nf(n.id, 'tool'), n.tool, nf(n.id, 'q'), n.q}
   for _, v in ipairs(more) do
     fields[#fields + 1] = v
   end

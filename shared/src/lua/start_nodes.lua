@@ -17,16 +17,16 @@
 --   (owner -> slots this worker still gives that owner), defaultRoom (slots it gives an owner not in
 --   room; -1: no share), cancelChannel (the shard's), releaseAfterMs (a node set aside goes back
 --   to its stream by the shard's maintenance within this long)
--- Returns JSON: one result per item, in order:
---   {"outcome":"run","attempt":n,"tool":t,"args":json-text (a graph node's own; "" for a single
---    call's, which runs with the call's),"call":the call record's text as stored,"timeoutMs":n,
---    "losses":n,"queues":[...],"answers":json-text,"state":json-text,"owner":o,
---    "setAside":bool}
+-- Returns an array, one result per item, in order, each an array (not JSON: the call record
+-- travels as it is stored, never escaped into another document):
+--   {"run", attempt, tool, args (a graph node's own JSON text; "" for a single call's, which runs
+--    with the call's), call (the call record's text as stored), timeoutMs, losses, queues (the
+--    task's queues as stored: a JSON array text), answers (JSON text or ""), state (JSON text or
+--    ""), owner, setAside (1 | 0)}
 --   (setAside: nodes were set aside in this shard when the batch started, so that the attempt's
 --   completion puts one back)
 --   (answers and state: what a parked node was given when it resumed, or "")
---   | {"outcome":"capped","owner":o} (nothing changed) | {"outcome":"deferred"}
---   | {"outcome":"handedBack"} | {"outcome":"skip","reason":text}
+--   | {"capped", owner} (nothing changed) | {"deferred"} | {"handedBack"} | {"skip", reason}
 local r = cmsgpack.unpack(ARGV[1])
 local now = redis_now()
 local load = KEYS[1]
@@ -39,14 +39,13 @@ for i, item in ipairs(r.items) do
   local task, nodes, stream, held = KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i], KEYS[4 * i + 1]
   local node = item.node
   local n = node_state(nodes, node, {'status', 'kind', 'call', 'nodesSettled', 'nodeCount', 'queues', 'createdAt',
-    'ttlMs', nf(node, 'answers'), nf(node, 'state'), 'owner'})
+    'ttlMs', nf(node, 'answers'), nf(node, 'state'), 'owner'}, true)
   local t = n.task
   local owner = t.owner or ''
   local result
   local function run(attempt)
-    return {outcome = 'run', attempt = attempt, tool = n.tool, args = n.args or '', call = t.call or '',
-      timeoutMs = n.timeoutMs, losses = n.losses, queues = cjson.decode(t.queues or '[]'),
-      answers = t[nf(node, 'answers')] or '', state = t[nf(node, 'state')] or '', owner = owner, setAside = set_aside}
+    return {'run', attempt, n.tool, n.args or '', t.call or '', n.timeoutMs, n.losses, t.queues or '[]',
+      t[nf(node, 'answers')] or '', t[nf(node, 'state')] or '', owner, set_aside and 1 or 0}
   end
   local left = room[owner] or r.defaultRoom
   if n.status == 'running' and n.entry == item.entry then
@@ -54,40 +53,40 @@ for i, item in ipairs(r.items) do
     result = run(n.attempt)
   elseif not t.status then
     ack(stream, item.entry)
-    result = {outcome = 'skip', reason = 'task no longer exists'}
+    result = {'skip', 'task no longer exists'}
   elseif n.status ~= 'queued' or not is_current(n, item.entry) then
     ack(stream, item.entry)
-    result = {outcome = 'skip', reason = 'not the current entry of node ' .. node .. ' (' .. tostring(n.status) .. ')'}
+    result = {'skip', 'not the current entry of node ' .. node .. ' (' .. tostring(n.status) .. ')'}
   elseif not item.run then
     ack(stream, item.entry)
     local entry = redis.call('XADD', stream, '*', 'task', item.task, 'node', node, 'trace', item.trace or '')
     redis.call('HSET', nodes, nf(node, 'entry'), entry)
-    result = {outcome = 'handedBack'}
+    result = {'handedBack'}
   elseif not is_live(t.status) then
     dequeued(load, n.tool)
     redis.call('HSET', nodes, nf(node, 'status'), 'dropped')
     ack(stream, item.entry)
-    result = {outcome = 'skip', reason = 'task is ' .. t.status}
+    result = {'skip', 'task is ' .. t.status}
   elseif tonumber(t.createdAt) + tonumber(t.ttlMs) <= now then
     -- Past its TTL: the shard's maintenance expires the task and frees its load.
     ack(stream, item.entry)
-    result = {outcome = 'skip', reason = 'task expired'}
+    result = {'skip', 'task expired'}
   elseif left >= 0 and left < 1 and not item.mayDefer then
     -- The worker's share for this owner is taken: the entry stays pending with it, unchanged, for
     -- a moment; a short node of the owner's frees a slot soon enough.
-    result = {outcome = 'capped', owner = owner}
+    result = {'capped', owner}
   elseif left >= 0 and left < 1 then
     -- Still no room after that moment: set aside, so that what follows it is read.
     ack(stream, item.entry)
     redis.call('RPUSH', held, item.task .. '\t' .. node .. '\t' .. (item.trace or ''))
-    redis.call('HINCRBY', load, 'held', 1)
+    redis.call('HINCRBY', load, 'held', '1')
     if not set_aside then
       -- The shard's maintenance puts it back if no finishing node of its queue does first.
       wake_maintenance(load, r.cancelChannel, now + r.releaseAfterMs)
     end
     set_aside = true
     redis.call('HSET', nodes, nf(node, 'entry'), '')
-    result = {outcome = 'deferred'}
+    result = {'deferred'}
   else
     if left >= 0 then
       room[owner] = left - 1
@@ -115,9 +114,9 @@ end
 if set_aside then
   -- Nodes set aside by this very batch wait for the ones it started.
   for _, result in ipairs(results) do
-    if result.outcome == 'run' then
-      result.setAside = true
+    if result[1] == 'run' then
+      result[12] = 1
     end
   end
 end
-return cjson.encode(results)
+return results

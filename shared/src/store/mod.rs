@@ -281,19 +281,30 @@ impl Store {
         keys: &[String],
         record: &impl Serialize,
     ) -> Result<T, StoreError> {
+        let reply: String = self.script_reply(script, keys, record).await?;
+        serde_json::from_str(&reply).map_err(|e| StoreError::Corrupt(format!("script reply {reply:?}: {e}")))
+    }
+
+    /// Runs a script over `keys` with `record` as its one argument, and takes its reply as Redis
+    /// gives it: for scripts on the hot path, whose replies carry stored JSON texts that a JSON
+    /// reply would escape into another document.
+    pub(crate) async fn script_reply<T: redis::FromRedisValue>(
+        &self,
+        script: &'static NamedScript,
+        keys: &[String],
+        record: &impl Serialize,
+    ) -> Result<T, StoreError> {
         let record = script_record(record)?;
         let mut invocation = script.prepare_invoke();
         for key in keys {
             invocation.key(key);
         }
         invocation.arg(&record);
-        let reply: String = self
-            .run_within(Op::Script(script.name), self.inner.options.timeout, |mut c| {
-                let invocation = &invocation;
-                async move { invocation.invoke_async(&mut c).await }
-            })
-            .await?;
-        serde_json::from_str(&reply).map_err(|e| StoreError::Corrupt(format!("script reply {reply:?}: {e}")))
+        self.run_within(Op::Script(script.name), self.inner.options.timeout, |mut c| {
+            let invocation = &invocation;
+            async move { invocation.invoke_async(&mut c).await }
+        })
+        .await
     }
 
     /// Like [`Store::script`] for a transition a client is told about (create, cancel): with

@@ -146,8 +146,7 @@ pub enum ExpandOutcome {
     Stale,
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
+/// A started node as `start_nodes` answers it (an array, in this order).
 struct RunReply {
     attempt: u32,
     tool: String,
@@ -155,25 +154,68 @@ struct RunReply {
     call: String,
     timeout_ms: u64,
     losses: u32,
-    queues: Vec<String>,
-    #[serde(default)]
+    /// The task's queues as stored: a JSON array.
+    queues: String,
     answers: String,
-    #[serde(default)]
     state: String,
-    #[serde(default)]
     owner: String,
-    #[serde(default)]
     set_aside: bool,
 }
 
-#[derive(Deserialize)]
-#[serde(tag = "outcome", rename_all = "camelCase")]
 enum StartReply {
     Run(Box<RunReply>),
     Capped { owner: String },
     Deferred,
     HandedBack,
     Skip { reason: String },
+}
+
+impl StartReply {
+    /// One item of `start_nodes`' reply: an array whose first element names the outcome.
+    fn from_value(value: redis::Value) -> Result<Self, StoreError> {
+        let corrupt = |what: &str| StoreError::Corrupt(format!("start_nodes reply: {what}"));
+        let mut fields = match value {
+            redis::Value::Array(fields) => fields.into_iter(),
+            other => return Err(corrupt(&format!("not an array: {other:?}"))),
+        };
+        let mut next = |name: &str| fields.next().ok_or_else(|| corrupt(&format!("no {name}")));
+        let text = |value: redis::Value, name: &str| {
+            redis::from_redis_value::<String>(value).map_err(|e| corrupt(&format!("{name}: {e}")))
+        };
+        let number = |value: redis::Value, name: &str| {
+            redis::from_redis_value::<i64>(value).map_err(|e| corrupt(&format!("{name}: {e}")))
+        };
+        let outcome = text(next("outcome")?, "outcome")?;
+        Ok(match outcome.as_str() {
+            "run" => {
+                let attempt =
+                    u32::try_from(number(next("attempt")?, "attempt")?).map_err(|_| corrupt("attempt"))?;
+                let tool = text(next("tool")?, "tool")?;
+                let args = text(next("args")?, "args")?;
+                let call = text(next("call")?, "call")?;
+                let timeout_ms = number(next("timeoutMs")?, "timeoutMs")?.max(0) as u64;
+                let losses = number(next("losses")?, "losses")?.clamp(0, i64::from(u32::MAX)) as u32;
+                StartReply::Run(Box::new(RunReply {
+                    attempt,
+                    tool,
+                    args,
+                    call,
+                    timeout_ms,
+                    losses,
+                    queues: text(next("queues")?, "queues")?,
+                    answers: text(next("answers")?, "answers")?,
+                    state: text(next("state")?, "state")?,
+                    owner: text(next("owner")?, "owner")?,
+                    set_aside: number(next("setAside")?, "setAside")? != 0,
+                }))
+            }
+            "capped" => StartReply::Capped { owner: text(next("owner")?, "owner")? },
+            "deferred" => StartReply::Deferred,
+            "handedBack" => StartReply::HandedBack,
+            "skip" => StartReply::Skip { reason: text(next("reason")?, "reason")? },
+            other => return Err(corrupt(&format!("unknown outcome {other:?}"))),
+        })
+    }
 }
 
 #[derive(Deserialize)]
@@ -290,7 +332,7 @@ impl Store {
             "worker": worker, "items": rows, "room": shares.room, "defaultRoom": default_room,
             "cancelChannel": shard.cancel_channel(), "releaseAfterMs": RELEASE_SET_ASIDE_AFTER.as_millis() as u64,
         });
-        let replies: Vec<StartReply> = self.script(&scripts::START_NODES, &keys, &record).await?;
+        let replies: Vec<redis::Value> = self.script_reply(&scripts::START_NODES, &keys, &record).await?;
         if replies.len() != items.len() {
             return Err(StoreError::Corrupt(format!(
                 "{} start replies for {} entries",
@@ -302,7 +344,7 @@ impl Store {
             .iter()
             .zip(replies)
             .map(|(item, reply)| {
-                Ok(match reply {
+                Ok(match StartReply::from_value(reply)? {
                     StartReply::Run(run) => {
                         let RunReply {
                             attempt,
@@ -318,6 +360,8 @@ impl Store {
                             set_aside,
                         } = *run;
                         let call = CallRecord::from_text(&call).map_err(StoreError::Corrupt)?;
+                        let queues: Vec<String> = serde_json::from_str(&queues)
+                            .map_err(|e| StoreError::Corrupt(format!("task queues {queues:?}: {e}")))?;
                         let node_arguments = if args.is_empty() {
                             None
                         } else {
@@ -676,5 +720,60 @@ impl Store {
             .iter()
             .filter_map(|t| Some((t.name()?.to_owned(), t.queue_name()?.to_owned())))
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use redis::Value;
+
+    use super::*;
+
+    fn text(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn a_start_reply_is_read_field_by_field_and_a_short_or_unknown_one_is_refused() {
+        let call = r#"{"wire":"2026-07-28","arguments":{"name":"a \"quoted\" name"}}"#;
+        let run = Value::Array(vec![
+            text("run"),
+            Value::Int(2),
+            text("greet"),
+            text(""),
+            text(call),
+            Value::Int(5000),
+            Value::Int(1),
+            text(r#"["$builtin","greet"]"#),
+            text(""),
+            text(""),
+            text("alice"),
+            Value::Int(1),
+        ]);
+        let StartReply::Run(reply) = StartReply::from_value(run).expect("a run reply") else {
+            panic!("not a run")
+        };
+        assert_eq!(
+            (reply.attempt, reply.tool.as_str(), reply.timeout_ms, reply.losses),
+            (2, "greet", 5000, 1)
+        );
+        assert_eq!(reply.call, call, "the call record arrives as stored");
+        assert_eq!((reply.owner.as_str(), reply.set_aside), ("alice", true));
+
+        let capped =
+            StartReply::from_value(Value::Array(vec![text("capped"), text("bob")])).expect("a capped reply");
+        assert!(matches!(capped, StartReply::Capped { owner } if owner == "bob"));
+        let skip = StartReply::from_value(Value::Array(vec![text("skip"), text("task expired")]))
+            .expect("a skip reply");
+        assert!(matches!(skip, StartReply::Skip { reason } if reason == "task expired"));
+
+        for bad in [
+            Value::Array(vec![text("run"), Value::Int(2), text("greet")]),
+            Value::Array(vec![text("started")]),
+            Value::Array(vec![text("run"), text("two")]),
+            text("run"),
+        ] {
+            assert!(matches!(StartReply::from_value(bad), Err(StoreError::Corrupt(_))));
+        }
     }
 }
