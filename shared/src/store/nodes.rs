@@ -182,8 +182,10 @@ impl StartReply {
         let text = |value: redis::Value, name: &str| {
             redis::from_redis_value::<String>(value).map_err(|e| corrupt(&format!("{name}: {e}")))
         };
+        // Counts that no script writes negative: one that is, is as corrupt as a missing one.
         let number = |value: redis::Value, name: &str| {
-            redis::from_redis_value::<i64>(value).map_err(|e| corrupt(&format!("{name}: {e}")))
+            let n = redis::from_redis_value::<i64>(value).map_err(|e| corrupt(&format!("{name}: {e}")))?;
+            u64::try_from(n).map_err(|_| corrupt(&format!("{name} is {n}")))
         };
         let outcome = text(next("outcome")?, "outcome")?;
         Ok(match outcome.as_str() {
@@ -193,8 +195,9 @@ impl StartReply {
                 let tool = text(next("tool")?, "tool")?;
                 let args = text(next("args")?, "args")?;
                 let call = text(next("call")?, "call")?;
-                let timeout_ms = number(next("timeoutMs")?, "timeoutMs")?.max(0) as u64;
-                let losses = number(next("losses")?, "losses")?.clamp(0, i64::from(u32::MAX)) as u32;
+                let timeout_ms = number(next("timeoutMs")?, "timeoutMs")?;
+                let losses =
+                    u32::try_from(number(next("losses")?, "losses")?).map_err(|_| corrupt("losses"))?;
                 StartReply::Run(Box::new(RunReply {
                     attempt,
                     tool,
@@ -346,31 +349,19 @@ impl Store {
             .map(|(item, reply)| {
                 Ok(match StartReply::from_value(reply)? {
                     StartReply::Run(run) => {
-                        let RunReply {
-                            attempt,
-                            tool,
-                            args,
-                            call,
-                            timeout_ms,
-                            losses,
-                            queues,
-                            answers,
-                            state,
-                            owner,
-                            set_aside,
-                        } = *run;
-                        let call = CallRecord::from_text(&call).map_err(StoreError::Corrupt)?;
-                        let queues: Vec<String> = serde_json::from_str(&queues)
-                            .map_err(|e| StoreError::Corrupt(format!("task queues {queues:?}: {e}")))?;
-                        let node_arguments = if args.is_empty() {
+                        let run = *run;
+                        let call = CallRecord::from_text(&run.call).map_err(StoreError::Corrupt)?;
+                        let queues: Vec<String> = serde_json::from_str(&run.queues)
+                            .map_err(|e| StoreError::Corrupt(format!("task queues {:?}: {e}", run.queues)))?;
+                        let node_arguments = if run.args.is_empty() {
                             None
                         } else {
                             Some(
-                                serde_json::from_str(&args)
+                                serde_json::from_str(&run.args)
                                     .map_err(|e| StoreError::Corrupt(format!("node arguments: {e}")))?,
                             )
                         };
-                        let answers = match serde_json::from_str::<Value>(&answers) {
+                        let answers = match serde_json::from_str::<Value>(&run.answers) {
                             Ok(Value::Object(answers)) => answers,
                             _ => serde_json::Map::new(),
                         };
@@ -379,21 +370,22 @@ impl Store {
                                 shard,
                                 task_id: item.task_id.clone(),
                                 node_id: item.node_id.clone(),
-                                attempt,
+                                attempt: run.attempt,
                                 queues,
                                 stream: item.stream.clone(),
                                 entry_id: item.entry_id.clone(),
                                 traceparent: item.traceparent.clone(),
-                                owner,
-                                release_held: set_aside,
+                                owner: run.owner,
+                                release_held: run.set_aside,
                                 tool_error_fails: call.tool_error_fails(),
                             },
-                            tool,
+                            tool: run.tool,
                             node_arguments,
-                            timeout: (timeout_ms > 0).then(|| std::time::Duration::from_millis(timeout_ms)),
-                            losses,
+                            timeout: (run.timeout_ms > 0)
+                                .then(|| std::time::Duration::from_millis(run.timeout_ms)),
+                            losses: run.losses,
                             answers,
-                            state: serde_json::from_str::<Value>(&state).ok(),
+                            state: serde_json::from_str::<Value>(&run.state).ok(),
                             call: std::sync::Arc::new(call),
                         }))
                     }
@@ -734,23 +726,26 @@ mod tests {
     }
 
     #[test]
-    fn a_start_reply_is_read_field_by_field_and_a_short_or_unknown_one_is_refused() {
+    fn a_start_reply_is_read_field_by_field_and_a_short_negative_or_unknown_one_is_refused() {
         let call = r#"{"wire":"2026-07-28","arguments":{"name":"a \"quoted\" name"}}"#;
-        let run = Value::Array(vec![
-            text("run"),
-            Value::Int(2),
-            text("greet"),
-            text(""),
-            text(call),
-            Value::Int(5000),
-            Value::Int(1),
-            text(r#"["$builtin","greet"]"#),
-            text(""),
-            text(""),
-            text("alice"),
-            Value::Int(1),
-        ]);
-        let StartReply::Run(reply) = StartReply::from_value(run).expect("a run reply") else {
+        let run_with_timeout = |timeout_ms: i64| {
+            Value::Array(vec![
+                text("run"),
+                Value::Int(2),
+                text("greet"),
+                text(""),
+                text(call),
+                Value::Int(timeout_ms),
+                Value::Int(1),
+                text(r#"["$builtin","greet"]"#),
+                text(""),
+                text(""),
+                text("alice"),
+                Value::Int(1),
+            ])
+        };
+        let StartReply::Run(reply) = StartReply::from_value(run_with_timeout(5000)).expect("a run reply")
+        else {
             panic!("not a run")
         };
         assert_eq!(
@@ -771,6 +766,7 @@ mod tests {
             Value::Array(vec![text("run"), Value::Int(2), text("greet")]),
             Value::Array(vec![text("started")]),
             Value::Array(vec![text("run"), text("two")]),
+            run_with_timeout(-1),
             text("run"),
         ] {
             assert!(matches!(StartReply::from_value(bad), Err(StoreError::Corrupt(_))));
