@@ -8,7 +8,7 @@
 # nginx-light (nginx -t), redis-server and python3-venv. The Python validators are installed
 # from PyPI, pinned, into a virtualenv outside the source tree (DEPLOY_VENV, default
 # $CARGO_TARGET_DIR/deploy-venv or target/deploy-venv); a second run reuses it and takes a few
-# seconds. deploy/validate.py does the checking; tests/tests/deploy.rs runs this script, on this
+# seconds. deploy/validate.py does the checking; cli/tests/e2e/deploy.rs runs this script, on this
 # tree and on broken copies of it.
 set -euo pipefail
 

@@ -43,7 +43,8 @@ Options:
   -h, --help        Show this help.
 
 Needs: bash, npm 9+ (any Node; the suite runs on the Node $NODE_MAJOR it installs, x86_64 Linux),
-cargo, and redis-server on PATH. Honours CARGO (the cargo to run) and CARGO_TARGET_DIR.
+cargo, and redis-server on PATH. Honours CONVEYOR_BIN (a built `conveyor` to use: nothing is
+built), else CARGO (the cargo to run) and CARGO_TARGET_DIR.
 EOF
 }
 
@@ -140,11 +141,15 @@ install_suite
 # ---------------------------------------------------------------------------------------------
 # Build conveyor; start redis-server and `conveyor up --fixtures`.
 
-cargo="${CARGO:-cargo}"
-(cd "$root" && "$cargo" build -q -p conveyor-cli --bin conveyor) || die "building conveyor failed"
-target_dir="${CARGO_TARGET_DIR:-target}"
-if [[ "$target_dir" != /* ]]; then target_dir="$root/$target_dir"; fi
-conveyor="$target_dir/debug/conveyor"
+if [[ -n "${CONVEYOR_BIN:-}" ]]; then
+  conveyor="$CONVEYOR_BIN"
+else
+  cargo="${CARGO:-cargo}"
+  (cd "$root" && "$cargo" build -q -p conveyor-cli --bin conveyor) || die "building conveyor failed"
+  target_dir="${CARGO_TARGET_DIR:-target}"
+  if [[ "$target_dir" != /* ]]; then target_dir="$root/$target_dir"; fi
+  conveyor="$target_dir/debug/conveyor"
+fi
 [[ -x "$conveyor" ]] || die "no conveyor binary at $conveyor"
 command -v redis-server > /dev/null 2>&1 || die "redis-server is not on PATH (Debian: apt-get install -y redis-server)"
 

@@ -246,7 +246,7 @@ mod tests {
         // `openssl rand -base64 32`, and 32 hex digits (`openssl rand -hex 16`, 128 bits).
         assert_eq!(check_secret("q3Jr0v8pYc1nZk6tL2xW9bF4hD7sM5aE0gU3iO8yT1w="), Ok(()));
         assert_eq!(check_secret(&hex_key()[..32]), Ok(()));
-        // A long passphrase of printable characters (tests/tests/deploy.rs starts gateways with it).
+        // A long passphrase of printable characters (cli/tests/e2e/deploy.rs starts gateways with it).
         assert_eq!(check_secret("a-shared-signing-key-for-the-topology-test"), Ok(()));
     }
 

@@ -84,12 +84,20 @@ pub fn prefer_release_binary() {
     PREFER_RELEASE.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// The `conveyor` binary, built once per process with the same cargo that runs the tests: the
-/// debug build, or the release build after [`prefer_release_binary`] or with
+/// The `conveyor` binary.
+///
+/// The end-to-end tests are `conveyor-cli`'s integration tests (`cli/tests/e2e`): they run from
+/// `<target>/<profile>/deps/`, and cargo built the package's `conveyor` binary beside that
+/// directory before it ran them (it is their `CARGO_BIN_EXE_conveyor`), so they use that one and
+/// build nothing. Any other caller (a benchmark) gets it built once per process with the same
+/// cargo: the debug build, or the release build after [`prefer_release_binary`] or with
 /// `CONVEYOR_TEST_RELEASE=1`.
 pub fn conveyor_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
+        if let Some(built) = built_beside_tests() {
+            return built;
+        }
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
         let release = PREFER_RELEASE.load(std::sync::atomic::Ordering::Relaxed)
             || std::env::var("CONVEYOR_TEST_RELEASE").is_ok_and(|v| v == "1");
@@ -104,6 +112,23 @@ pub fn conveyor_bin() -> &'static Path {
         assert!(status.success(), "building the conveyor binary failed");
         target_dir().join(if release { "release" } else { "debug" }).join("conveyor")
     })
+}
+
+/// The `conveyor` binary cargo built for the integration tests this process runs: the one in the
+/// profile directory above `deps/`, where a test executable lives. `None` for anything else (a
+/// benchmark runs from the profile directory itself), or when `CONVEYOR_TEST_RELEASE=1` asks for
+/// the release build.
+fn built_beside_tests() -> Option<PathBuf> {
+    if std::env::var("CONVEYOR_TEST_RELEASE").is_ok_and(|v| v == "1") {
+        return None;
+    }
+    let exe = std::env::current_exe().ok()?;
+    let deps = exe.parent()?;
+    if deps.file_name()? != "deps" {
+        return None;
+    }
+    let bin = deps.parent()?.join(format!("conveyor{}", std::env::consts::EXE_SUFFIX));
+    bin.is_file().then_some(bin)
 }
 
 /// Leaves out of a nested cargo's environment what `cargo test` sets for the test itself (the

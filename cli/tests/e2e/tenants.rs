@@ -771,7 +771,7 @@ async fn the_python_sdk_meets_the_limits_and_its_session_goes_on() {
         &["--root", &root_arg, "--max-live-tasks-per-principal", "5"],
     );
     client(&conveyor, "mallory").wait_for_tool("slow_compute", Duration::from_secs(20)).await.expect("tools");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python").join("tenant_client.py");
+    let script = conveyor_tests::process::workspace_root().join("tests/python").join("tenant_client.py");
     let run = tokio::process::Command::new(&python)
         .arg(&script)
         .arg(conveyor.mcp_url())

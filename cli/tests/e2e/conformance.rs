@@ -4,11 +4,11 @@
 //!
 //! Needs `npm` (npm 9 or newer, on any Node) with the npm registry reachable the first time: the
 //! script installs the suite and a Node 22 binary into `<workspace>/.conformance/`, which later
-//! runs reuse. It also needs `redis-server` on PATH, and builds `conveyor` with this same cargo.
+//! runs reuse. It also needs `redis-server` on PATH; it runs the `conveyor` cargo built for these tests.
 
 use std::process::{Command, Stdio};
 
-use conveyor_tests::process::{output_text, workspace_root};
+use conveyor_tests::process::{conveyor_bin, output_text, workspace_root};
 
 const INSTALL_NPM: &str = "the MCP conformance suite needs npm (npm 9 or newer, on any Node.js): install \
      Node.js and npm, e.g. `apt-get install -y nodejs npm` on Debian or Ubuntu, or from \
@@ -22,12 +22,10 @@ fn conformance_suite_required_scenarios_pass() {
         Err(error) => panic!("cannot run `npm` ({error}); {INSTALL_NPM}"),
     }
 
-    // The script builds conveyor with $CARGO: the cargo that runs this test.
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let output = Command::new("bash")
         .args(["scripts/conformance.sh", "required"])
         .current_dir(workspace_root())
-        .env("CARGO", cargo)
+        .env("CONVEYOR_BIN", conveyor_bin())
         .stdin(Stdio::null())
         .output()
         .unwrap_or_else(|error| panic!("cannot run bash scripts/conformance.sh: {error}"));

@@ -462,6 +462,40 @@ fn finding_keys(findings: &Value) -> Vec<(String, Option<u64>)> {
     keys
 }
 
+/// Conveyor's own decision records (`docs/adr/`) pass Conveyor's own `validate_adrs`, run as a
+/// user runs it: no error, no warning, every record read.
+#[tokio::test]
+async fn conveyors_own_decision_records_pass_validate_adrs() {
+    let repo = workspace_root();
+    let folder = "docs/adr";
+    let records = std::fs::read_dir(repo.join(folder))
+        .expect("docs/adr")
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.ends_with(".md") && name.as_bytes().first().is_some_and(u8::is_ascii_digit)
+        })
+        .count();
+    assert!(records > 0, "no decision records in {folder}");
+    let s = stack(&["--root", &root_arg("repo", &repo)], "validate_adrs").await;
+
+    let result =
+        run_ok(&s.mcp, "validate_adrs", json!({"root": "repo", "path": folder}), Duration::from_secs(60))
+            .await;
+    let report = &result["structuredContent"];
+    let summary = &report["summary"];
+    let findings: Vec<String> = report["adrs"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no adrs in {report}"))
+        .iter()
+        .flat_map(|a| {
+            a["findings"].as_array().into_iter().flatten().map(move |f| format!("{}: {f}", a["path"]))
+        })
+        .collect();
+    assert_eq!(summary["adrs"], records, "every record read: {summary}");
+    assert_eq!((&summary["errors"], &summary["warnings"]), (&json!(0), &json!(0)), "{findings:#?}");
+}
+
 #[tokio::test]
 async fn validate_adrs_finds_every_planted_defect_and_nothing_else() {
     let repo = workspace_root();

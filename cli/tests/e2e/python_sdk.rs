@@ -5,7 +5,6 @@
 //! Needs `python3` with the `venv` module, and PyPI reachable the first time: the SDK is installed
 //! into `<workspace>/target/py-venv`, which later runs reuse.
 
-use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, bail, ensure};
@@ -26,7 +25,7 @@ async fn the_python_sdk_runs_tools_and_tasks_on_the_2025_wire() -> anyhow::Resul
     let redis = RedisServer::start()?;
     let conveyor =
         Conveyor::up(&redis.url(), &["--fixtures", "--task-ttl-ms", "60000", "--task-ttl-max-ms", "600000"])?;
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python").join("legacy_client.py");
+    let script = conveyor_tests::process::workspace_root().join("tests/python").join("legacy_client.py");
 
     let run = Command::new(&python)
         .arg(&script)
@@ -67,7 +66,7 @@ async fn the_python_sdk_session_survives_a_redis_restart() -> anyhow::Result<()>
     let worker =
         Conveyor::worker(&redis.url(), &["--fixtures", "--redis-timeout-ms", "1000", "--lease-ms", "3000"])?;
     Mcp::new(conveyor.mcp_url()).wait_for_tool("slow_compute", Duration::from_secs(10)).await?;
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python").join("outage_client.py");
+    let script = conveyor_tests::process::workspace_root().join("tests/python").join("outage_client.py");
     let run = Command::new(&python)
         .arg(&script)
         .arg(conveyor.mcp_url())

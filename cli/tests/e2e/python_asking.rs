@@ -16,7 +16,6 @@
 //! installed into its own virtualenv under `<workspace>/target` (`py-venv` for 1.30.0, shared with
 //! `python_sdk.rs`; `py-venv-mcp2` for 2.3.0), which later runs reuse.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
@@ -32,7 +31,7 @@ async fn run_script(sdk: &Sdk, script: &str) -> anyhow::Result<()> {
     let python = python_with(sdk).await?;
     let redis = RedisServer::start()?;
     let conveyor = Conveyor::up(&redis.url(), &["--fixtures"])?;
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python").join(script);
+    let script = conveyor_tests::process::workspace_root().join("tests/python").join(script);
     let started = Instant::now();
     let run = Command::new(&python)
         .arg(&script)
@@ -79,7 +78,7 @@ async fn the_python_sdk_drives_plan_adr_through_its_seven_phases() -> anyhow::Re
     let redis = RedisServer::start()?;
     let root = format!("repo={}", conveyor_tests::process::workspace_root().display());
     let conveyor = Conveyor::up(&redis.url(), &["--root", &root, "--workers", "2"])?;
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python").join("plan_adr_client.py");
+    let script = conveyor_tests::process::workspace_root().join("tests/python").join("plan_adr_client.py");
     // Watches every plan_adr task's progress while the person answers (the script's person takes
     // 0.3 s per question), so that each phase's step is seen.
     let watching = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
