@@ -8,10 +8,10 @@
 //! TTL, the counts of a graph, and the trace context, which scripts copy into the stream entries
 //! of the nodes they queue.
 
+use std::str::FromStr;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-
-use crate::model::LogLevel;
 
 /// The protocol revision whose rule is that a tool error fails the task (the later one reports
 /// it as a completed task whose result says `isError`).
@@ -60,6 +60,46 @@ impl CallRecord {
     /// The client's capabilities as one JSON object.
     pub fn capabilities(&self) -> Value {
         Value::Object(self.client_capabilities.clone())
+    }
+}
+
+/// The severity of a logged message: the syslog levels MCP uses, least severe first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    Debug,
+    Info,
+    Notice,
+    Warning,
+    Error,
+    Critical,
+    Alert,
+    Emergency,
+}
+
+impl LogLevel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Debug => "debug",
+            Self::Info => "info",
+            Self::Notice => "notice",
+            Self::Warning => "warning",
+            Self::Error => "error",
+            Self::Critical => "critical",
+            Self::Alert => "alert",
+            Self::Emergency => "emergency",
+        }
+    }
+}
+
+impl FromStr for LogLevel {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        serde_json::from_value(Value::String(s.to_owned())).map_err(|_| {
+            format!(
+                "unknown log level {s:?}; one of debug, info, notice, warning, error, critical, alert, emergency"
+            )
+        })
     }
 }
 

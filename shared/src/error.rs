@@ -33,10 +33,32 @@ impl StoreError {
 
 impl From<redis::RedisError> for StoreError {
     fn from(e: redis::RedisError) -> Self {
-        if crate::conn::is_transient(&e) {
-            Self::Unavailable(e.to_string())
-        } else {
-            Self::Refused(e.to_string())
-        }
+        if is_transient(&e) { Self::Unavailable(e.to_string()) } else { Self::Refused(e.to_string()) }
     }
+}
+
+/// Whether an error means Redis is (briefly) out of reach, so that the operation may be retried:
+/// a dropped or refused connection, a timeout, a cluster that is failing over.
+pub fn is_transient(error: &redis::RedisError) -> bool {
+    use redis::{ErrorKind, ServerErrorKind};
+    if error.is_io_error()
+        || error.is_connection_dropped()
+        || error.is_connection_refusal()
+        || error.is_timeout()
+        || error.is_cluster_error()
+    {
+        return true;
+    }
+    matches!(
+        error.kind(),
+        ErrorKind::Server(
+            ServerErrorKind::BusyLoading
+                | ServerErrorKind::TryAgain
+                | ServerErrorKind::ClusterDown
+                | ServerErrorKind::MasterDown
+                | ServerErrorKind::ReadOnly
+                | ServerErrorKind::Moved
+                | ServerErrorKind::Ask
+        )
+    )
 }

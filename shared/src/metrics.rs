@@ -19,9 +19,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::Store;
+use crate::keys::Shard;
 use crate::model::{ToolOutcome, now_ms};
-use crate::store::{Attempt, ClusterStats};
 
 /// The content type of [`render`]'s text (OpenMetrics 1.0, which Prometheus reads).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -420,9 +419,9 @@ struct NodeRunInner {
 impl NodeRun {
     /// An attempt of `tool` starts: it counts as running, and its wait in the queue (since its
     /// stream entry was added) is recorded.
-    pub fn start(attempt: &Attempt, tool: &str) -> Self {
-        let queue = crate::keys::queue_of_stream(&attempt.stream).unwrap_or_default().to_owned();
-        if let Some(enqueued) = entry_time_ms(&attempt.entry_id) {
+    pub fn start(stream: &str, entry_id: &str, tool: &str) -> Self {
+        let queue = crate::keys::queue_of_stream(stream).unwrap_or_default().to_owned();
+        if let Some(enqueued) = entry_time_ms(entry_id) {
             let waited = Duration::from_millis(now_ms().saturating_sub(enqueued));
             METRICS
                 .queue_wait
@@ -476,6 +475,32 @@ impl Drop for NodeRunInner {
     }
 }
 
+/// One queue's stream in one shard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueDepth {
+    pub queue: String,
+    pub shard: Shard,
+    /// Entries in the stream (`XLEN`): waiting and running nodes, since acknowledged entries are
+    /// deleted.
+    pub entries: u64,
+    /// Entries delivered to a worker of the `workers` group and not acknowledged yet.
+    pub pending: u64,
+    /// Entries the group has not delivered yet.
+    pub lag: u64,
+}
+
+/// What a scrape reports of the deployment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterStats {
+    /// Every known queue in every shard, by queue then shard.
+    pub queues: Vec<QueueDepth>,
+    /// Dead-letter entries per shard.
+    pub dead_letters: Vec<(Shard, u64)>,
+    /// Live workers per known queue (0 for a queue that the catalog knows and no live worker
+    /// reads).
+    pub workers_live: Vec<(String, u64)>,
+}
+
 /// The process's metrics as OpenMetrics text ([`CONTENT_TYPE`]).
 pub fn render() -> String {
     render_scrape(None, None)
@@ -492,13 +517,6 @@ pub fn render_scrape(redis_up: Option<bool>, cluster: Option<&ClusterStats>) -> 
     }
     let _ = encode_eof(&mut text);
     text
-}
-
-/// A worker's scrape: the process's metrics, and whether Redis answers a `PING` within
-/// [`SCRAPE_REDIS_TIMEOUT`] (`conveyor_redis_up`).
-pub async fn scrape_process(store: &Store) -> String {
-    let up = matches!(tokio::time::timeout(SCRAPE_REDIS_TIMEOUT, store.ping()).await, Ok(Ok(())));
-    render_scrape(Some(up), None)
 }
 
 fn scrape_registry(redis_up: Option<bool>, cluster: Option<&ClusterStats>) -> Registry {
@@ -553,8 +571,6 @@ fn gauge_value(n: u64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::keys::Shard;
-    use crate::store::QueueDepth;
 
     /// The samples of an exposition, as (series, value) pairs.
     fn samples(text: &str) -> Vec<(String, f64)> {
@@ -571,22 +587,6 @@ mod tests {
         samples(text).into_iter().find(|(s, _)| s == series).map(|(_, v)| v)
     }
 
-    fn attempt(stream: String, entry_id: &str) -> Attempt {
-        Attempt {
-            shard: Shard(0),
-            task_id: "t".to_owned(),
-            node_id: "root".to_owned(),
-            attempt: 1,
-            queues: Vec::new(),
-            stream,
-            entry_id: entry_id.to_owned(),
-            traceparent: None,
-            owner: "alice".to_owned(),
-            release_held: false,
-            tool_error_fails: false,
-        }
-    }
-
     #[test]
     fn the_text_is_openmetrics_with_every_family_named_by_convention() {
         // A family shows once it has a series.
@@ -597,7 +597,7 @@ mod tests {
         node_reclaimed("metrics_families");
         dead_lettered("metrics_families");
         redis_round_trip("metrics_families", Duration::from_millis(1), false);
-        NodeRun::start(&attempt(Shard(0).queue("metrics_families"), "1-0"), "metrics_families")
+        NodeRun::start(&Shard(0).queue("metrics_families"), "1-0", "metrics_families")
             .finish(NodeOutcome::Completed);
         let text = render();
         assert!(text.ends_with("# EOF\n"), "{text}");
@@ -642,14 +642,14 @@ mod tests {
     fn a_node_run_records_its_queue_its_outcome_once_and_its_stop() {
         let stream = Shard(3).queue("metrics_unit_queue");
         let enqueued = now_ms().saturating_sub(1500);
-        let run = NodeRun::start(&attempt(stream.clone(), &format!("{enqueued}-0")), "metrics_unit_tool");
+        let run = NodeRun::start(&stream, &format!("{enqueued}-0"), "metrics_unit_tool");
         let shared = run.clone();
         shared.stop_requested();
         run.finish(NodeOutcome::Cancelled);
         shared.finish(NodeOutcome::Completed);
         drop((run, shared));
         // Dropped without an outcome: lost.
-        drop(NodeRun::start(&attempt(stream, "not-an-id"), "metrics_unit_lost"));
+        drop(NodeRun::start(&stream, "not-an-id", "metrics_unit_lost"));
         let text = render();
         let count = |series: &str| value(&text, series).unwrap_or_else(|| panic!("{series} in\n{text}"));
         let node = r#"queue="metrics_unit_queue",tool="metrics_unit_tool""#;

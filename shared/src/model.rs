@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::call::CallRecord;
+pub use crate::call::LogLevel;
 
 /// The node id of a task that runs as a single tool call.
 pub const ROOT_NODE: &str = "root";
@@ -341,46 +342,6 @@ pub enum TaskEvent {
     },
     /// The task's TTL ran out before it finished: it no longer exists.
     Expired,
-}
-
-/// The severity of a logged message: the syslog levels MCP uses, least severe first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LogLevel {
-    Debug,
-    Info,
-    Notice,
-    Warning,
-    Error,
-    Critical,
-    Alert,
-    Emergency,
-}
-
-impl LogLevel {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Debug => "debug",
-            Self::Info => "info",
-            Self::Notice => "notice",
-            Self::Warning => "warning",
-            Self::Error => "error",
-            Self::Critical => "critical",
-            Self::Alert => "alert",
-            Self::Emergency => "emergency",
-        }
-    }
-}
-
-impl FromStr for LogLevel {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        serde_json::from_value(Value::String(s.to_owned())).map_err(|_| {
-            format!(
-                "unknown log level {s:?}; one of debug, info, notice, warning, error, critical, alert, emergency"
-            )
-        })
-    }
 }
 
 /// A message on an inbox channel: the task it is about, and the event.

@@ -21,7 +21,7 @@ pub fn router(store: Store) -> Router {
 }
 
 async fn metrics_text(State(store): State<Store>) -> Response {
-    ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], metrics::scrape_process(&store).await).into_response()
+    ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], scrape(&store).await).into_response()
 }
 
 async fn readyz(State(store): State<Store>) -> Response {
@@ -36,4 +36,11 @@ pub async fn serve(listener: TcpListener, store: Store, shutdown: CancellationTo
     axum::serve(listener, router(store))
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await
+}
+
+/// A worker's scrape: the process's metrics, and whether Redis answers a `PING` within
+/// [`metrics::SCRAPE_REDIS_TIMEOUT`] (`conveyor_redis_up`).
+async fn scrape(store: &Store) -> String {
+    let up = matches!(tokio::time::timeout(metrics::SCRAPE_REDIS_TIMEOUT, store.ping()).await, Ok(Ok(())));
+    metrics::render_scrape(Some(up), None)
 }

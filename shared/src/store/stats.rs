@@ -10,31 +10,7 @@ use super::Store;
 use crate::error::StoreError;
 use crate::keys::{self, Shard};
 
-/// One queue's stream in one shard.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QueueDepth {
-    pub queue: String,
-    pub shard: Shard,
-    /// Entries in the stream (`XLEN`): waiting and running nodes, since acknowledged entries are
-    /// deleted.
-    pub entries: u64,
-    /// Entries delivered to a worker of the `workers` group and not acknowledged yet.
-    pub pending: u64,
-    /// Entries the group has not delivered yet.
-    pub lag: u64,
-}
-
-/// What a scrape reports of the deployment.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ClusterStats {
-    /// Every known queue in every shard, by queue then shard.
-    pub queues: Vec<QueueDepth>,
-    /// Dead-letter entries per shard.
-    pub dead_letters: Vec<(Shard, u64)>,
-    /// Live workers per known queue (0 for a queue that the catalog knows and no live worker
-    /// reads).
-    pub workers_live: Vec<(String, u64)>,
-}
+pub use crate::metrics::{ClusterStats, QueueDepth};
 
 impl Store {
     /// Reads the gauges of [`ClusterStats`]: the catalog, then one pipeline per shard (all in

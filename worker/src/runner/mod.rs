@@ -811,7 +811,7 @@ async fn dispatch(
                         );
                     }
                     let job = NodeJob {
-                        metrics: NodeRun::start(attempt, &start.tool),
+                        metrics: NodeRun::start(&attempt.stream, &attempt.entry_id, &start.tool),
                         span,
                         worker: worker.clone(),
                         start: *start,
@@ -1388,7 +1388,7 @@ mod tests {
             release_held: false,
             tool_error_fails: false,
         };
-        let metrics = NodeRun::start(&attempt, "runner_test_tool");
+        let metrics = NodeRun::start(&attempt.stream, &attempt.entry_id, "runner_test_tool");
         Run {
             attempt,
             tool: "runner_test_tool".to_owned(),
