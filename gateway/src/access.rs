@@ -118,7 +118,7 @@ fn matches_template(pattern: &str, template: &str) -> bool {
     match pattern.strip_suffix('*') {
         Some(prefix) => (has_variables && prefix.starts_with(literal)) || literal.starts_with(prefix),
         // An exact URI: the template must be able to produce it.
-        None => crate::methods::template_matches(template, pattern),
+        None => crate::uri_template::template_matches(template, pattern),
     }
 }
 

@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 use tracing::Instrument;
 
 use crate::access::Caller;
-use crate::auth::AuthError;
+use crate::admission::{Admitted, MCP_PATH, authenticate, check_origin, origin_of, rate_limit};
 use crate::methods::{self, Reply, RequestCtx, StreamItem, resume};
 use crate::rpc::{self, RpcFailure};
 use crate::signing::Purpose;
@@ -37,19 +37,12 @@ use crate::wire::{self, Wire};
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route(MCP_PATH, get(get_mcp).post(post_mcp).delete(delete_mcp))
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
+        .route("/healthz", get(crate::probes::healthz))
+        .route("/readyz", get(crate::probes::readyz))
         .route("/.well-known/oauth-protected-resource", get(resource_metadata))
         .route("/.well-known/oauth-protected-resource/mcp", get(resource_metadata))
         .merge(crate::ui::routes())
         .with_state(state)
-}
-
-pub(crate) async fn readyz(State(state): State<Arc<AppState>>) -> Response {
-    match state.store.ping().await {
-        Ok(()) => (StatusCode::OK, "ready").into_response(),
-        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {e}")).into_response(),
-    }
 }
 
 /// `GET /mcp` opens no standalone stream (every message belongs to a request); with
@@ -224,21 +217,10 @@ fn refused_id(failure: &mut RpcFailure) -> Value {
 
 async fn post_mcp(
     State(state): State<Arc<AppState>>,
-    connection: Option<Extension<ConnectInfo<SocketAddr>>>,
+    Admitted(caller): Admitted,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    if let Err(r) = check_origin(&state, &headers) {
-        return r;
-    }
-    let remote = connection.map(|Extension(ConnectInfo(addr))| addr);
-    let caller = match authenticate(&state, &headers, remote).await {
-        Ok(caller) => caller,
-        Err(r) => return r,
-    };
-    if let Err(failure) = rate_limit(&state, &caller).await {
-        return failure_response(&Value::Null, failure);
-    }
     if !content_type_is_json(&headers) {
         return failure_response(
             &Value::Null,
@@ -474,7 +456,7 @@ fn json_response(status: StatusCode, body: Value) -> Response {
 }
 
 fn failure_response(id: &Value, failure: RpcFailure) -> Response {
-    json_response(failure.http_status, rpc::error_response(id, &failure.error))
+    failure.into_response_for(id)
 }
 
 /// A reply stream as SSE. A resumable one (it starts with [`StreamItem::Resumable`]) opens with a
@@ -581,135 +563,6 @@ fn content_type_is_json(headers: &HeaderMap) -> bool {
         .unwrap_or(false)
 }
 
-/// DNS-rebinding protection: the Host must be one this gateway serves, and a browser's Origin
-/// must point at such a host too.
-#[allow(clippy::result_large_err)] // the error is a ready response; this runs once per request
-pub(crate) fn check_origin(state: &AppState, headers: &HeaderMap) -> Result<(), Response> {
-    let allowed = &state.http.allowed_hosts;
-    if allowed.iter().any(|h| h == "*") {
-        return Ok(());
-    }
-    let host_allowed = |authority: &str| {
-        let host = strip_port(authority);
-        allowed.iter().any(|a| a.eq_ignore_ascii_case(host))
-    };
-    if let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok())
-        && !host_allowed(host)
-    {
-        return Err(forbidden(&format!(
-            "Host `{host}` is not served here; set CONVEYOR_ALLOWED_HOSTS to allow it"
-        )));
-    }
-    if let Some(origin) = headers.get(header::ORIGIN).and_then(|h| h.to_str().ok()) {
-        let authority = origin.split_once("://").map(|(_, rest)| rest).unwrap_or(origin);
-        let authority = authority.split('/').next().unwrap_or("");
-        if origin == "null" || !host_allowed(authority) {
-            return Err(forbidden(&format!(
-                "Origin `{origin}` is not allowed; set CONVEYOR_ALLOWED_HOSTS to allow it"
-            )));
-        }
-    }
-    Ok(())
-}
-
-fn forbidden(message: &str) -> Response {
-    failure_response(&Value::Null, RpcFailure::invalid_request(message).with_status(StatusCode::FORBIDDEN))
-}
-
-/// `host:port`, `[v6]:port` or a bare host, without the port.
-fn strip_port(authority: &str) -> &str {
-    if let Some(rest) = authority.strip_prefix('[') {
-        return rest.split(']').next().unwrap_or(rest);
-    }
-    match authority.rsplit_once(':') {
-        Some((host, port)) if port.chars().all(|c| c.is_ascii_digit()) => host,
-        _ => authority,
-    }
-}
-
-/// Who is asking. Tasks are bound to it: other principals (but operators) get "not found".
-/// Without a valid token the answer is 401 with a challenge that names the resource metadata.
-#[allow(clippy::result_large_err)] // the error is a ready response; this runs once per request
-pub(crate) async fn authenticate(
-    state: &AppState,
-    headers: &HeaderMap,
-    remote: Option<SocketAddr>,
-) -> Result<Caller, Response> {
-    let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-    let failure = match state.auth.authenticate(authorization).await {
-        Ok(identity) => return Ok(state.access.caller(identity)),
-        Err(failure) => failure,
-    };
-    let metadata = format!("{}/.well-known/oauth-protected-resource{}", origin_of(state, headers), MCP_PATH);
-    let scopes = state.auth.required_scopes().join(" ");
-    let scope = if scopes.is_empty() { String::new() } else { format!(", scope=\"{scopes}\"") };
-    let (status, message, challenge) = match &failure {
-        AuthError::Missing => (
-            StatusCode::UNAUTHORIZED,
-            "Unauthorized: send `Authorization: Bearer <token>`".to_owned(),
-            format!("Bearer resource_metadata=\"{metadata}\"{scope}"),
-        ),
-        AuthError::Invalid(why) => (
-            StatusCode::UNAUTHORIZED,
-            format!("Unauthorized: {why}"),
-            format!(
-                "Bearer resource_metadata=\"{metadata}\", error=\"invalid_token\", error_description=\"{}\"{scope}",
-                why.replace(['"', '\\'], "'")
-            ),
-        ),
-        AuthError::InsufficientScope { required } => (
-            StatusCode::FORBIDDEN,
-            format!("Forbidden: the token lacks a required scope ({})", required.join(" ")),
-            format!("Bearer resource_metadata=\"{metadata}\", error=\"insufficient_scope\"{scope}"),
-        ),
-    };
-    tracing::info!(target: "conveyor::audit", event = "denied", reason = %message, remote = ?remote, "request refused: not authenticated");
-    let mut response =
-        failure_response(&Value::Null, RpcFailure::invalid_request(message).with_status(status));
-    if let Ok(value) = header::HeaderValue::from_str(&challenge) {
-        response.headers_mut().insert(header::WWW_AUTHENTICATE, value);
-    }
-    Err(response)
-}
-
-/// Counts the request against its principal's rate, shared by every gateway through Redis.
-pub(crate) async fn rate_limit(state: &AppState, caller: &Caller) -> Result<(), RpcFailure> {
-    let limits = &state.shared_limits;
-    if limits.requests_per_second <= 0.0 {
-        return Ok(());
-    }
-    let wait = state.store.rate_limit(&caller.principal, limits.requests_per_second, limits.burst).await?;
-    let Some(retry_after_ms) = wait else { return Ok(()) };
-    tracing::info!(target: "conveyor::audit", event = "denied", principal = %caller.principal, reason = "rate limit", "request refused: over the rate limit");
-    Err(RpcFailure::new(
-        rmcp::model::ErrorCode(methods::OVERLOADED),
-        format!(
-            "Too many requests: principal `{}` may send {} requests per second (limit requests_per_second); nothing was done. Retry in {retry_after_ms} ms.",
-            caller.principal, limits.requests_per_second
-        ),
-        Some(
-            json!({"limit": "requests_per_second", "max": limits.requests_per_second, "retryAfterMs": retry_after_ms}),
-        ),
-    ))
-}
-
-/// The MCP endpoint's path, which the resource URL ends with.
-pub const MCP_PATH: &str = "/mcp";
-
-/// `scheme://host[:port]` of this resource: from `--resource-url`, else from the request.
-fn origin_of(state: &AppState, headers: &HeaderMap) -> String {
-    if let Some(url) = &state.auth.resource_url {
-        return url.strip_suffix(MCP_PATH).unwrap_or(url).trim_end_matches('/').to_owned();
-    }
-    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost");
-    let scheme = headers
-        .get("x-forwarded-proto")
-        .and_then(|h| h.to_str().ok())
-        .filter(|p| *p == "https")
-        .unwrap_or("http");
-    format!("{scheme}://{host}")
-}
-
 /// RFC 9728 protected resource metadata: which authorization server issues tokens for `/mcp`.
 async fn resource_metadata(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     if let Err(r) = check_origin(&state, &headers) {
@@ -721,16 +574,4 @@ async fn resource_metadata(State(state): State<Arc<AppState>>, headers: HeaderMa
         .clone()
         .unwrap_or_else(|| format!("{}{MCP_PATH}", origin_of(&state, &headers)));
     json_response(StatusCode::OK, state.auth.metadata(&resource))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ports_are_stripped_from_hosts() {
-        assert_eq!(strip_port("localhost:8080"), "localhost");
-        assert_eq!(strip_port("[::1]:8080"), "::1");
-        assert_eq!(strip_port("127.0.0.1"), "127.0.0.1");
-    }
 }

@@ -5,6 +5,8 @@
 //!
 //! # Layout
 //!
+//! - [`admission`]: Host/Origin checks, authentication and the rate limit, as the extractor
+//!   [`admission::Admitted`] that `/mcp` and the web view's API share.
 //! - [`http`]: the axum router of the public listener; Host/Origin checks, content negotiation, body limit, the
 //!   `Mcp-Method`/`Mcp-Name` headers, JSON or SSE replies; `/healthz` and `/readyz`.
 //! - [`wire`]: which revision a request speaks, and each revision's task shapes.
@@ -13,12 +15,15 @@
 //! - [`catalog`]: the tools workers publish, cached, with compiled input schemas.
 //! - [`metrics`]: MCP requests counted and timed by method and reply; `/metrics` with the
 //!   deployment's gauges, on its own listener (`--metrics-listen`).
+//! - [`gauges`]: the deployment's gauges as last read for a scrape, shared by scrapes.
+//! - [`probes`]: `/healthz` and `/readyz`, on both listeners.
 //! - [`rpc`]: JSON-RPC envelopes and [`rpc::RpcFailure`], the one error type handlers return.
 //! - [`signing`]: signed tokens any replica recognises: 2025-11-25 session ids, MRTR request
 //!   states.
 //! - [`serve`]: the accept loop: connection limit, header deadline and idle close, graceful drain.
 //! - [`state`]: [`AppState`], shared by all handlers.
 //! - [`telemetry`]: the span of each MCP request, continuing the caller's trace.
+//! - [`uri_template`]: the RFC 6570 matcher of resource templates, for the policy and the methods.
 //! - [`ui`]: the web view at `/ui`: a page compiled into the binary, and its JSON API and event
 //!   stream under `/ui/api/`, behind the same authentication as `/mcp`.
 //!
@@ -26,17 +31,21 @@
 //! `docs/architecture.md`. MCP shapes come from `rmcp::model` wherever rmcp has them.
 
 pub mod access;
+pub mod admission;
 pub mod auth;
 pub mod catalog;
+pub mod gauges;
 pub mod http;
 pub mod methods;
 pub mod metrics;
+pub mod probes;
 pub mod rpc;
 pub mod serve;
 pub mod signing;
 pub mod state;
 pub mod telemetry;
 pub mod ui;
+pub mod uri_template;
 pub mod wire;
 
 pub use http::router;

@@ -1,13 +1,12 @@
 //! The gateway's side of the metrics: each MCP request counted and timed by its JSON-RPC method
 //! and reply, and `/metrics`, which adds the deployment's gauges (read from Redis, at most every
-//! [`STATS_FRESH_FOR`]) to the process's metrics.
+//! [`crate::gauges::STATS_FRESH_FOR`]) to the process's metrics.
 //!
 //! `/metrics` is served on its own listener (`--metrics-listen`, [`router`]), never on the public
 //! one: a scrape reads every shard, and what it tells (queues, workers, dead letters) is for
 //! operators.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::State;
@@ -15,11 +14,7 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use conveyor_shared::metrics::{self, McpOutcome, McpRequest};
-use conveyor_shared::store::ClusterStats;
-use futures::StreamExt;
 
-use crate::methods::{Reply, StreamItem};
-use crate::rpc::RpcFailure;
 use crate::state::AppState;
 
 /// Every JSON-RPC method either revision has; a request of any other method is counted as
@@ -57,73 +52,13 @@ pub(crate) fn refused(method: &str) {
     McpRequest::start(method_label(method)).finish(McpOutcome::Error);
 }
 
-/// Counts and times a dispatched request by its reply: at once for a result or an error, at its
-/// response for a stream (or when the stream closes without one).
-pub(crate) fn measured(request: McpRequest, reply: Result<Reply, RpcFailure>) -> Result<Reply, RpcFailure> {
-    match reply {
-        Ok(Reply::Result(result)) => {
-            request.finish(McpOutcome::Ok);
-            Ok(Reply::Result(result))
-        }
-        Ok(Reply::Stream(stream)) => {
-            let mut request = Some(request);
-            Ok(Reply::Stream(
-                stream
-                    .inspect(move |item| {
-                        if let StreamItem::Done(done) = item
-                            && let Some(request) = request.take()
-                        {
-                            request.finish(if done.is_ok() { McpOutcome::Ok } else { McpOutcome::Error });
-                        }
-                    })
-                    .boxed(),
-            ))
-        }
-        Err(failure) => {
-            request.finish(McpOutcome::Error);
-            Err(failure)
-        }
-    }
-}
-
-/// How long the deployment's gauges read for one scrape serve the next: scrapes from several
-/// Prometheus replicas, or a scraper gone wild, cost Redis one read per shard this often at most.
-pub const STATS_FRESH_FOR: Duration = Duration::from_secs(2);
-
-/// The deployment's gauges as last read, and when.
-#[derive(Default)]
-pub struct StatsCache(tokio::sync::Mutex<Option<(Instant, ClusterStats)>>);
-
-impl StatsCache {
-    /// The gauges, read again when older than [`STATS_FRESH_FOR`]; one read at a time.
-    async fn get(&self, store: &conveyor_shared::Store) -> Option<ClusterStats> {
-        let mut cached = self.0.lock().await;
-        if let Some((at, stats)) = cached.as_ref()
-            && at.elapsed() < STATS_FRESH_FOR
-        {
-            return Some(stats.clone());
-        }
-        match tokio::time::timeout(metrics::SCRAPE_REDIS_TIMEOUT, store.cluster_stats()).await {
-            Ok(Ok(stats)) => {
-                *cached = Some((Instant::now(), stats.clone()));
-                Some(stats)
-            }
-            Ok(Err(e)) => {
-                tracing::debug!(error = %e, "cannot read the deployment's gauges for a scrape");
-                None
-            }
-            Err(_) => None,
-        }
-    }
-}
-
 /// The routes of a gateway's metrics listener: `/metrics` (the process's metrics and the
 /// deployment's gauges; 200 with `conveyor_redis_up 0` while Redis is away), `/healthz`, `/readyz`.
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/metrics", get(serve))
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(crate::http::readyz))
+        .route("/healthz", get(crate::probes::healthz))
+        .route("/readyz", get(crate::probes::readyz))
         .with_state(state)
 }
 

@@ -1,8 +1,21 @@
 //! JSON-RPC envelopes and the one error type every handler returns.
 
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use rmcp::model::{ErrorCode, ErrorData};
 use serde_json::{Value, json};
+
+/// The JSON-RPC error codes Conveyor sends beyond those `rmcp::model::ErrorCode` names.
+pub mod codes {
+    use rmcp::model::ErrorCode;
+
+    /// A synchronous call's answer when it was cancelled (the code LSP and several MCP SDKs use for
+    /// a cancelled request; MCP itself names none).
+    pub const REQUEST_CANCELLED: ErrorCode = ErrorCode(-32800);
+
+    /// A request refused because an overload limit is reached.
+    pub const OVERLOADED: ErrorCode = ErrorCode(-32029);
+}
 
 /// A failed request: the JSON-RPC error to send, and the HTTP status to send it with.
 #[derive(Debug, Clone)]
@@ -75,6 +88,21 @@ pub fn response(id: &Value, result: Value) -> Value {
 /// A JSON-RPC error response.
 pub fn error_response(id: &Value, error: &ErrorData) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "error": error})
+}
+
+impl RpcFailure {
+    /// The failure as the HTTP response to the request `id`: its status, and a JSON-RPC error.
+    pub fn into_response_for(self, id: &Value) -> Response {
+        let body = error_response(id, &self.error).to_string();
+        (self.http_status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+    }
+}
+
+/// A failure before any request id is known (admission): the error answers id `null`.
+impl IntoResponse for RpcFailure {
+    fn into_response(self) -> Response {
+        self.into_response_for(&Value::Null)
+    }
 }
 
 /// A JSON-RPC notification.

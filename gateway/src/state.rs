@@ -13,6 +13,11 @@ use crate::auth::Authenticator;
 use crate::catalog::ToolCatalog;
 use crate::rpc::RpcFailure;
 
+/// Web view streams one gateway serves at once.
+pub const MAX_STREAMS: usize = 64;
+/// Of those, how many one principal may hold: a page per tab, and room for everyone else.
+pub const MAX_STREAMS_PER_PRINCIPAL: usize = 8;
+
 /// HTTP-level policy of a gateway.
 #[derive(Clone)]
 pub struct HttpPolicy {
@@ -138,7 +143,7 @@ impl Budget {
             )
         };
         Err(RpcFailure::new(
-            rmcp::model::ErrorCode(crate::methods::OVERLOADED),
+            crate::rpc::codes::OVERLOADED,
             format!(
                 "Busy: {what} (limit {limit}); nothing was done. Retry in about {} s.",
                 BUSY_RETRY_AFTER_MS / 1000
@@ -215,7 +220,7 @@ pub struct AppState {
     /// Streams and waiting calls of every kind a principal holds open on this gateway.
     pub streams: Arc<PerPrincipal>,
     /// The deployment's gauges last read for `/metrics`.
-    pub stats: crate::metrics::StatsCache,
+    pub stats: crate::gauges::StatsCache,
 }
 
 impl AppState {
@@ -233,9 +238,9 @@ impl AppState {
             shared_limits: SharedLimits::default(),
             shutdown: tokio_util::sync::CancellationToken::new(),
             signer: crate::signing::Signer::new(None),
-            ui_streams: Arc::new(Semaphore::new(crate::ui::MAX_STREAMS)),
-            ui_streams_per_principal: PerPrincipal::new(crate::ui::MAX_STREAMS_PER_PRINCIPAL),
-            stats: crate::metrics::StatsCache::default(),
+            ui_streams: Arc::new(Semaphore::new(MAX_STREAMS)),
+            ui_streams_per_principal: PerPrincipal::new(MAX_STREAMS_PER_PRINCIPAL),
+            stats: crate::gauges::StatsCache::default(),
         }
     }
 

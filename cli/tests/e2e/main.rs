@@ -17,6 +17,7 @@ mod faults;
 mod hostile;
 mod inspector;
 mod jobs;
+mod layout;
 mod limits;
 mod metrics;
 mod pools;

@@ -54,7 +54,7 @@ use crate::wire::{META_CLIENT_CAPABILITIES, Wire};
 pub(crate) use client_messages::{client_response, notification};
 pub use resume::ResumePoint;
 pub(crate) use tasks_cancel::cancel_task;
-pub use tools_call::{IDEMPOTENCY_KEY, OVERLOADED};
+pub use tools_call::IDEMPOTENCY_KEY;
 
 /// One request, as the HTTP layer hands it over.
 pub struct RequestCtx {
@@ -137,7 +137,7 @@ pub async fn handle(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, RpcF
             ),
         }),
     };
-    crate::metrics::measured(request, reply)
+    measured(request, reply)
 }
 
 async fn handle_2025(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, RpcFailure> {
@@ -312,7 +312,7 @@ pub(crate) async fn polled_task(
     match state.store.get_task_polled(task_id, &caller.principal, gap).await? {
         Polled::Read(task) => Ok(visible(caller, method, task_id, task.map(|t| *t))),
         Polled::TooSoon { retry_after_ms } => Err(RpcFailure::new(
-            ErrorCode(OVERLOADED),
+            crate::rpc::codes::OVERLOADED,
             format!(
                 "Polling too fast: read task `{task_id}` at most every {gap} ms (limit min_poll_gap_ms; its pollInterval says how often to poll). Retry in {retry_after_ms} ms."
             ),
@@ -333,7 +333,7 @@ pub(crate) fn hold_stream(state: &AppState, caller: &Caller) -> Result<crate::st
 /// The refusal of a stream or waiting call over the principal's limit.
 pub(crate) fn too_many_streams(state: &AppState) -> RpcFailure {
     RpcFailure::new(
-        ErrorCode(OVERLOADED),
+        crate::rpc::codes::OVERLOADED,
         format!(
             "Too many open streams: a principal may hold {} streams and waiting calls open on one gateway (limit max_streams_per_principal); nothing was started. Close one, or retry in about 1 s.",
             state.streams.max()
@@ -362,9 +362,40 @@ pub(crate) fn holding(
     }
 }
 
-/// Whether an RFC 6570 level-1 template (`{name}`, `{+name}`) can produce `uri`.
-pub(crate) fn template_matches(template: &str, uri: &str) -> bool {
-    offers::match_template(template, uri).is_some()
+/// Counts and times a dispatched request by its reply: at once for a result or an error, at its
+/// response for a stream (or when the stream closes without one).
+fn measured(
+    request: conveyor_shared::metrics::McpRequest,
+    reply: Result<Reply, RpcFailure>,
+) -> Result<Reply, RpcFailure> {
+    match reply {
+        Ok(Reply::Result(result)) => {
+            request.finish(conveyor_shared::metrics::McpOutcome::Ok);
+            Ok(Reply::Result(result))
+        }
+        Ok(Reply::Stream(stream)) => {
+            let mut request = Some(request);
+            Ok(Reply::Stream(
+                stream
+                    .inspect(move |item| {
+                        if let StreamItem::Done(done) = item
+                            && let Some(request) = request.take()
+                        {
+                            request.finish(if done.is_ok() {
+                                conveyor_shared::metrics::McpOutcome::Ok
+                            } else {
+                                conveyor_shared::metrics::McpOutcome::Error
+                            });
+                        }
+                    })
+                    .boxed(),
+            ))
+        }
+        Err(failure) => {
+            request.finish(conveyor_shared::metrics::McpOutcome::Error);
+            Err(failure)
+        }
+    }
 }
 
 /// An access the caller was refused, in the audit log.

@@ -11,12 +11,13 @@ use conveyor_shared::model::{OfferKind, TaskMode, TaskRecord};
 use conveyor_shared::store::TaskIndex;
 use serde_json::{Value, json};
 
-use super::offers::{LIST_TTL_MS, match_template, reply_with_cache_hints, run_offer, with_cache_hints};
+use super::offers::{LIST_TTL_MS, reply_with_cache_hints, run_offer, with_cache_hints};
 use super::{Reply, RequestCtx, string_param};
 use crate::access::Offer;
 use crate::catalog::CatalogTool;
 use crate::rpc::RpcFailure;
 use crate::state::AppState;
+use crate::uri_template::match_template;
 
 /// The caller's tasks (every live task, for an operator), a page at a time: the next page is
 /// `conveyor://tasks?cursor=<nextCursor>`.

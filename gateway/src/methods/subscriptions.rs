@@ -17,12 +17,12 @@ use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::offers::match_template;
 use super::resources::TASK_RESULT_TEMPLATE;
 use super::{Reply, RequestCtx, StreamItem, client_has_tasks_extension, missing_capability};
 use crate::access::Caller;
 use crate::rpc::{self, RpcFailure};
 use crate::state::AppState;
+use crate::uri_template::match_template;
 use crate::wire;
 
 /// `_meta` key of the subscription id on every message of the stream.

@@ -16,7 +16,7 @@ use super::{
     Reply, ReplyMode, RequestCtx, failure_of, missing_capability, rounds, string_param, task_not_found,
 };
 use crate::catalog::{RUN_DAG, TaskSupport};
-use crate::rpc::RpcFailure;
+use crate::rpc::{RpcFailure, codes};
 use crate::state::AppState;
 use crate::wire::{self, Wire};
 
@@ -341,12 +341,6 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
     }
 }
 
-/// JSON-RPC code of a synchronous call's answer when it was cancelled (the code LSP and several
-/// MCP SDKs use for a cancelled request; MCP itself names none).
-pub const REQUEST_CANCELLED: i32 = -32800;
-
-/// JSON-RPC code of a call refused because an overload limit is reached.
-pub const OVERLOADED: i32 = -32029;
 /// The retry hint of an overloaded call.
 const RETRY_AFTER_MS: u64 = 1_000;
 
@@ -359,7 +353,7 @@ pub(super) fn over_limit(hit: &LimitHit) -> RpcFailure {
     };
     let this_call = if hit.needed > 1 { format!("; this call needs {}", hit.needed) } else { String::new() };
     RpcFailure::new(
-        ErrorCode(OVERLOADED),
+        codes::OVERLOADED,
         format!(
             "Overloaded: the limit of {what} is reached ({} now{this_call}); nothing was started. Retry in about {} s.",
             hit.current,
@@ -449,7 +443,7 @@ pub(super) fn sync_outcome(task: &TaskRecord) -> Result<Value, RpcFailure> {
         // Only the client cancels a call (or a gateway for a client that went away): it is told
         // so, in case the response still reaches it.
         (TaskStatus::Cancelled, _, _) => Err(RpcFailure::new(
-            ErrorCode(REQUEST_CANCELLED),
+            codes::REQUEST_CANCELLED,
             task.status_message.clone().unwrap_or_else(|| "Cancelled".to_owned()),
             None,
         )),

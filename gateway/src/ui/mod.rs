@@ -78,7 +78,7 @@ async fn style(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Respon
 /// A compiled-in file. `no-cache` rather than a long lifetime: the files change with the binary,
 /// and a gateway upgraded under an open browser must not leave it with a stale script.
 fn asset(state: &AppState, headers: &HeaderMap, content_type: &'static str, body: &'static str) -> Response {
-    if let Err(refused) = crate::http::check_origin(state, headers) {
+    if let Err(refused) = crate::admission::check_origin(state, headers) {
         return refused;
     }
     let mut response = (StatusCode::OK, body).into_response();
@@ -101,10 +101,10 @@ impl FromRequestParts<Arc<AppState>> for ApiCaller {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, state: &Arc<AppState>) -> Result<Self, Response> {
-        crate::http::check_origin(state, &parts.headers)?;
+        crate::admission::check_origin(state, &parts.headers)?;
         let remote = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| *addr);
-        let caller = crate::http::authenticate(state, &parts.headers, remote).await?;
-        if let Err(failure) = crate::http::rate_limit(state, &caller).await {
+        let caller = crate::admission::authenticate(state, &parts.headers, remote).await?;
+        if let Err(failure) = crate::admission::rate_limit(state, &caller).await {
             return Err(ApiError::Refused(failure).into_response());
         }
         Ok(ApiCaller(caller))
@@ -154,7 +154,7 @@ impl IntoResponse for ApiError {
             Self::TooManyStreams => StatusCode::SERVICE_UNAVAILABLE,
             Self::TooManyOwnStreams => StatusCode::TOO_MANY_REQUESTS,
             // Over the principal's rate: the JSON-RPC error's own code says so.
-            Self::Refused(failure) if failure.error.code.0 == crate::methods::OVERLOADED => {
+            Self::Refused(failure) if failure.error.code == crate::rpc::codes::OVERLOADED => {
                 StatusCode::TOO_MANY_REQUESTS
             }
             // The task store is out of reach or refused: the page says so and tries again.

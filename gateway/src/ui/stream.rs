@@ -30,10 +30,7 @@ use crate::state::AppState;
 
 /// How often an open stream reads Redis.
 pub const STREAM_INTERVAL: Duration = Duration::from_millis(500);
-/// Open streams one gateway serves at once.
-pub const MAX_STREAMS: usize = 64;
-/// Of those, how many one principal may hold: a page per tab, and room for everyone else.
-pub const MAX_STREAMS_PER_PRINCIPAL: usize = 8;
+pub use crate::state::{MAX_STREAMS, MAX_STREAMS_PER_PRINCIPAL};
 /// How often a quiet stream sends a comment.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// How long one stream lasts before the page opens the next.
