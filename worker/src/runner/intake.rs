@@ -1,0 +1,386 @@
+//! Intake: the readers that read batches from the queues this worker serves, hold entries beyond
+//! the free slots for a moment, give each principal its share, and start each batch with one
+//! script per shard.
+
+use super::*;
+
+/// How long an entry read beyond this worker's free slots may wait in its buffer for a slot
+/// before it goes back to its queue for another worker.
+const PREFETCH_FOR: Duration = Duration::from_millis(250);
+
+/// One reader: takes free slots, reads a batch for them, starts it, runs what started.
+///
+/// One `XREADGROUP` returns up to COUNT entries *per stream*, so a read across shards and queues
+/// may bring more entries than free slots. Those wait in a small buffer and start as slots free
+/// up; one that waits longer than [`PREFETCH_FOR`] (a worker busy with long nodes) goes back to
+/// its queue, so that an idle worker takes it.
+///
+/// A node whose principal already has its share of this worker's slots waits with the worker
+/// for as long ([`Waiting`]): a short node of that principal's frees a slot soon, and then it
+/// starts with no more Redis work than any other. Once its time is up it is set aside in its
+/// queue's held list, so that the entries behind it, other principals' work, are read.
+pub(super) async fn read_loop(
+    worker: Worker,
+    mut reader: WorkReader,
+    semaphore: Arc<Semaphore>,
+    jobs: TaskTracker,
+    shutdown: CancellationToken,
+) {
+    let mut backoff = Backoff::default();
+    let mut buffer: std::collections::VecDeque<(WorkItem, tokio::time::Instant)> = Default::default();
+    let mut waiting = Waiting::default();
+    loop {
+        let first = tokio::select! {
+            // Shutdown first: with a free slot also ready, an unbiased choice would read again
+            // (and block) as often as not.
+            biased;
+            () = shutdown.cancelled() => None,
+            permit = semaphore.clone().acquire_owned() => Some(match permit {
+                Ok(p) => p,
+                Err(_) => return,
+            }),
+            // Buffered entries must not outwait their time while every slot is busy.
+            () = tokio::time::sleep(PREFETCH_FOR), if !buffer.is_empty() => {
+                hand_back_stale(&worker, &mut buffer).await;
+                continue;
+            }
+        };
+        let Some(first) = first else {
+            let mut rest: Vec<WorkItem> = buffer.drain(..).map(|(item, _)| item).collect();
+            rest.extend(waiting.drain());
+            hand_back(&worker, rest).await;
+            return;
+        };
+        let mut permits = vec![first];
+        while let Ok(p) = semaphore.clone().try_acquire_owned() {
+            permits.push(p);
+        }
+        // Listening before the slots are counted: a job that ends meanwhile still wakes this reader.
+        let freed = worker.slot_freed.notified();
+        tokio::pin!(freed);
+        freed.as_mut().enable();
+        hand_back_stale(&worker, &mut buffer).await;
+        // Waiting nodes whose principal has a free slot now, or whose time is up, go first.
+        let share = worker.options.slots_per_principal();
+        let (mut items, set_aside) = waiting.ready(permits.len(), |owner| worker.owners.room(owner, share));
+        if items.len() < permits.len() {
+            if !buffer.is_empty() {
+                let take = (permits.len() - items.len()).min(buffer.len());
+                items.extend(buffer.drain(..take).map(|(item, _)| item));
+            } else if waiting.len() < worker.options.concurrency {
+                // With nodes in hand, read only what is there; while nodes wait, block no longer
+                // than their time.
+                let block = if !items.is_empty() {
+                    Duration::ZERO
+                } else if waiting.is_empty() {
+                    worker.options.block
+                } else {
+                    PREFETCH_FOR
+                };
+                let count = permits.len() - items.len();
+                match reader.read(&worker.store, &worker.options.name, count, block).await {
+                    Ok((read, own_pending)) => {
+                        backoff.reset();
+                        if own_pending {
+                            // A new connection: entries Redis counts as this worker's that it does
+                            // not run or hold were delivered by a read whose reply was lost.
+                            let mut known = worker.running.held_set();
+                            known.extend(buffer.iter().map(|(i, _)| (i.stream.clone(), i.entry_id.clone())));
+                            known.extend(waiting.entries());
+                            known.extend(items.iter().map(|i| (i.stream.clone(), i.entry_id.clone())));
+                            let lost: Vec<WorkItem> = read
+                                .into_iter()
+                                .filter(|i| !known.contains(&(i.stream.clone(), i.entry_id.clone())))
+                                .collect();
+                            if !lost.is_empty() {
+                                tracing::info!(
+                                    entries = lost.len(),
+                                    "found entries delivered to this worker by a read whose reply was lost"
+                                );
+                            }
+                            items.extend(lost);
+                        } else {
+                            items.extend(read);
+                        }
+                    }
+                    Err(e) => {
+                        if e.to_string().contains("NOGROUP") {
+                            // Redis lost its data (restarted without persistence): set the groups up again.
+                            let _ = worker.store.ensure_groups(&worker.queues).await;
+                        } else {
+                            tracing::warn!(error = %e, "reading work failed; reconnecting");
+                            backoff.wait(&shutdown).await;
+                        }
+                        if items.is_empty() {
+                            continue;
+                        }
+                    }
+                }
+            }
+        }
+        if items.is_empty() {
+            // Every free slot is another principal's share, and the nodes read belong to
+            // principals that have theirs: wait for one of their slots, or for their time.
+            drop(permits);
+            tokio::select! {
+                () = freed => {}
+                () = tokio::time::sleep_until(waiting.next_deadline()) => {}
+                () = shutdown.cancelled() => {}
+            }
+            continue;
+        }
+        // After shutdown nothing read is run: it goes back to its queue.
+        if shutdown.is_cancelled() {
+            let mut rest = items;
+            rest.extend(buffer.drain(..).map(|(item, _)| item));
+            rest.extend(waiting.drain());
+            hand_back(&worker, rest).await;
+            return;
+        }
+        // Nodes beyond the free slots wait in the buffer; finalize and empty entries need none.
+        let mut now_items = Vec::with_capacity(items.len());
+        let mut nodes = 0;
+        let read_at = tokio::time::Instant::now();
+        for item in items {
+            let needs_slot = !item.task_id.is_empty() && item.node_id != keys::FINALIZE_NODE;
+            if needs_slot && nodes >= permits.len() {
+                buffer.push_back((item, read_at));
+            } else {
+                nodes += usize::from(needs_slot);
+                now_items.push(item);
+            }
+        }
+        let dispatched = dispatch(&worker, now_items, permits, &jobs, set_aside).await;
+        if dispatched.set_aside > 0 {
+            tracing::debug!(
+                set_aside = dispatched.set_aside,
+                started = dispatched.started,
+                "set aside nodes of principals at their share"
+            );
+        }
+        waiting.extend(dispatched.capped);
+    }
+}
+
+/// Nodes read whose principal had its share of this worker's slots, waiting with the worker (their
+/// entries pending, unchanged) for a slot of that principal's, for up to [`PREFETCH_FOR`] from
+/// when they were first read.
+#[derive(Default)]
+struct Waiting {
+    pub(super) nodes: std::collections::VecDeque<(WorkItem, String, tokio::time::Instant)>,
+    /// When each entry was first read, across tries.
+    pub(super) since: HashMap<EntryKey, tokio::time::Instant>,
+}
+
+impl Waiting {
+    pub(super) fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    fn extend(&mut self, capped: Vec<(WorkItem, String)>) {
+        let now = tokio::time::Instant::now();
+        for (item, owner) in capped {
+            let since = *self.since.entry((item.stream.clone(), item.entry_id.clone())).or_insert(now);
+            self.nodes.push_back((item, owner, since));
+        }
+    }
+
+    /// Up to `slots` nodes to try now: as many of each owner's as its `room` (the slots it may
+    /// still take), and those whose time is up (the second set: to be set aside if their owner
+    /// has no room yet).
+    pub(super) fn ready(
+        &mut self,
+        slots: usize,
+        room: impl Fn(&str) -> usize,
+    ) -> (Vec<WorkItem>, HashSet<EntryKey>) {
+        let mut ready = Vec::new();
+        let mut set_aside = HashSet::new();
+        let mut taken: HashMap<String, usize> = HashMap::new();
+        let mut kept = std::collections::VecDeque::with_capacity(self.nodes.len());
+        for (item, owner, since) in self.nodes.drain(..) {
+            let due = since.elapsed() >= PREFETCH_FOR;
+            let fits = {
+                let taken = taken.entry(owner.clone()).or_default();
+                let fits = *taken < room(&owner);
+                if fits {
+                    *taken += 1;
+                }
+                fits
+            };
+            if ready.len() < slots && (due || fits) {
+                let key = (item.stream.clone(), item.entry_id.clone());
+                self.since.remove(&key);
+                if due {
+                    set_aside.insert(key);
+                }
+                ready.push(item);
+            } else {
+                kept.push_back((item, owner, since));
+            }
+        }
+        self.nodes = kept;
+        (ready, set_aside)
+    }
+
+    /// When the oldest waiting node's time is up (or soon, when none waits).
+    fn next_deadline(&self) -> tokio::time::Instant {
+        let oldest = self.nodes.iter().map(|(_, _, since)| *since).min();
+        oldest.unwrap_or_else(tokio::time::Instant::now) + PREFETCH_FOR
+    }
+
+    pub(super) fn entries(&self) -> impl Iterator<Item = EntryKey> + '_ {
+        self.nodes.iter().map(|(item, _, _)| (item.stream.clone(), item.entry_id.clone()))
+    }
+
+    pub(super) fn drain(&mut self) -> Vec<WorkItem> {
+        self.since.clear();
+        self.nodes.drain(..).map(|(item, _, _)| item).collect()
+    }
+}
+
+/// Hands back the buffered entries that waited longer than [`PREFETCH_FOR`].
+async fn hand_back_stale(
+    worker: &Worker,
+    buffer: &mut std::collections::VecDeque<(WorkItem, tokio::time::Instant)>,
+) {
+    let mut stale = Vec::new();
+    while buffer.front().is_some_and(|(_, at)| at.elapsed() >= PREFETCH_FOR) {
+        if let Some((item, _)) = buffer.pop_front() {
+            stale.push(item);
+        }
+    }
+    hand_back(worker, stale).await;
+}
+
+/// Puts entries this worker read but will not run back on their queues (one script per shard).
+pub(super) async fn hand_back(worker: &Worker, items: Vec<WorkItem>) {
+    let mut by_shard: HashMap<Shard, Vec<WorkItem>> = HashMap::new();
+    // Only node entries go back; a finalize entry left pending is taken over after its lease.
+    for item in items.into_iter().filter(|i| !i.task_id.is_empty() && i.node_id != keys::FINALIZE_NODE) {
+        by_shard.entry(item.shard).or_default().push(item);
+    }
+    for (shard, items) in by_shard {
+        let none = SlotShares::unlimited();
+        if let Err(e) = worker.store.start_batch(shard, &items, 0, &worker.options.name, &none).await {
+            // They stay pending with this worker, unrenewed: maintenance queues them again later.
+            tracing::warn!(entries = items.len(), error = %e, "could not hand entries back");
+        }
+    }
+}
+
+/// What a dispatch did with the nodes it was given.
+#[derive(Debug, Default)]
+struct Dispatched {
+    pub(super) started: usize,
+    pub(super) set_aside: usize,
+    /// Nodes whose principal has its share: left as they were, with the principal.
+    capped: Vec<(WorkItem, String)>,
+}
+
+/// Starts what was read: finalize entries at once, nodes up to the free slots and each
+/// principal's share of them (one script per shard); a node whose principal has its share is set
+/// aside, the rest handed back to their queue.
+async fn dispatch(
+    worker: &Worker,
+    items: Vec<WorkItem>,
+    mut permits: Vec<OwnedSemaphorePermit>,
+    jobs: &TaskTracker,
+    set_aside: HashSet<EntryKey>,
+) -> Dispatched {
+    let mut dispatched = Dispatched::default();
+    let mut by_shard: HashMap<Shard, (Vec<WorkItem>, usize)> = HashMap::new();
+    for item in items {
+        if item.task_id.is_empty() {
+            if let Err(e) = worker.store.drop_entry(&item).await {
+                tracing::warn!(entry = %item.entry_id, error = %e, "could not drop an empty entry");
+            }
+        } else if item.node_id == keys::FINALIZE_NODE {
+            let store = worker.store.clone();
+            jobs.spawn(async move {
+                if let Err(e) = crate::dag::finalize(&store, &item).await {
+                    // The entry stays pending; maintenance queues it again after the lease.
+                    tracing::warn!(task = %item.task_id, error = %e, "could not finalize the task");
+                }
+            });
+        } else {
+            let batch = by_shard.entry(item.shard).or_default();
+            batch.0.push(item);
+        }
+    }
+    // Free slots go to the entries in the order they came, shard by shard.
+    let mut free = permits.len();
+    for (items, run) in by_shard.values_mut() {
+        *run = free.min(items.len());
+        free -= *run;
+    }
+    let mut shares = worker.owners.shares(worker.options.slots_per_principal());
+    shares.set_aside = set_aside;
+    let shares = &shares;
+    let starts = futures::future::join_all(by_shard.into_iter().map(|(shard, (items, run))| async move {
+        let begun = SystemTime::now();
+        let outcomes = worker.store.start_batch(shard, &items, run, &worker.options.name, shares).await;
+        (items, outcomes, (begun, SystemTime::now()))
+    }))
+    .await;
+    for (items, outcomes, round_trip) in starts {
+        let outcomes = match outcomes {
+            Ok(outcomes) => outcomes,
+            Err(e) => {
+                // The entries stay pending with this worker, unrenewed: maintenance queues them
+                // again once their lease runs out.
+                tracing::warn!(entries = items.len(), error = %e, "could not start a batch");
+                continue;
+            }
+        };
+        for (item, outcome) in items.into_iter().zip(outcomes) {
+            match outcome {
+                StartOutcome::Run(start) => {
+                    let Some(permit) = permits.pop() else { continue };
+                    dispatched.started += 1;
+                    let attempt = &start.attempt;
+                    let slot = worker.owners.take(&attempt.owner);
+                    let freed = worker.slot_freed.clone();
+                    let span = node_span(
+                        attempt,
+                        &start.tool,
+                        &worker.options.name,
+                        start.losses,
+                        !start.answers.is_empty(),
+                    );
+                    if conveyor_shared::telemetry::exporting() {
+                        context::finished_span(
+                            &span.context(),
+                            "EVALSHA start_nodes".into(),
+                            round_trip.0,
+                            round_trip.1,
+                            context::redis_attributes("EVALSHA", "start_nodes"),
+                        );
+                    }
+                    let job = NodeJob {
+                        metrics: NodeRun::start(&attempt.stream, &attempt.entry_id, &start.tool),
+                        span,
+                        worker: worker.clone(),
+                        start: *start,
+                    };
+                    jobs.spawn(async move {
+                        job.run().await;
+                        drop(slot);
+                        drop(permit);
+                        freed.notify_waiters();
+                    });
+                }
+                StartOutcome::Capped { owner } => dispatched.capped.push((item, owner)),
+                StartOutcome::Deferred => dispatched.set_aside += 1,
+                StartOutcome::HandedBack => {}
+                StartOutcome::Skip(reason) => {
+                    tracing::debug!(task = %item.task_id, node = %item.node_id, %reason, "skipped an entry");
+                }
+            }
+        }
+    }
+    dispatched
+}
