@@ -56,7 +56,7 @@ GAUGES = ["conveyor_worker_nodes_running", "conveyor_redis_up", "conveyor_queue_
           "conveyor_dead_letter_stream_entries"]
 METRICS = set(COUNTERS) | set(GAUGES) | {h + s for h in HISTOGRAMS for s in ("_bucket", "_sum", "_count")}
 
-# The queue of each built-in tool (worker/src/tools: research::QUEUE, adrs::tool::QUEUE,
+# The queue of each built-in tool (tools/src: research::QUEUE, adrs::tool::QUEUE,
 # readiness::tool::QUEUE; plan_adr and troubleshoot share research's).
 TOOL_QUEUES = {"research": "research", "plan_adr": "research", "troubleshoot": "research",
                "validate_adrs": "adrs", "deployment_readiness": "readiness"}

@@ -377,12 +377,10 @@ const TEST_PROCESS_ENV: &str = "CONVEYOR_TEST_PROCESS";
 
 fn registry(offers: &OfferArgs) -> anyhow::Result<Arc<ToolRegistry>> {
     let (fixtures, only) = (offers.fixtures, &offers.tools);
-    let roots = conveyor_worker::tools::roots::Roots::parse(&offers.roots)
+    let roots = conveyor_tools::roots::Roots::parse(&offers.roots)
         .map_err(|e| anyhow::anyhow!("--root (CONVEYOR_ROOTS): {e}"))?;
     let operator = match &offers.tools_file {
-        Some(path) => {
-            conveyor_worker::tools::operator_config::load(path).map_err(|e| anyhow::anyhow!("{e}"))?
-        }
+        Some(path) => conveyor_tools::operator_config::load(path).map_err(|e| anyhow::anyhow!("{e}"))?,
         None => Default::default(),
     };
     for (name, root) in operator
@@ -393,7 +391,7 @@ fn registry(offers: &OfferArgs) -> anyhow::Result<Arc<ToolRegistry>> {
     {
         roots.get(root).map_err(|e| anyhow::anyhow!("tools file: `{name}` runs in root `{root}`: {e}"))?;
     }
-    let settings = conveyor_worker::tools::Settings { roots, operator: Arc::new(operator) };
+    let settings = conveyor_tools::Settings { roots, operator: Arc::new(operator) };
     let mut registry = ToolRegistry::new();
     if fixtures {
         conveyor_worker::fixtures::register(&mut registry);
@@ -409,7 +407,7 @@ fn registry(offers: &OfferArgs) -> anyhow::Result<Arc<ToolRegistry>> {
         }
     }
     // After the fixtures, so that a probe that calls the first listed tool gets a quick one.
-    conveyor_worker::tools::register(&mut registry, &settings);
+    conveyor_tools::register(&mut registry, &settings);
     if !only.is_empty() {
         registry = registry.only(only).map_err(|e| anyhow::anyhow!("CONVEYOR_TOOLS: {e}"))?;
     }

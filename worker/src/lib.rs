@@ -2,7 +2,8 @@
 //! shard, through the workers' consumer group), starts each batch in one script, runs the tool each
 //! node names with a context (cancellation token, progress reporter, task metadata), and settles
 //! the node with one script that also acknowledges its entry. Start as many as the queues need;
-//! they share nothing but Redis.
+//! they share nothing but Redis. The built-in tools are a crate of their own (`conveyor-tools`),
+//! built on [`tool`] alone.
 //!
 //! # Layout
 //!
@@ -12,9 +13,6 @@
 //!   cancellation over sharded pub/sub, the maintenance of the shards whose lease it holds,
 //!   heartbeats, graceful shutdown.
 //! - [`dag`]: upstream values in a node's arguments, built-in nodes, a finished graph's result.
-//! - [`tools`]: the built-in tools (research, ADR validation, deployment readiness, guided ADR
-//!   planning, troubleshooting), roots, tools from the operator's tools file, and the ADR
-//!   templates; each heavy tool plans its work as a graph of steps.
 //! - [`fixtures`]: the tools the MCP conformance suite and Conveyor's own tests call
 //!   (`--fixtures`; off by default).
 //! - [`http`]: the worker's own small HTTP listener (`--metrics-listen`): `/metrics`, `/healthz`,
@@ -25,7 +23,6 @@ pub mod fixtures;
 pub mod http;
 pub mod runner;
 pub mod tool;
-pub mod tools;
 
 pub use runner::{NodeLimits, WorkerOptions, run};
 pub use tool::{FnTool, Tool, ToolContext, ToolRegistry};

@@ -165,6 +165,30 @@ pub struct ToolContext {
 }
 
 impl ToolContext {
+    /// Records `entry` as the newest run of `tool` under `name` (a readiness profile, say),
+    /// keeping the newest `keep`, and returns the runs recorded before it, newest first: a tool's
+    /// memory across tasks, kept in Redis and shared by every worker.
+    pub async fn record_run(
+        &self,
+        tool: &str,
+        name: &str,
+        entry: &Value,
+        keep: usize,
+    ) -> Result<Vec<Value>, conveyor_shared::StoreError> {
+        self.store.record_run(tool, name, entry, keep).await
+    }
+
+    /// The newest `count` runs of `tool` under `name` that [`ToolContext::record_run`] kept,
+    /// newest first.
+    pub async fn runs(
+        &self,
+        tool: &str,
+        name: &str,
+        count: usize,
+    ) -> Result<Vec<Value>, conveyor_shared::StoreError> {
+        self.store.runs(tool, name, count).await
+    }
+
     /// Reports progress to the task (and through the gateway to the client). Returns `false`
     /// when the report was refused because the task is no longer live or the attempt is stale,
     /// which a tool may take as a sign to stop.

@@ -181,7 +181,7 @@ const QUESTIONS: &[(&str, &[&str])] = &[
         "Which capped stream keeps dead letters of nodes whose attempts are spent?",
         &["shared/src/store/dead_letters.rs", "shared/src/lua/complete_node.lua"],
     ),
-    ("How are identifiers split on camel case and underscores?", &["worker/src/tools/research/text.rs"]),
+    ("How are identifiers split on camel case and underscores?", &["tools/src/research/text.rs"]),
 ];
 
 #[tokio::test]
@@ -249,13 +249,13 @@ async fn research_over_this_repository_finds_the_files_that_answer() {
     let narrowed = run_ok(
         &s.mcp,
         "research",
-        json!({"root": "repo", "question": question, "paths": ["worker/src/tools"], "maxResults": 3}),
+        json!({"root": "repo", "question": question, "paths": ["tools/src"], "maxResults": 3}),
         Duration::from_secs(60),
     )
     .await;
     let paths = evidence_paths(&narrowed);
     assert!(!paths.is_empty() && paths.len() <= 3, "maxResults 3: {paths:?}");
-    assert!(paths.iter().all(|p| p.starts_with("worker/src/tools/")), "only under the folder: {paths:?}");
+    assert!(paths.iter().all(|p| p.starts_with("tools/src/")), "only under the folder: {paths:?}");
     assert_eq!(paths[0], answers[0], "{paths:?}");
     let everywhere = run_ok(
         &s.mcp,

@@ -62,7 +62,7 @@ fn offer_name(key: &str) -> String {
 /// it; on 2025-11-25 the same code travels with the same `data.requiredCapabilities`).
 const MISSING_CLIENT_CAPABILITY: i32 = -32021;
 /// How long a tool told to stop may take to return before it is aborted: enough for a child
-/// process to get its SIGTERM, then its SIGKILL (`tools::process`).
+/// process to get its SIGTERM, then its SIGKILL (`conveyor_tools::process`).
 const TOOL_STOP_GRACE: Duration = Duration::from_secs(5);
 /// How long a stopping worker keeps trying to record a finished node while Redis is away.
 const PERSIST_WHILE_STOPPING: Duration = Duration::from_secs(10);

@@ -690,8 +690,8 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
-    use crate::tools::adrs::parse::parse_adr;
-    use crate::tools::adrs::parse::tests::{fixture_dir, fixture_docs, fixture_expected};
+    use crate::adrs::parse::parse_adr;
+    use crate::adrs::parse::tests::{fixture_dir, fixture_docs, fixture_expected};
 
     const NYGARD: &str = "# 1. Title\n\nDate: 2020-01-01\n\n## Status\n\nAccepted\n\n## Context\n\nx\n\n## Decision\n\nx\n\n## Consequences\n\nx\n";
 

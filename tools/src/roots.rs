@@ -28,7 +28,7 @@ use ignore::gitignore::GitignoreBuilder;
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt as _;
 
-use crate::tool::{FnTool, ToolContext, ToolRegistry};
+use conveyor_worker::tool::{FnTool, ToolContext, ToolRegistry};
 
 /// Largest file a resource read returns.
 const MAX_RESOURCE_FILE_BYTES: u64 = 1024 * 1024;

@@ -15,7 +15,7 @@ use super::readiness::reports::TestOutcome;
 use super::research::{self, sampled_text};
 use super::roots::{Root, Roots, root_schema};
 use super::{invalid, plan};
-use crate::tool::{FnTool, ToolContext, ToolRegistry};
+use conveyor_worker::tool::{FnTool, ToolContext, ToolRegistry};
 
 pub const TOOL: &str = "troubleshoot";
 /// Where teams keep their ADRs, looked for in this order.
@@ -282,7 +282,7 @@ async fn failing_tests(config: &OperatorConfig, ctx: &ToolContext) -> ToolOutcom
     };
     let mut failing = Vec::new();
     for profile in &profiles {
-        let runs = match ctx.store.runs(super::readiness::tool::TOOL, profile, HISTORY_RUNS).await {
+        let runs = match ctx.runs(super::readiness::tool::TOOL, profile, HISTORY_RUNS).await {
             Ok(runs) => runs,
             Err(e) => {
                 return ToolOutcome::Result(result::error_text(format!(

@@ -275,7 +275,10 @@ mod tests {
         let done = run(&echo, &CancellationToken::new()).await;
         assert_eq!(done.stdout.text, "[]\n");
         let named = Command { env: vec!["CARGO_PKG_NAME".into()], ..echo };
-        assert_eq!(run(&named, &CancellationToken::new()).await.stdout.text, "[conveyor-worker]\n");
+        assert_eq!(
+            run(&named, &CancellationToken::new()).await.stdout.text,
+            format!("[{}]\n", env!("CARGO_PKG_NAME"))
+        );
         let traced = Command {
             traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
             ..sh("echo \"$TRACEPARENT\"", 5_000)

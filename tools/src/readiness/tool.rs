@@ -1,5 +1,5 @@
 //! `deployment_readiness {"profile"}`: runs the checks of an operator's profile as nodes of one
-//! graph (each a child process, see [`crate::tools::process`]), then a report node that parses
+//! graph (each a child process, see [`crate::process`]), then a report node that parses
 //! nothing itself but keeps the run in Redis under the profile and compares it with the runs
 //! before it. Checks come only from the operator's tools file: a client names a profile, never a
 //! command.
@@ -12,11 +12,11 @@ use serde_json::{Value, json};
 
 use super::history::{self, CheckRecord, CheckStatus, RunRecord};
 use super::reports::{self, ReportFormat, TestOutcome, TestResult};
-use crate::tool::{FnTool, ToolContext, ToolRegistry};
-use crate::tools::operator_config::{ConfiguredCheck, OperatorConfig, Profile};
-use crate::tools::process::{self, Ending};
-use crate::tools::roots::Roots;
-use crate::tools::{cancelled, invalid, plan};
+use crate::operator_config::{ConfiguredCheck, OperatorConfig, Profile};
+use crate::process::{self, Ending};
+use crate::roots::Roots;
+use crate::{cancelled, invalid, plan};
+use conveyor_worker::tool::{FnTool, ToolContext, ToolRegistry};
 
 /// The tool's name, and the name its histories are kept under.
 pub const TOOL: &str = "deployment_readiness";
@@ -265,15 +265,12 @@ async fn report(config: &OperatorConfig, ctx: &ToolContext) -> ToolOutcome {
     let run =
         RunRecord { run_id: ctx.task_id.clone(), at_ms: now_ms(), ready: history::is_ready(&checks), checks };
     let entry = serde_json::to_value(&run).unwrap_or(Value::Null);
-    let previous: Vec<RunRecord> =
-        match ctx.store.record_run(TOOL, &profile.name, &entry, profile.history).await {
-            Ok(previous) => previous.into_iter().filter_map(|v| serde_json::from_value(v).ok()).collect(),
-            Err(e) => {
-                return ToolOutcome::Result(result::error_text(format!(
-                    "could not keep the run in Redis: {e}"
-                )));
-            }
-        };
+    let previous: Vec<RunRecord> = match ctx.record_run(TOOL, &profile.name, &entry, profile.history).await {
+        Ok(previous) => previous.into_iter().filter_map(|v| serde_json::from_value(v).ok()).collect(),
+        Err(e) => {
+            return ToolOutcome::Result(result::error_text(format!("could not keep the run in Redis: {e}")));
+        }
+    };
     let comparison = history::compare(&run, &previous, profile.flaky_window);
     let failing: Vec<Value> = run
         .checks

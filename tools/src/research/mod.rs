@@ -23,7 +23,7 @@ use self::index::{Evidence, ShardScan};
 use self::text::Query;
 use super::roots::{Root, RootError, Roots, root_schema};
 use super::{invalid, plan};
-use crate::tool::{FnTool, ToolContext, ToolRegistry};
+use conveyor_worker::tool::{FnTool, ToolContext, ToolRegistry};
 
 /// The queue of research and its steps.
 pub const QUEUE: &str = "research";

@@ -1,4 +1,9 @@
-//! What every worker offers without `--fixtures`, one module per family.
+//! Conveyor's built-in tools: what every worker offers without `--fixtures`, one module per
+//! family. They are built on the worker runtime's tool API (`conveyor_worker::tool`) alone, as a
+//! third party's tools would be; `register` adds them to a worker's registry.
+//!
+//! # Layout
+//!
 //!
 //! - [`adr_templates`]: architecture decision record templates (Nygard, MADR), as prompts that
 //!   draft an ADR and as resources a client can read.
@@ -26,7 +31,7 @@ pub mod troubleshoot;
 use conveyor_shared::model::{RpcError, ToolOutcome};
 use serde_json::{Value, json};
 
-use crate::tool::ToolRegistry;
+use conveyor_worker::tool::ToolRegistry;
 
 /// What the operator gave the built-in tools.
 #[derive(Debug, Clone, Default)]

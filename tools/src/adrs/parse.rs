@@ -873,14 +873,14 @@ pub(super) mod tests {
     use serde_json::Value;
 
     use super::*;
-    use crate::tools::adrs::rules;
+    use crate::adrs::rules;
 
-    pub(in crate::tools::adrs) fn fixture_dir() -> PathBuf {
+    pub(in crate::adrs) fn fixture_dir() -> PathBuf {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/adrs")
     }
 
     /// Every record of the fixture set, parsed, by path.
-    pub(in crate::tools::adrs) fn fixture_docs() -> Vec<AdrDoc> {
+    pub(in crate::adrs) fn fixture_docs() -> Vec<AdrDoc> {
         let dir = fixture_dir();
         let mut names: Vec<String> = std::fs::read_dir(&dir)
             .expect("the fixture directory is part of the repository")
@@ -897,7 +897,7 @@ pub(super) mod tests {
             .collect()
     }
 
-    pub(in crate::tools::adrs) fn fixture_expected() -> Value {
+    pub(in crate::adrs) fn fixture_expected() -> Value {
         let text = std::fs::read_to_string(fixture_dir().join("expected.json"))
             .expect("expected.json is part of the fixture set");
         serde_json::from_str(&text).expect("expected.json is JSON")

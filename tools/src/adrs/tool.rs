@@ -12,10 +12,10 @@ use serde_json::{Value, json};
 
 use super::parse::{self, AdrDoc};
 use super::rules::{self, Finding};
-use crate::tool::{FnTool, ToolContext, ToolRegistry};
-use crate::tools::research::{index::read_text, sampled_text};
-use crate::tools::roots::{Root, Roots, root_schema};
-use crate::tools::{invalid, plan};
+use crate::research::{index::read_text, sampled_text};
+use crate::roots::{Root, Roots, root_schema};
+use crate::{invalid, plan};
+use conveyor_worker::tool::{FnTool, ToolContext, ToolRegistry};
 
 pub const TOOL: &str = "validate_adrs";
 /// The queue of ADR validation and its steps.

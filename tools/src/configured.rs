@@ -13,7 +13,7 @@ use super::operator_config::{ConfiguredTool, OperatorConfig};
 use super::process::{self, Ending};
 use super::roots::Roots;
 use super::{cancelled, invalid};
-use crate::tool::{FnTool, ToolContext, ToolRegistry};
+use conveyor_worker::tool::{FnTool, ToolContext, ToolRegistry};
 
 pub fn register(registry: &mut ToolRegistry, roots: &Roots, config: &Arc<OperatorConfig>) {
     for tool in &config.tools {

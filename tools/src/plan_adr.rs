@@ -15,7 +15,7 @@ use serde_json::{Map, Value, json};
 use super::research;
 use super::roots::{Roots, root_schema};
 use super::{invalid, plan};
-use crate::tool::{FnTool, ToolContext, ToolRegistry};
+use conveyor_worker::tool::{FnTool, ToolContext, ToolRegistry};
 
 pub const TOOL: &str = "plan_adr";
 /// The phases, in order, with the name a person sees.

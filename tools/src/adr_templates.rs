@@ -6,7 +6,7 @@
 use conveyor_shared::model::ToolOutcome;
 use serde_json::{Value, json};
 
-use crate::tool::{FnTool, ToolContext, ToolRegistry};
+use conveyor_worker::tool::{FnTool, ToolContext, ToolRegistry};
 
 /// The queue every template offer shares: they are light, and one queue per shard serves them all.
 const QUEUE: &str = "adr-templates";
