@@ -173,3 +173,35 @@ impl Mcp {
         Ok(self.http.get(format!("{base}{path}")).send().await?.status().as_u16())
     }
 }
+
+/// Waits up to 60 s until `tools/list` on `mcp` names every one of `tools` (workers publish their
+/// tools when they start); panics with the tool that never appeared.
+pub async fn wait_for_tools(mcp: &Mcp, tools: &[&str]) {
+    for tool in tools {
+        if let Err(e) = mcp.wait_for_tool(tool, Duration::from_secs(60)).await {
+            panic!("the workers' tools never appeared: {e}");
+        }
+    }
+}
+
+/// A 2025-11-25 task-augmented `tools/call` (TTL 10 minutes); the new task's id. Panics when the
+/// call fails or answers no task.
+pub async fn create_2025(mcp: &Mcp, tool: &str, arguments: Value) -> String {
+    let reply = mcp
+        .call_2025("tools/call", json!({"name": tool, "arguments": arguments, "task": {"ttl": 600_000}}))
+        .await
+        .unwrap_or_else(|e| panic!("tools/call {tool}: {e}"));
+    reply.result()["task"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("tools/call {tool} answered no task: {}", reply.raw))
+        .to_owned()
+}
+
+/// A task's status by 2025-11-25 `tasks/get`. Panics when the call fails or answers no status.
+pub async fn status_2025(mcp: &Mcp, task_id: &str) -> String {
+    let reply = mcp
+        .call_2025("tasks/get", json!({"taskId": task_id}))
+        .await
+        .unwrap_or_else(|e| panic!("tasks/get {task_id}: {e}"));
+    reply.result()["status"].as_str().unwrap_or_else(|| panic!("no status in {}", reply.raw)).to_owned()
+}

@@ -17,11 +17,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use conveyor_shared::keys::Shard;
+use conveyor_tests::mcp::wait_for_tools;
 use conveyor_tests::mcp::{Reply, tasks_client_capabilities};
 use conveyor_tests::redis_cluster::RedisCluster;
 use conveyor_tests::{Conveyor, Mcp, RedisServer};
 use futures::StreamExt;
 use serde_json::{Value, json};
+
+/// The fixture tools the chaos runs call.
+const CHAOS_TOOLS: &[&str] = &["flaky", "protocol_error_job", "run_dag"];
 
 /// Calls submitted in all, in batches of [`BATCH`] sent at once, one batch every [`BATCH_EVERY`].
 const SUBMISSIONS: usize = 600;
@@ -754,18 +758,6 @@ fn run_chaos(
     Chaos { started_ms, redis, workers, dead, events }
 }
 
-async fn wait_for_tools(mcp: &Mcp) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let raw = mcp.call_2025("tools/list", json!({})).await.map(|r| r.raw).unwrap_or_default();
-        if ["\"flaky\"", "\"protocol_error_job\"", "\"run_dag\""].iter().all(|t| raw.contains(t)) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "the workers' tools never appeared: {raw}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// `tasks/get` on the task's own wire; `None` when the call itself failed.
 async fn task_get(mcp: &Mcp, wire: Wire, task_id: &str) -> Option<Value> {
     let params = json!({"taskId": task_id});
@@ -922,8 +914,8 @@ async fn run_under_chaos(redis: Box<dyn RedisSide>, test_started: Instant) {
         clients: [Mcp::new(gateway_a.mcp_url()), Mcp::new(gateway_b.mcp_url())],
         down: [AtomicBool::new(false), AtomicBool::new(false)],
     });
-    wait_for_tools(&gateways.clients[0]).await;
-    wait_for_tools(&gateways.clients[1]).await;
+    wait_for_tools(&gateways.clients[0], CHAOS_TOOLS).await;
+    wait_for_tools(&gateways.clients[1], CHAOS_TOOLS).await;
     let mut logs: Vec<PathBuf> = vec![gateway_a.log.clone(), gateway_b.log.clone()];
     logs.extend(workers.iter().map(|w| w.log.clone()));
 

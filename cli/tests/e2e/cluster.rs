@@ -5,8 +5,9 @@
 use std::time::{Duration, Instant};
 
 use conveyor_tests::mcp::tasks_client_capabilities;
+use conveyor_tests::mcp::{create_2025, status_2025, wait_for_tools};
 use conveyor_tests::{Conveyor, Mcp, RedisServer};
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// Polls until `check` returns `Some`, or panics after `timeout` with `what`.
 async fn eventually<T>(timeout: Duration, what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
@@ -20,27 +21,6 @@ async fn eventually<T>(timeout: Duration, what: &str, mut check: impl AsyncFnMut
     }
 }
 
-async fn wait_for_tools(mcp: &Mcp) {
-    eventually(Duration::from_secs(30), "the worker's tools", async || {
-        let reply = mcp.call_2025("tools/list", json!({})).await.ok()?;
-        (reply.result()["tools"].as_array()?.len() > 1).then_some(())
-    })
-    .await;
-}
-
-async fn create_2025(mcp: &Mcp, tool: &str, arguments: Value) -> String {
-    let reply = mcp
-        .call_2025("tools/call", json!({"name": tool, "arguments": arguments, "task": {"ttl": 60_000}}))
-        .await
-        .expect("tools/call");
-    reply.result()["task"]["taskId"].as_str().unwrap_or_else(|| panic!("no task in {}", reply.raw)).to_owned()
-}
-
-async fn status_2025(mcp: &Mcp, task_id: &str) -> String {
-    let reply = mcp.call_2025("tasks/get", json!({"taskId": task_id})).await.expect("tasks/get");
-    reply.result()["status"].as_str().unwrap_or_else(|| panic!("no status in {}", reply.raw)).to_owned()
-}
-
 #[tokio::test]
 async fn any_gateway_reads_awaits_and_cancels_any_task() {
     let redis = RedisServer::start().expect("redis");
@@ -48,7 +28,7 @@ async fn any_gateway_reads_awaits_and_cancels_any_task() {
     let gateway_b = Conveyor::gateway(&redis.url(), &[]).expect("gateway B");
     let _worker = Conveyor::worker(&redis.url(), &["--fixtures"]).expect("worker");
     let (a, b) = (Mcp::new(gateway_a.mcp_url()), Mcp::new(gateway_b.mcp_url()));
-    wait_for_tools(&a).await;
+    wait_for_tools(&a, &["slow_compute"]).await;
 
     // Created on A, read and awaited on B.
     let task = create_2025(&a, "slow_compute", json!({"seconds": 1, "label": "cross"})).await;
@@ -90,7 +70,7 @@ async fn cancel_stops_the_running_tool_on_its_worker() {
     let conveyor = Conveyor::gateway(&redis.url(), &[]).expect("gateway");
     let _worker = Conveyor::worker(&redis.url(), &["--fixtures"]).expect("worker");
     let mcp = Mcp::new(conveyor.mcp_url());
-    wait_for_tools(&mcp).await;
+    wait_for_tools(&mcp, &["slow_compute"]).await;
 
     let task = create_2025(&mcp, "slow_compute", json!({"seconds": 60})).await;
     redis.wait_node_status(&task, "root", "running", Duration::from_secs(10)).await.expect("the node runs");
@@ -127,7 +107,7 @@ async fn a_worker_killed_while_idle_loses_no_queued_task() {
     let gateway = Conveyor::gateway(&redis.url(), &[]).expect("gateway");
     let mut first = Conveyor::worker(&redis.url(), &["--fixtures"]).expect("worker");
     let mcp = Mcp::new(gateway.mcp_url());
-    wait_for_tools(&mcp).await;
+    wait_for_tools(&mcp, &["slow_compute"]).await;
     first.signal("KILL");
     assert!(first.wait_exit(Duration::from_secs(5)), "the worker died");
 
@@ -171,7 +151,7 @@ async fn sigterm_lets_a_worker_finish_its_node_and_exit() {
     let gateway = Conveyor::gateway(&redis.url(), &[]).expect("gateway");
     let mut worker = Conveyor::worker(&redis.url(), &["--fixtures"]).expect("worker");
     let mcp = Mcp::new(gateway.mcp_url());
-    wait_for_tools(&mcp).await;
+    wait_for_tools(&mcp, &["slow_compute"]).await;
 
     let task = create_2025(&mcp, "slow_compute", json!({"seconds": 1, "label": "drain"})).await;
     redis.wait_node_status(&task, "root", "running", Duration::from_secs(10)).await.expect("the node runs");
@@ -195,7 +175,7 @@ async fn a_worker_that_stops_hands_its_running_node_to_another() {
     let mut first =
         Conveyor::worker(&redis.url(), &["--fixtures", "--shutdown-grace-ms", "200"]).expect("worker");
     let mcp = Mcp::new(gateway.mcp_url());
-    wait_for_tools(&mcp).await;
+    wait_for_tools(&mcp, &["slow_compute"]).await;
 
     let task = create_2025(&mcp, "slow_compute", json!({"seconds": 4, "label": "handed"})).await;
     redis.wait_node_status(&task, "root", "running", Duration::from_secs(10)).await.expect("the node runs");
@@ -232,7 +212,7 @@ async fn the_cluster_rides_out_a_redis_restart() {
     let _worker =
         Conveyor::worker(&redis.url(), &["--fixtures", "--redis-timeout-ms", "1000"]).expect("worker");
     let mcp = Mcp::new(gateway.mcp_url());
-    wait_for_tools(&mcp).await;
+    wait_for_tools(&mcp, &["slow_compute"]).await;
     assert_eq!(mcp.get_status("/readyz").await.expect("readyz"), 200);
     let before = create_2025(&mcp, "slow_compute", json!({"seconds": 0, "label": "before"})).await;
     eventually(Duration::from_secs(10), "the first task", async || {
@@ -290,11 +270,11 @@ async fn a_redis_that_lost_its_data_is_set_up_again_by_the_workers() {
     let _worker =
         Conveyor::worker(&redis.url(), &["--fixtures", "--redis-timeout-ms", "1000"]).expect("worker");
     let mcp = Mcp::new(gateway.mcp_url());
-    wait_for_tools(&mcp).await;
+    wait_for_tools(&mcp, &["slow_compute"]).await;
 
     // No persistence: the restarted Redis is empty, without the consumer group or the tool catalog.
     redis.restart().expect("redis restarts");
-    wait_for_tools(&mcp).await;
+    wait_for_tools(&mcp, &["slow_compute"]).await;
     let task = create_2025(&mcp, "slow_compute", json!({"seconds": 0, "label": "fresh"})).await;
     let result = mcp.call_2025("tasks/result", json!({"taskId": task})).await.expect("tasks/result");
     assert_eq!(result.result()["content"][0]["text"], "computed fresh", "{}", result.raw);
@@ -307,7 +287,7 @@ async fn a_gateway_that_shuts_down_ends_waits_with_an_error_the_client_retries_e
     let gateway_b = Conveyor::gateway(&redis.url(), &[]).expect("gateway B");
     let _worker = Conveyor::worker(&redis.url(), &["--fixtures"]).expect("worker");
     let (a, b) = (Mcp::new(gateway_a.mcp_url()), Mcp::new(gateway_b.mcp_url()));
-    wait_for_tools(&a).await;
+    wait_for_tools(&a, &["slow_compute"]).await;
 
     let task = create_2025(&a, "slow_compute", json!({"seconds": 3, "label": "outlives"})).await;
     let waiting = tokio::spawn({
@@ -334,7 +314,7 @@ async fn a_call_retried_with_its_idempotency_key_returns_the_same_task_on_any_ga
     let gateway_b = Conveyor::gateway(&redis.url(), &[]).expect("gateway B");
     let _worker = Conveyor::worker(&redis.url(), &["--fixtures"]).expect("worker");
     let (a, b) = (Mcp::new(gateway_a.mcp_url()), Mcp::new(gateway_b.mcp_url()));
-    wait_for_tools(&a).await;
+    wait_for_tools(&a, &["slow_compute"]).await;
     let call = |seconds: u64| {
         json!({
             "name": "slow_compute",

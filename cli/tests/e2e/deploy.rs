@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use conveyor_tests::mcp::create_2025;
 use conveyor_tests::process::{conveyor_bin, output_text, scratch_dir, workspace_root};
 use conveyor_tests::{Conveyor, Mcp, free_port};
 use serde_json::{Value, json};
@@ -352,14 +353,6 @@ fn conveyor_json(redis_url: &str, args: &[&str]) -> Value {
     serde_json::from_slice(&output.stdout).expect("json")
 }
 
-async fn create(mcp: &Mcp, tool: &str, arguments: Value) -> String {
-    let reply = mcp
-        .call_2025("tools/call", json!({"name": tool, "arguments": arguments, "task": {"ttl": 600_000}}))
-        .await
-        .expect("tools/call through the proxy");
-    reply.result()["task"]["taskId"].as_str().unwrap_or_else(|| panic!("{tool}: {}", reply.raw)).to_owned()
-}
-
 async fn result(mcp: &Mcp, task: &str) -> Value {
     let reply = mcp.call_2025("tasks/result", json!({"taskId": task})).await.expect("tasks/result");
     assert!(reply.error_code().is_none(), "task {task}: {}", reply.raw);
@@ -482,18 +475,18 @@ async fn the_compose_topology_runs_with_real_processes() {
     for question in ["how are failed jobs retried", "what happens when a worker dies"] {
         tasks.push((
             "research",
-            create(&mcp, "research", json!({"root": "sample", "question": question})).await,
+            create_2025(&mcp, "research", json!({"root": "sample", "question": question})).await,
         ));
     }
     for _ in 0..2 {
         tasks.push((
             "validate_adrs",
-            create(&mcp, "validate_adrs", json!({"root": "sample", "path": "docs/adr"})).await,
+            create_2025(&mcp, "validate_adrs", json!({"root": "sample", "path": "docs/adr"})).await,
         ));
     }
     tasks.push((
         "deployment_readiness",
-        create(&mcp, "deployment_readiness", json!({"profile": "sample"})).await,
+        create_2025(&mcp, "deployment_readiness", json!({"profile": "sample"})).await,
     ));
     for (tool, task) in &tasks {
         let result = result(&mcp, task).await;
@@ -591,7 +584,7 @@ async fn the_compose_topology_runs_with_real_processes() {
 
     // One gateway dies (SIGKILL): the proxy keeps serving, and the survivor answers for a task
     // created before the kill.
-    let before = create(&mcp, "validate_adrs", json!({"root": "sample", "path": "docs/adr"})).await;
+    let before = create_2025(&mcp, "validate_adrs", json!({"root": "sample", "path": "docs/adr"})).await;
     let mut killed = gateways.remove(0);
     killed.kill();
     let killed_at = Instant::now();
@@ -603,7 +596,8 @@ async fn the_compose_topology_runs_with_real_processes() {
     }
     assert_eq!(result(&mcp, &before).await["structuredContent"]["summary"]["adrs"], 3);
     let after =
-        create(&mcp, "research", json!({"root": "sample", "question": "how are jobs acknowledged"})).await;
+        create_2025(&mcp, "research", json!({"root": "sample", "question": "how are jobs acknowledged"}))
+            .await;
     assert!(result(&mcp, &after).await["structuredContent"]["evidence"].is_array());
     let synchronous = mcp
         .call_2025(

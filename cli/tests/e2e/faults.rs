@@ -3,29 +3,9 @@
 
 use std::time::{Duration, Instant};
 
+use conveyor_tests::mcp::{create_2025, wait_for_tools};
 use conveyor_tests::{Conveyor, Mcp, RedisServer};
 use serde_json::{Value, json};
-
-async fn wait_for_tools(mcp: &Mcp) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !mcp
-        .call_2025("tools/list", json!({}))
-        .await
-        .map(|r| r.raw.contains("crash_worker"))
-        .unwrap_or(false)
-    {
-        assert!(Instant::now() < deadline, "tools never appeared");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-async fn create(mcp: &Mcp, tool: &str, arguments: Value) -> String {
-    let reply = mcp
-        .call_2025("tools/call", json!({"name": tool, "arguments": arguments, "task": {"ttl": 600_000}}))
-        .await
-        .expect("tools/call");
-    reply.result()["task"]["taskId"].as_str().unwrap_or_else(|| panic!("{}", reply.raw)).to_owned()
-}
 
 const LEASE: &[&str] = &["--fixtures", "--lease-ms", "1000"];
 
@@ -35,9 +15,9 @@ async fn a_node_of_a_killed_worker_is_taken_over_when_its_lease_runs_out() {
     let gateway = Conveyor::gateway(&redis.url(), &[]).expect("gateway");
     let mut first = Conveyor::worker(&redis.url(), LEASE).expect("worker");
     let mcp = Mcp::new(gateway.mcp_url());
-    wait_for_tools(&mcp).await;
+    wait_for_tools(&mcp, &["crash_worker"]).await;
 
-    let task = create(&mcp, "slow_compute", json!({"seconds": 3, "label": "survivor"})).await;
+    let task = create_2025(&mcp, "slow_compute", json!({"seconds": 3, "label": "survivor"})).await;
     redis.wait_node_status(&task, "root", "running", Duration::from_secs(10)).await.expect("the node runs");
     let first_worker = redis.node_field(&task, "root", "worker");
     first.signal("KILL");
@@ -64,8 +44,8 @@ async fn a_node_that_keeps_killing_its_workers_is_dead_lettered() {
     let args = ["--fixtures", "--lease-ms", "1000", "--max-node-losses", "2"];
     let mcp = Mcp::new(gateway.mcp_url());
     let mut worker = Conveyor::worker(&redis.url(), &args).expect("worker");
-    wait_for_tools(&mcp).await;
-    let task = create(&mcp, "crash_worker", json!({})).await;
+    wait_for_tools(&mcp, &["crash_worker"]).await;
+    let task = create_2025(&mcp, "crash_worker", json!({})).await;
 
     // A supervisor restarts the worker each time the node kills it.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -98,8 +78,8 @@ async fn operators_list_and_retry_dead_letters() {
     let redis = RedisServer::start().expect("redis");
     let conveyor = Conveyor::up(&redis.url(), &["--fixtures"]).expect("conveyor");
     let mcp = Mcp::new(conveyor.mcp_url());
-    wait_for_tools(&mcp).await;
-    let task = create(&mcp, "protocol_error_job", json!({})).await;
+    wait_for_tools(&mcp, &["crash_worker"]).await;
+    let task = create_2025(&mcp, "protocol_error_job", json!({})).await;
     let failed = mcp.call_2025("tasks/result", json!({"taskId": task})).await.expect("tasks/result");
     assert_eq!(failed.error_code(), Some(-32603), "{}", failed.raw);
 
@@ -144,12 +124,12 @@ async fn over_a_limit_a_call_fails_at_once_saying_which_limit_and_when_to_retry(
         Conveyor::gateway(&redis.url(), &["--max-queued-per-tool", "3", "--shards", "1"]).expect("gateway");
     let mut worker = Conveyor::worker(&redis.url(), &["--fixtures", "--shards", "1"]).expect("worker");
     let mcp = Mcp::new(gateway.mcp_url());
-    wait_for_tools(&mcp).await;
+    wait_for_tools(&mcp, &["crash_worker"]).await;
     worker.kill(); // nothing drains the queue now
 
     let mut tasks = Vec::new();
     for i in 0..3 {
-        tasks.push(create(&mcp, "slow_compute", json!({"seconds": 0, "label": format!("q{i}")})).await);
+        tasks.push(create_2025(&mcp, "slow_compute", json!({"seconds": 0, "label": format!("q{i}")})).await);
     }
     let started = Instant::now();
     let refused = mcp
@@ -165,7 +145,7 @@ async fn over_a_limit_a_call_fails_at_once_saying_which_limit_and_when_to_retry(
     );
     assert_eq!(refused.message["error"]["data"]["retryAfterMs"], 1000);
     // Other tools are not held up by this one's queue.
-    let other = create(&mcp, "echo", json!({"x": 1})).await;
+    let other = create_2025(&mcp, "echo", json!({"x": 1})).await;
 
     let _worker = Conveyor::worker(&redis.url(), &["--fixtures", "--shards", "1"])
         .expect("a new worker drains the queue");
@@ -173,7 +153,7 @@ async fn over_a_limit_a_call_fails_at_once_saying_which_limit_and_when_to_retry(
         let result = mcp.call_2025("tasks/result", json!({"taskId": task})).await.expect("result");
         assert!(result.error_code().is_none(), "{}", result.raw);
     }
-    let accepted = create(&mcp, "slow_compute", json!({"seconds": 0})).await;
+    let accepted = create_2025(&mcp, "slow_compute", json!({"seconds": 0})).await;
     assert_eq!(accepted.len(), 32, "room again once the queue drained");
 }
 
@@ -183,8 +163,8 @@ async fn a_hung_worker_that_wakes_up_cannot_take_its_node_back() {
     let gateway = Conveyor::gateway(&redis.url(), &[]).expect("gateway");
     let hung = Conveyor::worker(&redis.url(), LEASE).expect("worker A");
     let mcp = Mcp::new(gateway.mcp_url());
-    wait_for_tools(&mcp).await;
-    let task = create(&mcp, "slow_compute", json!({"seconds": 4, "label": "fenced"})).await;
+    wait_for_tools(&mcp, &["crash_worker"]).await;
+    let task = create_2025(&mcp, "slow_compute", json!({"seconds": 4, "label": "fenced"})).await;
     redis.wait_node_status(&task, "root", "running", Duration::from_secs(10)).await.expect("the node runs");
     hung.signal("STOP");
     let mut second = Conveyor::worker(&redis.url(), LEASE).expect("worker B");
@@ -255,7 +235,7 @@ async fn create_flaky(mcp: &Mcp) -> String {
     let graph = json!({"nodes": [
         {"id": "a", "tool": "flaky", "arguments": {"failures": 2, "seconds": 4}, "retries": 1, "backoffMs": 10}
     ]});
-    create(mcp, "run_dag", graph).await
+    create_2025(mcp, "run_dag", graph).await
 }
 
 async fn assert_completes_on_attempt_3(mcp: &Mcp, redis: &RedisServer, task: &str) {
@@ -270,7 +250,7 @@ async fn a_lost_worker_spends_none_of_its_nodes_retries() {
     let gateway = Conveyor::gateway(&redis.url(), &[]).expect("gateway");
     let mut first = Conveyor::worker(&redis.url(), LEASE).expect("worker");
     let mcp = Mcp::new(gateway.mcp_url());
-    wait_for_tools(&mcp).await;
+    wait_for_tools(&mcp, &["crash_worker"]).await;
     let task = create_flaky(&mcp).await;
     redis.wait_node_status(&task, "a", "running", Duration::from_secs(10)).await.expect("the node runs");
     first.signal("KILL");
@@ -288,7 +268,7 @@ async fn a_node_handed_back_at_shutdown_spends_none_of_its_retries() {
     let args = ["--fixtures", "--shutdown-grace-ms", "100"];
     let mut first = Conveyor::worker(&redis.url(), &args).expect("worker");
     let mcp = Mcp::new(gateway.mcp_url());
-    wait_for_tools(&mcp).await;
+    wait_for_tools(&mcp, &["crash_worker"]).await;
     let task = create_flaky(&mcp).await;
     redis.wait_node_status(&task, "a", "running", Duration::from_secs(10)).await.expect("the node runs");
     first.signal("TERM");
@@ -307,9 +287,9 @@ async fn a_worker_restarted_under_its_name_runs_what_was_delivered_to_it_at_once
     let args = ["--fixtures", "--name", "steady-worker"];
     let mut first = Conveyor::worker(&redis.url(), &args).expect("worker");
     let mcp = Mcp::new(gateway.mcp_url());
-    wait_for_tools(&mcp).await;
+    wait_for_tools(&mcp, &["crash_worker"]).await;
     first.signal("STOP");
-    let task = create(&mcp, "slow_compute", json!({"seconds": 0, "label": "again"})).await;
+    let task = create_2025(&mcp, "slow_compute", json!({"seconds": 0, "label": "again"})).await;
     // The stopped worker's blocked read takes the entry: Redis counts it as delivered, and the
     // reply sits unread in a socket that dies with the worker, as a reply lost with a restarted
     // Redis would.
@@ -358,9 +338,9 @@ async fn an_idle_deployment_sends_its_heartbeats_and_blocking_reads_only() {
     let workers: Vec<Conveyor> =
         (0..2).map(|_| Conveyor::worker(&redis.url(), &["--fixtures"]).expect("worker")).collect();
     let mcp = Mcp::new(gateway.mcp_url());
-    wait_for_tools(&mcp).await;
+    wait_for_tools(&mcp, &["crash_worker"]).await;
     // One task that ends at once, so that every shard's maintenance has had something to plan.
-    let task = create(&mcp, "slow_compute", json!({"seconds": 0})).await;
+    let task = create_2025(&mcp, "slow_compute", json!({"seconds": 0})).await;
     mcp.call_2025("tasks/result", json!({"taskId": task})).await.expect("tasks/result");
     // Once one worker holds the maintenance lease and has made its first looks, all is quiet.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -402,7 +382,7 @@ async fn a_stopped_workers_tools_leave_the_catalog_unless_another_worker_offers_
     let mut full = Conveyor::worker(&redis.url(), &["--fixtures"]).expect("worker");
     let _noop = Conveyor::worker(&redis.url(), &["--fixtures", "--tools", "noop"]).expect("noop worker");
     let mcp = Mcp::new(gateway.mcp_url());
-    wait_for_tools(&mcp).await;
+    wait_for_tools(&mcp, &["crash_worker"]).await;
     let mut conn = redis.connection().expect("conn");
     let tools = |conn: &mut redis::Connection| -> Vec<String> {
         redis::cmd("HKEYS").arg(conveyor_shared::keys::TOOLS).query(conn).expect("hkeys")

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use conveyor_shared::keys::Shard;
-use conveyor_tests::mcp::{Reply, tasks_client_capabilities};
+use conveyor_tests::mcp::{Reply, create_2025, status_2025, tasks_client_capabilities, wait_for_tools};
 use conveyor_tests::process::{conveyor_bin, nodes_key, output_text, shard_of, task_key};
 use conveyor_tests::redis_cluster::RedisCluster;
 use conveyor_tests::{Conveyor, Mcp};
@@ -25,9 +25,6 @@ use serde_json::{Value, json};
 /// Shards of every process of these tests: on 3 primaries, 8 slots spread over all of them.
 const SHARDS: &str = "8";
 const SHARD_COUNT: u16 = 8;
-
-/// How long workers may take to publish their tools (they first wait for the cluster).
-const TOOLS_WITHIN: Duration = Duration::from_secs(60);
 
 /// Starts a cluster of 3 primaries with 1 replica each. The harness waits with blocking sleeps,
 /// so it runs outside the async executor's thread.
@@ -90,12 +87,6 @@ async fn eventually<T>(timeout: Duration, what: &str, mut check: impl AsyncFnMut
     }
 }
 
-async fn wait_for_tools(mcp: &Mcp, tools: &[&str]) {
-    for tool in tools {
-        mcp.wait_for_tool(tool, TOOLS_WITHIN).await.expect("the workers publish their tools");
-    }
-}
-
 /// The consumer name a worker logs when it starts (`worker started worker=worker-<32 hex>`).
 async fn worker_name(worker: &Conveyor) -> String {
     eventually(Duration::from_secs(60), "a worker's `worker started` line", async || {
@@ -107,21 +98,6 @@ async fn worker_name(worker: &Conveyor) -> String {
         (hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit())).then_some(name)
     })
     .await
-}
-
-/// A 2025-11-25 task-augmented `tools/call`; returns the task id.
-async fn create_2025(mcp: &Mcp, tool: &str, arguments: Value) -> String {
-    let reply = mcp
-        .call_2025("tools/call", json!({"name": tool, "arguments": arguments, "task": {"ttl": 600_000}}))
-        .await
-        .expect("tools/call");
-    assert_eq!(reply.status, 200, "{}", reply.raw);
-    reply.result()["task"]["taskId"].as_str().unwrap_or_else(|| panic!("no task in {}", reply.raw)).to_owned()
-}
-
-async fn status_2025(mcp: &Mcp, task_id: &str) -> String {
-    let reply = mcp.call_2025("tasks/get", json!({"taskId": task_id})).await.expect("tasks/get");
-    reply.result()["status"].as_str().unwrap_or_else(|| panic!("no status in {}", reply.raw)).to_owned()
 }
 
 fn text(reply: &Reply) -> &str {

@@ -6,6 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use conveyor_tests::mcp::tasks_client_capabilities;
+use conveyor_tests::mcp::wait_for_tools;
 use conveyor_tests::otlp::{OtlpReceiver, ReceivedSpan};
 use conveyor_tests::{Conveyor, Mcp, RedisServer};
 use serde_json::json;
@@ -21,14 +22,6 @@ fn otel_env<'a>(protocol: &'a str, endpoint: &'a str, service: &'a str) -> Vec<(
         // Export soon after a span ends, so that a worker killed mid-node has sent what it had.
         ("OTEL_BSP_SCHEDULE_DELAY", "100"),
     ]
-}
-
-async fn wait_for_tool(mcp: &Mcp, tool: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !mcp.call_2025("tools/list", json!({})).await.map(|r| r.raw.contains(tool)).unwrap_or(false) {
-        assert!(Instant::now() < deadline, "{tool} never appeared");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 fn by_id(spans: &[ReceivedSpan]) -> HashMap<&str, &ReceivedSpan> {
@@ -55,7 +48,7 @@ async fn a_dag_task_is_one_trace_across_a_gateway_and_two_workers_one_of_them_ki
     )
     .expect("worker a");
     let mcp = Mcp::new(gateway.mcp_url());
-    wait_for_tool(&mcp, "slow_compute").await;
+    wait_for_tools(&mcp, &["slow_compute"]).await;
 
     // The caller's own span, named in `_meta` with its tracestate and baggage.
     let graph = json!({"nodes": [
@@ -246,7 +239,7 @@ async fn a_retry_a_parked_node_resumed_and_a_cancellation_each_show_as_what_they
     )
     .expect("conveyor up");
     let mcp = Mcp::new(up.mcp_url());
-    wait_for_tool(&mcp, "confirm_delete").await;
+    wait_for_tools(&mcp, &["confirm_delete"]).await;
     let mut asking = tasks_client_capabilities();
     asking["elicitation"] = json!({});
     let create = |name: &'static str, arguments: serde_json::Value| {
