@@ -94,7 +94,7 @@ where
         if let Some(point) = follow.resume.clone() {
             let _ = tx.send(StreamItem::Resumable(point)).await;
         }
-        let outcome = match wait_terminal(&state, follow, waiter, &tx).await {
+        let outcome = match wait_until_stopped(&state, follow, waiter, &tx).await {
             // The stream was let go on purpose: the client resumes it; the work goes on.
             Ok(None) => return,
             Ok(Some(stopped)) => Ok(stopped),
@@ -192,7 +192,7 @@ impl Relay<'_> {
 
 /// Waits for where the follow stops; `None` when the stream was released for the client to
 /// resume it later.
-async fn wait_terminal(
+async fn wait_until_stopped(
     state: &AppState,
     follow: Follow,
     waiter: Option<Waiter>,

@@ -444,7 +444,7 @@ impl Store {
         let message = crate::model::InboxMessage { task_id: attempt.task_id.clone(), event: event.clone() };
         let record = json!({"node": attempt.node_id, "attempt": attempt.attempt, "event": message.encode()});
         let reply: FencedReply =
-            self.script(&scripts::NOTIFY_WAITERS, &[self.shard_key(attempt)], &record).await?;
+            self.script(&scripts::NOTIFY_WAITERS, &[self.task_key_of(attempt)], &record).await?;
         Ok(matches!(reply, FencedReply::Recorded))
     }
 
@@ -454,7 +454,7 @@ impl Store {
         // Each request travels as its own JSON text, which the script stores without decoding.
         let requests: serde_json::Map<String, Value> =
             input.requests.iter().map(|(k, v)| (k.clone(), Value::String(v.to_string()))).collect();
-        let keys = [self.shard_key(attempt), attempt.stream.clone()];
+        let keys = [self.task_key_of(attempt), attempt.stream.clone()];
         let message = format!(
             "Waiting for input: {}",
             input.requests.keys().map(String::as_str).collect::<Vec<_>>().join(", ")
@@ -480,11 +480,11 @@ impl Store {
             "message": message,
         });
         let reply: EscalateReply =
-            self.script(&scripts::ESCALATE_TASK, &[self.shard_key(attempt)], &record).await?;
+            self.script(&scripts::ESCALATE_TASK, &[self.task_key_of(attempt)], &record).await?;
         Ok(matches!(reply, EscalateReply::Escalated))
     }
 
-    fn shard_key(&self, attempt: &Attempt) -> String {
+    fn task_key_of(&self, attempt: &Attempt) -> String {
         attempt.shard.task(&attempt.task_id)
     }
 
