@@ -2,7 +2,7 @@
 //! The Host and Origin are checked (DNS-rebinding protection), the bearer token authenticated
 //! (the principal; 401 with a challenge naming the resource metadata, or 403), and the principal's
 //! request rate counted in Redis, shared by every gateway. [`Admitted`] runs all three as an axum
-//! extractor.
+//! extractor, [`Authenticated`] the first two, [`AllowedOrigin`] the first.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -27,18 +27,42 @@ impl FromRequestParts<Arc<AppState>> for Admitted {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, state: &Arc<AppState>) -> Result<Self, Response> {
-        check_origin(state, &parts.headers)?;
-        let remote = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| *addr);
-        let caller = authenticate(state, &parts.headers, remote).await?;
+        let Authenticated(caller) = Authenticated::from_request_parts(parts, state).await?;
         rate_limit(state, &caller).await.map_err(IntoResponse::into_response)?;
         Ok(Admitted(caller))
+    }
+}
+
+/// The caller of a request whose origin is allowed and whose token is valid, before its rate is
+/// counted: for a route that renders the rate limit's refusal its own way (the web view's API).
+pub struct Authenticated(pub Caller);
+
+impl FromRequestParts<Arc<AppState>> for Authenticated {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Arc<AppState>) -> Result<Self, Response> {
+        AllowedOrigin::from_request_parts(parts, state).await?;
+        let remote = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| *addr);
+        Ok(Authenticated(authenticate(state, &parts.headers, remote).await?))
+    }
+}
+
+/// A request whose Host and Origin this gateway serves ([`check_origin`]): what every route but
+/// the probes passes first, also those that need no caller.
+pub struct AllowedOrigin;
+
+impl FromRequestParts<Arc<AppState>> for AllowedOrigin {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Arc<AppState>) -> Result<Self, Response> {
+        check_origin(state, &parts.headers).map(|()| AllowedOrigin)
     }
 }
 
 /// DNS-rebinding protection: the Host must be one this gateway serves, and a browser's Origin
 /// must point at such a host too.
 #[allow(clippy::result_large_err)] // the error is a ready response; this runs once per request
-pub(crate) fn check_origin(state: &AppState, headers: &HeaderMap) -> Result<(), Response> {
+fn check_origin(state: &AppState, headers: &HeaderMap) -> Result<(), Response> {
     let allowed = &state.http.allowed_hosts;
     if allowed.iter().any(|h| h == "*") {
         return Ok(());

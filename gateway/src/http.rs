@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 use tracing::Instrument;
 
 use crate::access::Caller;
-use crate::admission::{Admitted, MCP_PATH, authenticate, check_origin, origin_of, rate_limit};
+use crate::admission::{Admitted, AllowedOrigin, MCP_PATH, authenticate, origin_of, rate_limit};
 use crate::methods::{self, Reply, RequestCtx, StreamItem, resume};
 use crate::rpc::{self, RpcFailure};
 use crate::signing::Purpose;
@@ -50,12 +50,10 @@ pub fn router(state: Arc<AppState>) -> Router {
 /// ([`methods::resume`]), on any gateway.
 async fn get_mcp(
     State(state): State<Arc<AppState>>,
+    _: AllowedOrigin,
     connection: Option<Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(r) = check_origin(&state, &headers) {
-        return r;
-    }
     let Some(last) = headers.get("last-event-id").and_then(|v| v.to_str().ok()).map(str::trim) else {
         return (
             StatusCode::METHOD_NOT_ALLOWED,
@@ -65,6 +63,8 @@ async fn get_mcp(
         )
             .into_response();
     };
+    // Not [`Admitted`]: a GET without Last-Event-ID is told how the gateway works without a token,
+    // and a resumed stream's rate limit answers an SSE client with a status, not a JSON-RPC body.
     let remote = connection.map(|Extension(ConnectInfo(addr))| addr);
     let caller = match authenticate(&state, &headers, remote).await {
         Ok(caller) => caller,
@@ -122,10 +122,7 @@ async fn get_mcp(
     }
 }
 
-async fn delete_mcp(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    if let Err(r) = check_origin(&state, &headers) {
-        return r;
-    }
+async fn delete_mcp(_: AllowedOrigin) -> Response {
     (
         StatusCode::METHOD_NOT_ALLOWED,
         [(header::ALLOW, "POST")],
@@ -564,10 +561,11 @@ fn content_type_is_json(headers: &HeaderMap) -> bool {
 }
 
 /// RFC 9728 protected resource metadata: which authorization server issues tokens for `/mcp`.
-async fn resource_metadata(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    if let Err(r) = check_origin(&state, &headers) {
-        return r;
-    }
+async fn resource_metadata(
+    State(state): State<Arc<AppState>>,
+    _: AllowedOrigin,
+    headers: HeaderMap,
+) -> Response {
     let resource = state
         .auth
         .resource_url

@@ -39,7 +39,9 @@ mod tools_list;
 
 use std::sync::Arc;
 
+use conveyor_shared::call::CallRecord;
 use conveyor_shared::model::{RpcError, TaskMode, TaskRecord};
+use conveyor_shared::store::NewTask;
 use conveyor_shared::store::limits::Polled;
 use futures::StreamExt;
 use futures::stream::BoxStream;
@@ -318,6 +320,54 @@ pub(crate) async fn polled_task(
             ),
             Some(json!({"limit": "min_poll_gap_ms", "max": gap, "retryAfterMs": retry_after_ms})),
         )),
+    }
+}
+
+/// Owner index entries are kept as long as the longest-lived task could be listed.
+const OWNER_INDEX_SLACK_MS: u64 = 7 * 24 * 60 * 60 * 1000;
+
+/// What every call of a tool or an offer stores for its worker: the wire, the arguments, the
+/// client's capabilities. A `tools/call` adds its progress token and log level.
+pub(crate) fn call_record(state: &AppState, ctx: &RequestCtx, arguments: Value) -> CallRecord {
+    CallRecord {
+        wire: ctx.wire.as_str().to_owned(),
+        arguments,
+        poll_interval_ms: state.config.poll_interval_ms,
+        client_capabilities: ctx.client_capabilities.as_object().cloned().unwrap_or_default(),
+        ..CallRecord::default()
+    }
+}
+
+/// A new synchronous call of `tool` by the request's caller, with the deployment's limits, traced
+/// from here: the fields every task shares. Callers set what their call decides.
+pub(crate) fn new_task(
+    state: &AppState,
+    ctx: &RequestCtx,
+    task_id: String,
+    tool: &str,
+    call: CallRecord,
+    catalog: &crate::catalog::Snapshot,
+) -> NewTask {
+    let created_at_ms = conveyor_shared::model::now_ms();
+    NewTask {
+        task_id,
+        owner: ctx.caller.principal.clone(),
+        tool: tool.to_owned(),
+        call,
+        ttl_ms: state.config.applied_ttl_ms(None),
+        traceparent: Some(conveyor_shared::telemetry::context::TaskTrace::here(created_at_ms).encode()),
+        mode: TaskMode::Sync,
+        status_message: format!("Queued: {tool}"),
+        created_at_ms,
+        graph: None,
+        idempotency_key: None,
+        queues: catalog.queues.clone(),
+        waiter: None,
+        index_retention_ms: state.config.task_ttl_max_ms + OWNER_INDEX_SLACK_MS,
+        input_responses: None,
+        escalable: false,
+        call_key: None,
+        max_bytes: state.config.max_task_bytes,
     }
 }
 

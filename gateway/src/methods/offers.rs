@@ -3,10 +3,9 @@
 //! offer, through the same queues, parking and MRTR rounds as a tool). Gateways serve the union
 //! of what live workers offer. The caching hints of 2026-07-28 lists and reads are set here.
 
-use conveyor_shared::call::CallRecord;
 use std::sync::Arc;
 
-use conveyor_shared::model::{TaskMode, new_task_id, now_ms};
+use conveyor_shared::model::new_task_id;
 use conveyor_shared::store::{Created, NewTask};
 use serde_json::{Value, json};
 
@@ -90,32 +89,13 @@ pub(super) async fn run_offer(
     let hub = state.store.events().await?;
     let mut waiter = hub.waiter(&task_id);
     let catalog = state.catalog.snapshot().await?;
-    let created_at_ms = now_ms();
+    let call = super::call_record(&state, &ctx, arguments);
     let mut new = NewTask {
-        task_id,
-        owner: ctx.caller.principal.clone(),
-        tool: offer.name.clone(),
-        call: CallRecord {
-            wire: ctx.wire.as_str().to_owned(),
-            arguments,
-            poll_interval_ms: state.config.poll_interval_ms,
-            client_capabilities: ctx.client_capabilities.as_object().cloned().unwrap_or_default(),
-            ..CallRecord::default()
-        },
-        ttl_ms: state.config.applied_ttl_ms(None),
-        traceparent: Some(conveyor_shared::telemetry::context::TaskTrace::here(created_at_ms).encode()),
-        mode: TaskMode::Sync,
-        status_message: format!("Queued: {}", offer.name),
-        created_at_ms,
-        graph: None,
-        idempotency_key: None,
-        queues: catalog.queues.clone(),
         waiter: Some(hub.inbox(shard)),
+        // The hidden task of an offer is never listed: its owner index entry may go at once.
         index_retention_ms: 1,
         input_responses: round.responses,
-        escalable: false,
-        call_key: None,
-        max_bytes: state.config.max_task_bytes,
+        ..super::new_task(&state, &ctx, task_id, &offer.name, call, &catalog)
     };
     let created = state
         .store
@@ -126,9 +106,7 @@ pub(super) async fn run_offer(
         .await?;
     match created {
         Created::Created => {}
-        Created::OverLimit(hit) => return Err(super::tools_call::over_limit(&hit)),
-        Created::OverBudget { size, max } => return Err(super::tools_call::over_budget(size, max)),
-        other => return Err(RpcFailure::internal(format!("could not start `{}`: {other:?}", offer.name))),
+        refused => return Err(super::tools_call::refusal(refused)),
     }
     let record = new.record();
     let mode = ReplyMode::of(ctx.accepts_sse, false);

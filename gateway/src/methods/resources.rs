@@ -193,7 +193,8 @@ async fn task_state(
     uri: &str,
     task_id: &str,
 ) -> Result<Value, RpcFailure> {
-    let task = polled_task(state, ctx, uri, task_id).await?;
+    let task =
+        super::polled_task(state, &ctx.caller, &ctx.method, task_id).await?.ok_or_else(|| not_found(uri))?;
     let nodes = state.store.get_nodes(task_id).await?;
     let body = task_view(&task, Some(&nodes));
     let contents = json!([{"uri": uri, "mimeType": "application/json", "text": body.to_string()}]);
@@ -228,7 +229,9 @@ async fn task_result(
     uri: &str,
     task_id: &str,
 ) -> Result<Value, RpcFailure> {
-    let task = visible_task(state, ctx, uri, task_id).await?;
+    let task = super::visible_task(&state.store, &ctx.caller, &ctx.method, task_id)
+        .await?
+        .ok_or_else(|| not_found(uri))?;
     let body = match (&task.result, &task.error) {
         (Some(result), _) => result.clone(),
         (None, Some(error)) => json!({"error": error}),
@@ -245,27 +248,6 @@ async fn task_result(
     Ok(with_cache_hints(ctx.wire, json!({"contents": contents}), cacheable_for(&task)))
 }
 
-/// A client's own task (or any, for an operator); any other is not found under its URI.
-async fn visible_task(
-    state: &AppState,
-    ctx: &RequestCtx,
-    uri: &str,
-    task_id: &str,
-) -> Result<TaskRecord, RpcFailure> {
-    super::visible_task(&state.store, &ctx.caller, &ctx.method, task_id).await?.ok_or_else(|| not_found(uri))
-}
-
-/// [`visible_task`] for the resource a client polls for a task's state: within the poll gap, as
-/// `tasks/get` reads it. (A finished task's result and documents never change, and are read once.)
-async fn polled_task(
-    state: &AppState,
-    ctx: &RequestCtx,
-    uri: &str,
-    task_id: &str,
-) -> Result<TaskRecord, RpcFailure> {
-    super::polled_task(state, &ctx.caller, &ctx.method, task_id).await?.ok_or_else(|| not_found(uri))
-}
-
 /// How long what a finished task holds may be cached: it never changes until the task expires.
 fn cacheable_for(task: &TaskRecord) -> u64 {
     task.created_at_ms.saturating_add(task.ttl_ms).saturating_sub(conveyor_shared::model::now_ms())
@@ -278,7 +260,9 @@ async fn task_embedded(
     uri: &str,
     task_id: &str,
 ) -> Result<Value, RpcFailure> {
-    let task = visible_task(state, ctx, uri, task_id).await?;
+    let task = super::visible_task(&state.store, &ctx.caller, &ctx.method, task_id)
+        .await?
+        .ok_or_else(|| not_found(uri))?;
     let embedded = task
         .result
         .as_ref()

@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use conveyor_shared::call::CallRecord;
 use conveyor_shared::dag::{self, DagSpec};
+use conveyor_shared::events::Waiter;
 use conveyor_shared::keys;
-use conveyor_shared::model::{TaskMode, TaskRecord, TaskStatus, new_task_id, now_ms};
+use conveyor_shared::model::{TaskMode, TaskRecord, TaskStatus, new_task_id};
 use conveyor_shared::store::{Created, LimitHit, NewTask, task_error};
 use rmcp::model::{ErrorCode, TASKS_EXTENSION_ID};
 use serde::Deserialize;
@@ -15,7 +16,8 @@ use serde_json::{Map, Value, json};
 use super::{
     Reply, ReplyMode, RequestCtx, failure_of, missing_capability, rounds, string_param, task_not_found,
 };
-use crate::catalog::{RUN_DAG, TaskSupport};
+use crate::access::Caller;
+use crate::catalog::{CatalogTool, RUN_DAG, Snapshot as CatalogSnapshot, TaskSupport};
 use crate::rpc::{RpcFailure, codes};
 use crate::state::AppState;
 use crate::wire::{self, Wire};
@@ -23,9 +25,6 @@ use crate::wire::{self, Wire};
 /// `_meta` key of a `tools/call`'s idempotency key: a call retried with the same key (after a lost
 /// response, say) returns the task the first one created instead of running the work again.
 pub const IDEMPOTENCY_KEY: &str = "io.conveyor/idempotencyKey";
-
-/// Owner index entries are kept as long as the longest-lived task could be listed.
-const OWNER_INDEX_SLACK_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 
 /// A `tools/call`'s params, parsed once: every later step reads these fields, not the JSON.
 pub(super) struct CallParams {
@@ -115,27 +114,23 @@ impl CallParams {
     }
 }
 
+/// `tools/call` in four steps: parse the params, decide how the call runs, create its task, reply.
 pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Result<Reply, RpcFailure> {
     let call = CallParams::parse(&mut ctx)?;
-    let name = call.name.as_str();
     // One catalog snapshot serves the whole call: the tool, the queues, which tools are live.
-    let catalog = state.catalog.snapshot_with(name).await?;
-    let tool = match catalog.get(name) {
-        Some(tool) if tool.kind.is_tool() && state.access.may_call(&ctx.caller, name) => tool.clone(),
-        found => {
-            if found.is_some_and(|t| t.kind.is_tool()) {
-                super::audit_denied(
-                    &ctx.caller,
-                    "tools/call",
-                    name,
-                    "the access policy does not grant this tool",
-                );
-            }
-            return Err(RpcFailure::invalid_params(format!(
-                "Unknown tool: `{name}`. tools/list names the tools this server offers you."
-            )));
-        }
-    };
+    let catalog = state.catalog.snapshot_with(&call.name).await?;
+    let tool = granted_tool(
+        &state,
+        &ctx.caller,
+        catalog.get(&call.name),
+        "the access policy does not grant this tool",
+    )
+    .ok_or_else(|| {
+        RpcFailure::invalid_params(format!(
+            "Unknown tool: `{}`. tools/list names the tools this server offers you.",
+            call.name
+        ))
+    })?;
     check_argument_size(&state, &call.arguments)?;
     if let Some(request_state) = &call.round.request_state {
         // A later round of a call that asked for input: it continues that call, whatever else.
@@ -144,7 +139,7 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
             state.clone(),
             ctx.id.clone(),
             ctx.caller.clone(),
-            name,
+            &call.name,
             request_state,
             call.round.responses,
             ctx.accepts_sse,
@@ -152,6 +147,37 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
         .await;
         return super::holding(reply, held);
     }
+    let plan = decide(&state, &ctx, &call, &tool).await?;
+    let started = create(&state, &ctx, call, &tool, plan, &catalog).await?;
+    reply(state, ctx, started).await
+}
+
+/// How a checked call runs.
+struct CallPlan {
+    /// The client gets a task at once; otherwise the call waits for its hidden task.
+    as_task: bool,
+    /// A synchronous call its tool may turn into the client's task (2026-07-28 input rounds).
+    escalable: bool,
+    /// The checked graph of a `run_dag` call.
+    graph: Option<DagSpec>,
+}
+
+impl CallPlan {
+    fn mode(&self) -> TaskMode {
+        if self.as_task { TaskMode::Task } else { TaskMode::Sync }
+    }
+}
+
+/// Decides task or synchronous call from the wire, the call and the tool's task support, and
+/// refuses what the tool cannot take: missing client capabilities, invalid arguments, parameter
+/// headers that disagree with the arguments, an invalid graph.
+async fn decide(
+    state: &AppState,
+    ctx: &RequestCtx,
+    call: &CallParams,
+    tool: &CatalogTool,
+) -> Result<CallPlan, RpcFailure> {
+    let name = tool.name.as_str();
     let as_task = match ctx.wire {
         Wire::V2025 => match (call.as_task, tool.task_support) {
             (true, TaskSupport::Forbidden) => {
@@ -201,16 +227,38 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
     // A tool that gathers input in rounds of the call first answers a task-capable 2026-07-28
     // client synchronously, and turns the call into its task when it says so.
     let escalable = ctx.wire == Wire::V2026 && as_task && tool.input_before_task;
-    let as_task = as_task && !escalable;
-    let graph = if tool.name == RUN_DAG {
-        Some(checked_graph(&state, &ctx.caller, &call.arguments).await?)
-    } else {
-        None
-    };
-    let mode = if as_task { TaskMode::Task } else { TaskMode::Sync };
+    let graph =
+        if name == RUN_DAG { Some(checked_graph(state, &ctx.caller, &call.arguments).await?) } else { None };
+    Ok(CallPlan { as_task: as_task && !escalable, escalable, graph })
+}
+
+/// A created (or, for a retry, found) task, and what its reply needs.
+struct Started {
+    record: TaskRecord,
+    plan: CallPlan,
+    /// Where a synchronous call hears of its task; `None` for a task, or a retry's earlier task.
+    waiter: Option<Waiter>,
+    /// A synchronous call's hold on one of the caller's streams.
+    held: Option<crate::state::Held>,
+    progress_token: Option<Value>,
+    /// A call without an idempotency key is abandoned, not retried, when its connection drops.
+    cancel_when_gone: bool,
+}
+
+/// Creates the call's task in one script (in another shard when this one is at its limits), or
+/// finds the task a retry with the same idempotency key created.
+async fn create(
+    state: &AppState,
+    ctx: &RequestCtx,
+    call: CallParams,
+    tool: &CatalogTool,
+    plan: CallPlan,
+    catalog: &CatalogSnapshot,
+) -> Result<Started, RpcFailure> {
+    let name = tool.name.as_str();
     // A synchronous 2025-11-25 call can be cancelled with notifications/cancelled, which names
     // only its request id and may reach any gateway: the call's task is found by that id.
-    let call_scope = (ctx.wire == Wire::V2025 && !as_task && call.idempotency_key.is_none())
+    let call_scope = (ctx.wire == Wire::V2025 && !plan.as_task && call.idempotency_key.is_none())
         .then(|| ctx.session.clone().unwrap_or_else(|| ctx.caller.principal.clone()));
     let request_id = super::client_messages::request_id_text(&ctx.id);
     // An idempotent call lands in the shard its key names, so that a retry finds the first task;
@@ -222,8 +270,8 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
     };
     let task_id = new_task_id(shard);
     crate::telemetry::record_task(&task_id);
-    let log_level = super::logging::level_of_call(&state, &ctx).await?;
-    let idle = idle_tools(&tool, graph.as_ref(), &catalog.tools);
+    let log_level = super::logging::level_of_call(state, ctx).await?;
+    let idle = idle_tools(tool, plan.graph.as_ref(), &catalog.tools);
     let status_message = if idle.is_empty() {
         format!("Queued: {name}")
     } else {
@@ -234,39 +282,27 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
     // A synchronous call holds its connection while its task runs: one of the caller's streams.
     // A call with an idempotency key is retried, not abandoned, when its connection drops: its
     // work runs on so that the retry with the key gets the result (`cancel_when_gone`).
-    let held = if as_task { None } else { Some(super::hold_stream(&state, &ctx.caller)?) };
-    let hub = if as_task { None } else { Some(state.store.events().await?) };
+    let held = if plan.as_task { None } else { Some(super::hold_stream(state, &ctx.caller)?) };
+    let hub = if plan.as_task { None } else { Some(state.store.events().await?) };
     let mut waiter = hub.as_ref().map(|hub| hub.waiter(&task_id));
-    let inbox = hub.as_ref().map(|hub| hub.inbox(shard));
-    let created_at_ms = now_ms();
     let progress_token = call.progress_token.clone();
     let cancel_when_gone = call.idempotency_key.is_none();
+    let record = CallRecord {
+        progress_token: call.progress_token,
+        log_level,
+        ..super::call_record(state, ctx, call.arguments)
+    };
     let mut new = NewTask {
-        task_id,
-        owner: ctx.caller.principal.clone(),
-        tool: name.to_owned(),
-        call: CallRecord {
-            wire: ctx.wire.as_str().to_owned(),
-            arguments: call.arguments,
-            poll_interval_ms: state.config.poll_interval_ms,
-            progress_token: call.progress_token,
-            client_capabilities: ctx.client_capabilities.as_object().cloned().unwrap_or_default(),
-            log_level,
-        },
+        mode: plan.mode(),
         ttl_ms: state.config.applied_ttl_ms(call.ttl_ms),
-        traceparent: Some(conveyor_shared::telemetry::context::TaskTrace::here(created_at_ms).encode()),
-        mode,
         status_message,
-        created_at_ms,
-        graph,
+        graph: plan.graph.clone(),
         idempotency_key: call.idempotency_key,
-        queues: catalog.queues.clone(),
-        waiter: inbox,
-        index_retention_ms: state.config.task_ttl_max_ms + OWNER_INDEX_SLACK_MS,
+        waiter: hub.as_ref().map(|hub| hub.inbox(shard)),
         input_responses: call.round.responses,
-        escalable,
+        escalable: plan.escalable,
         call_key: call_scope.map(|scope| shard.call(&scope, &request_id)),
-        max_bytes: state.config.max_task_bytes,
+        ..super::new_task(state, ctx, task_id, name, record, catalog)
     };
     let created = state
         .store
@@ -279,72 +315,105 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
         })
         .await?;
     crate::telemetry::record_task(&new.task_id);
-    let mut record = new.record();
-    match created {
+    let record = match created {
         Created::Created => {
-            tracing::info!(target: "conveyor::audit", event = "task_created", principal = %ctx.caller.principal, tool = %name, task = %new.task_id, mode = mode.as_str(), "task created");
+            tracing::info!(target: "conveyor::audit", event = "task_created", principal = %ctx.caller.principal, tool = %name, task = %new.task_id, mode = plan.mode().as_str(), "task created");
+            new.record()
         }
         Created::Duplicate(earlier) => {
             // A retried call: answer with the task the first one created; nothing runs twice.
             tracing::info!(task = %earlier, tool = %name, "idempotent retry: returning the earlier task");
-            record = state.store.get_task(&earlier).await?.ok_or_else(|| task_not_found(&earlier))?;
-            if record.owner != ctx.caller.principal {
-                // Keys are per principal; a task of another one here is a fault, never an answer.
-                super::audit_denied(
-                    &ctx.caller,
-                    "tools/call",
-                    &earlier,
-                    "an idempotency key naming another principal's task",
-                );
-                return Err(RpcFailure::internal(
-                    "the idempotency key names a task of another principal; use a new key",
-                ));
-            }
-            new.task_id = earlier;
             waiter = None;
+            earlier_task(state, &ctx.caller, &earlier).await?
         }
-        Created::Conflict(earlier) => {
-            return Err(RpcFailure::invalid_params(format!(
-                "Idempotency key already used for a different call (task `{earlier}`); use a new key for a new call"
-            )));
-        }
-        Created::OverLimit(hit) => return Err(over_limit(&hit)),
-        Created::OverBudget { size, max } => return Err(over_budget(size, max)),
-        Created::IdTaken => {
-            // 112 random bits collided: astronomically unlikely, and nothing was written.
-            return Err(RpcFailure::internal("task id collision; retry the call"));
+        refused => return Err(refusal(refused)),
+    };
+    Ok(Started { record, plan, waiter, held, progress_token, cancel_when_gone })
+}
+
+/// The task an idempotent call's first attempt created, for its retry.
+async fn earlier_task(state: &AppState, caller: &Caller, earlier: &str) -> Result<TaskRecord, RpcFailure> {
+    let record = state.store.get_task(earlier).await?.ok_or_else(|| task_not_found(earlier))?;
+    if record.owner != caller.principal {
+        // Keys are per principal; a task of another one here is a fault, never an answer.
+        super::audit_denied(
+            caller,
+            "tools/call",
+            earlier,
+            "an idempotency key naming another principal's task",
+        );
+        return Err(RpcFailure::internal(
+            "the idempotency key names a task of another principal; use a new key",
+        ));
+    }
+    Ok(record)
+}
+
+/// Why a task was not created, as the caller is told.
+pub(super) fn refusal(created: Created) -> RpcFailure {
+    match created {
+        Created::Conflict(earlier) => RpcFailure::invalid_params(format!(
+            "Idempotency key already used for a different call (task `{earlier}`); use a new key for a new call"
+        )),
+        Created::OverLimit(hit) => over_limit(&hit),
+        Created::OverBudget { size, max } => over_budget(size, max),
+        // 112 random bits collided: astronomically unlikely, and nothing was written.
+        Created::IdTaken => RpcFailure::internal("task id collision; retry the call"),
+        // Not refusals: no caller asks for their message.
+        Created::Created | Created::Duplicate(_) => {
+            RpcFailure::internal("the task was created; nothing was refused")
         }
     }
-    if as_task {
-        return Ok(Reply::Result(wire::create_result(ctx.wire, &record)));
+}
+
+/// Answers with the task, or waits for a synchronous call's task to settle and answers with its
+/// result.
+async fn reply(state: Arc<AppState>, mut ctx: RequestCtx, started: Started) -> Result<Reply, RpcFailure> {
+    if started.plan.as_task {
+        return Ok(Reply::Result(wire::create_result(ctx.wire, &started.record)));
     }
     // A synchronous call may wait minutes: the request's JSON and its memory budget go now.
-    drop(new);
     ctx.params = Value::Null;
     ctx.budget = None;
-    let mode = ReplyMode::of(ctx.accepts_sse, progress_token.is_some());
+    let mode = ReplyMode::of(ctx.accepts_sse, started.progress_token.is_some());
     let reply = rounds::follow_call(
         state,
         ctx.wire,
         ctx.id.clone(),
         ctx.caller.clone(),
-        record,
-        waiter,
-        progress_token,
+        started.record,
+        started.waiter,
+        started.progress_token,
         mode,
-        cancel_when_gone,
+        started.cancel_when_gone,
     )
     .await;
-    match held {
+    match started.held {
         Some(held) => super::holding(reply, held),
         None => reply,
     }
 }
 
+/// `found` if it is a tool `caller` may call; a tool the policy does not grant is audited under
+/// `denial`, and answers like an unknown one, so that its existence is not confirmed.
+fn granted_tool(
+    state: &AppState,
+    caller: &Caller,
+    found: Option<&Arc<CatalogTool>>,
+    denial: &str,
+) -> Option<Arc<CatalogTool>> {
+    let tool = found.filter(|tool| tool.kind.is_tool())?;
+    if state.access.may_call(caller, &tool.name) {
+        return Some(tool.clone());
+    }
+    super::audit_denied(caller, "tools/call", &tool.name, denial);
+    None
+}
+
 /// The retry hint of an overloaded call.
 const RETRY_AFTER_MS: u64 = 1_000;
 
-pub(super) fn over_limit(hit: &LimitHit) -> RpcFailure {
+fn over_limit(hit: &LimitHit) -> RpcFailure {
     let what = match (hit.limit.as_str(), &hit.tool) {
         ("queued_nodes_per_tool", Some(tool)) => format!("{} queued nodes of tool `{tool}`", hit.max),
         ("live_tasks_per_principal", _) => format!("{} unfinished tasks per principal", hit.max),
@@ -367,7 +436,7 @@ pub(super) fn over_limit(hit: &LimitHit) -> RpcFailure {
 }
 
 /// A task whose arguments alone pass the byte budget of a task.
-pub(super) fn over_budget(size: u64, max: u64) -> RpcFailure {
+fn over_budget(size: u64, max: u64) -> RpcFailure {
     RpcFailure::invalid_params(format!(
         "Invalid params: the task's arguments take {size} bytes as stored; a task may store at most {max} (max_task_bytes)"
     ))
@@ -376,11 +445,7 @@ pub(super) fn over_budget(size: u64, max: u64) -> RpcFailure {
 
 /// A `run_dag` graph, checked before anything is written: its shape and limits, every node's tool,
 /// and the arguments of every node that takes nothing from upstream against its tool's schema.
-async fn checked_graph(
-    state: &AppState,
-    caller: &crate::access::Caller,
-    arguments: &Value,
-) -> Result<DagSpec, RpcFailure> {
+async fn checked_graph(state: &AppState, caller: &Caller, arguments: &Value) -> Result<DagSpec, RpcFailure> {
     let graph = DagSpec::deserialize(arguments)
         .map_err(|e| RpcFailure::invalid_params(format!("Invalid run_dag graph: {e}")))?;
     graph
@@ -394,23 +459,19 @@ async fn checked_graph(
                 node.id
             )));
         }
-        let tool = match state.catalog.get(name).await? {
-            Some(tool) if tool.kind.is_tool() && state.access.may_call(caller, name) => tool,
-            found => {
-                if found.as_ref().is_some_and(|t| t.kind.is_tool()) {
-                    super::audit_denied(
-                        caller,
-                        "tools/call",
-                        name,
-                        "a run_dag node calls a tool the access policy does not grant",
-                    );
-                }
-                return Err(RpcFailure::invalid_params(format!(
-                    "Invalid run_dag graph: node `{}` calls unknown tool `{name}`",
-                    node.id
-                )));
-            }
-        };
+        let found = state.catalog.get(name).await?;
+        let tool = granted_tool(
+            state,
+            caller,
+            found.as_ref(),
+            "a run_dag node calls a tool the access policy does not grant",
+        )
+        .ok_or_else(|| {
+            RpcFailure::invalid_params(format!(
+                "Invalid run_dag graph: node `{}` calls unknown tool `{name}`",
+                node.id
+            ))
+        })?;
         if dag::upstream_references(&node.arguments).is_empty() {
             tool.validate(&node.arguments).map_err(|mut f| {
                 f.error.message =
@@ -452,11 +513,7 @@ pub(super) fn sync_outcome(task: &TaskRecord) -> Result<Value, RpcFailure> {
 }
 
 /// The tools of a call that no live worker offers now (the call waits in their queues).
-fn idle_tools(
-    tool: &crate::catalog::CatalogTool,
-    graph: Option<&DagSpec>,
-    catalog: &[std::sync::Arc<crate::catalog::CatalogTool>],
-) -> Vec<String> {
+fn idle_tools(tool: &CatalogTool, graph: Option<&DagSpec>, catalog: &[Arc<CatalogTool>]) -> Vec<String> {
     match graph {
         None if tool.live => Vec::new(),
         None => vec![format!("`{}`", tool.name)],

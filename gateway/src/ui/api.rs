@@ -12,7 +12,6 @@ use serde_json::{Value, json};
 
 use super::view;
 use super::{ApiCaller, ApiError};
-use crate::access::Caller;
 use crate::state::AppState;
 
 /// `GET /ui/api/me`: who the token belongs to, whether an operator, and the figures the page
@@ -60,7 +59,9 @@ pub(super) async fn cancel(
     Path(task_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     // The same "not found" as the detail's, for an unknown, hidden or another principal's task.
-    visible_task(&state, &caller, "ui/cancel", &task_id).await?;
+    crate::methods::visible_task(&state.store, &caller, "ui/cancel", &task_id)
+        .await?
+        .ok_or_else(|| ApiError::TaskNotFound(task_id.clone()))?;
     let outcome = crate::methods::cancel_task(&state, &caller, "ui/cancel", &task_id)
         .await
         .map_err(ApiError::Refused)?;
@@ -72,7 +73,9 @@ pub(super) async fn cancel(
         // Expired between the two reads.
         CancelOutcome::Missing => return Err(ApiError::TaskNotFound(task_id)),
     }
-    let task = visible_task(&state, &caller, "ui/cancel", &task_id).await?;
+    let task = crate::methods::visible_task(&state.store, &caller, "ui/cancel", &task_id)
+        .await?
+        .ok_or_else(|| ApiError::TaskNotFound(task_id.clone()))?;
     let nodes = state.store.get_nodes(&task_id).await?;
     Ok(Json(json!({"outcome": "cancelled", "task": view::task_detail(&task, &nodes)})))
 }
@@ -92,16 +95,4 @@ pub(super) async fn operators(
         state.store.dead_letters(view::DEAD_LETTERS_SHOWN),
     )?;
     Ok(Json(view::operators(&stats, &workers, &letters)))
-}
-
-/// A task the caller may see, or "not found" (audited when it is another principal's).
-async fn visible_task(
-    state: &AppState,
-    caller: &Caller,
-    method: &str,
-    task_id: &str,
-) -> Result<conveyor_shared::model::TaskRecord, ApiError> {
-    crate::methods::visible_task(&state.store, caller, method, task_id)
-        .await?
-        .ok_or_else(|| ApiError::TaskNotFound(task_id.to_owned()))
 }

@@ -22,18 +22,18 @@ mod stream;
 mod tests;
 mod view;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{ConnectInfo, FromRequestParts, State};
+use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use serde_json::json;
 
 use crate::access::Caller;
+use crate::admission::{AllowedOrigin, Authenticated};
 use crate::state::AppState;
 
 pub use stream::{MAX_STREAMS, MAX_STREAMS_PER_PRINCIPAL, STREAM_INTERVAL};
@@ -63,24 +63,21 @@ pub(crate) fn routes() -> Router<Arc<AppState>> {
         .route("/ui/api/stream", get(stream::open))
 }
 
-async fn page(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    asset(&state, &headers, "text/html; charset=utf-8", PAGE)
+async fn page(_: AllowedOrigin) -> Response {
+    asset("text/html; charset=utf-8", PAGE)
 }
 
-async fn script(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    asset(&state, &headers, "text/javascript; charset=utf-8", SCRIPT)
+async fn script(_: AllowedOrigin) -> Response {
+    asset("text/javascript; charset=utf-8", SCRIPT)
 }
 
-async fn style(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    asset(&state, &headers, "text/css; charset=utf-8", STYLE)
+async fn style(_: AllowedOrigin) -> Response {
+    asset("text/css; charset=utf-8", STYLE)
 }
 
 /// A compiled-in file. `no-cache` rather than a long lifetime: the files change with the binary,
 /// and a gateway upgraded under an open browser must not leave it with a stale script.
-fn asset(state: &AppState, headers: &HeaderMap, content_type: &'static str, body: &'static str) -> Response {
-    if let Err(refused) = crate::admission::check_origin(state, headers) {
-        return refused;
-    }
+fn asset(content_type: &'static str, body: &'static str) -> Response {
     let mut response = (StatusCode::OK, body).into_response();
     let h = response.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
@@ -101,9 +98,7 @@ impl FromRequestParts<Arc<AppState>> for ApiCaller {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, state: &Arc<AppState>) -> Result<Self, Response> {
-        crate::admission::check_origin(state, &parts.headers)?;
-        let remote = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| *addr);
-        let caller = crate::admission::authenticate(state, &parts.headers, remote).await?;
+        let Authenticated(caller) = Authenticated::from_request_parts(parts, state).await?;
         if let Err(failure) = crate::admission::rate_limit(state, &caller).await {
             return Err(ApiError::Refused(failure).into_response());
         }
