@@ -152,18 +152,20 @@ fn without_package_env(command: &mut Command) {
     }
 }
 
-/// An example program of a workspace package, built with the same cargo that runs the tests.
-pub fn example_bin(package: &str, example: &str) -> PathBuf {
+/// An example program of a workspace package, built with the same cargo that runs the tests. With
+/// the workspace's feature set, so that after `cargo test --workspace` (which builds every
+/// example) this is a check that finds it fresh, not a second build of its dependencies.
+pub fn example_bin(example: &str) -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let mut build = Command::new(cargo);
     without_package_env(&mut build);
     #[allow(clippy::expect_used)] // without the binary the test cannot run
     let status = build
         .current_dir(workspace_root())
-        .args(["build", "-q", "-p", package, "--example", example])
+        .args(["build", "-q", "--workspace", "--example", example])
         .status()
         .expect("cargo runs");
-    assert!(status.success(), "building example {example} of {package} failed");
+    assert!(status.success(), "building example {example} failed");
     target_dir().join("debug").join("examples").join(example)
 }
 

@@ -12,8 +12,7 @@ use serde_json::json;
 async fn a_worker_with_its_own_tool_serves_it_through_any_gateway() {
     let redis = RedisServer::start().expect("redis");
     let gateway = Conveyor::gateway(&redis.url(), &[]).expect("gateway");
-    let worker =
-        Conveyor::program(&example_bin("conveyor-worker", "custom_worker"), &redis.url()).expect("worker");
+    let worker = Conveyor::program(&example_bin("custom_worker"), &redis.url()).expect("worker");
     let mcp = Mcp::new(gateway.mcp_url());
 
     let deadline = Instant::now() + Duration::from_secs(20);

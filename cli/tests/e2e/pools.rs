@@ -66,7 +66,7 @@ async fn each_pool_runs_only_its_tools_and_a_tool_without_workers_waits_for_one(
     let gone_by = Instant::now() + Duration::from_secs(30);
     while listed(&mcp).await.contains(&"slow_compute".to_owned()) {
         assert!(Instant::now() < gone_by, "slow_compute is still listed 30 s after its last worker died");
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // ...a call to it waits in its queue and says why...
     let waiting = create(&mcp, "slow_compute", json!({"seconds": 0, "label": "late"})).await;
