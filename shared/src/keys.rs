@@ -50,12 +50,6 @@ impl Shard {
         format!("{}:t:{task_id}", self.tag())
     }
 
-    /// Where a task's nodes live: its own hash. Scripts take it as a key of its own, so that
-    /// the scripts say which fields are the task's and which the nodes'.
-    pub fn nodes(self, task_id: &str) -> String {
-        self.task(task_id)
-    }
-
     /// The stream of runnable nodes of one queue in this shard (consumer group [`WORK_GROUP`]).
     pub fn queue(self, queue: &str) -> String {
         format!("{}:q:{queue}", self.tag())
@@ -209,7 +203,6 @@ mod tests {
         let s = Shard(3);
         for key in [
             s.task("x"),
-            s.nodes("x"),
             s.queue("greet"),
             s.held("greet"),
             s.load(),
@@ -229,7 +222,6 @@ mod tests {
     fn key_names_are_stable() {
         // Gateways and workers of different builds meet in Redis: renaming a key is a migration.
         assert_eq!(Shard(0).task("x"), "cv:{cv.0}:t:x");
-        assert_eq!(Shard(0).nodes("x"), Shard(0).task("x"), "a task's nodes live in its hash");
         assert_eq!(Shard(12).queue("research"), "cv:{cv.12}:q:research");
     }
 

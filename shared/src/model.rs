@@ -246,7 +246,7 @@ impl TaskRecord {
     }
 }
 
-/// One node of a task as stored in the task's nodes hash.
+/// One node of a task as stored in the task's hash (fields `<nodeId>:<field>`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeRecord {
@@ -265,7 +265,7 @@ pub struct NodeRecord {
 }
 
 impl NodeRecord {
-    /// Groups the `<nodeId>:<field>` entries of a nodes hash into nodes, ordered by id.
+    /// Groups the `<nodeId>:<field>` entries of a task's hash into nodes, ordered by id.
     pub fn from_hash(hash: HashMap<String, String>) -> Vec<Self> {
         let mut by_node: std::collections::BTreeMap<String, HashMap<String, String>> = Default::default();
         for (key, value) in hash {

@@ -18,9 +18,9 @@ pub fn task_key(task_id: &str) -> String {
     shard_of(task_id).task(task_id)
 }
 
-/// The key of a task's nodes hash.
+/// The key of the hash that holds a task's nodes (`<node>:<field>`): the task's own.
 pub fn nodes_key(task_id: &str) -> String {
-    shard_of(task_id).nodes(task_id)
+    shard_of(task_id).task(task_id)
 }
 
 /// The keys matching `pattern` on one server, each once (`SCAN`, so that a big keyspace is not
@@ -290,7 +290,7 @@ impl RedisServer {
         Ok(())
     }
 
-    /// One field of a node of a task (`<node>:<field>` in the task's nodes hash).
+    /// One field of a node of a task (`<node>:<field>` in the task's hash).
     pub fn node_field(&self, task_id: &str, node_id: &str, field: &str) -> Option<String> {
         let mut conn = self.connection().ok()?;
         redis::cmd("HGET").arg(nodes_key(task_id)).arg(format!("{node_id}:{field}")).query(&mut conn).ok()?
@@ -314,6 +314,12 @@ impl RedisServer {
             .iter()
             .map(|k| redis::cmd("XLEN").arg(k).query::<usize>(&mut conn).unwrap_or(0))
             .sum()
+    }
+
+    /// What Conveyor has written: task hashes and queue stream entries ([`Self::task_count`],
+    /// [`Self::stream_entries`]).
+    pub fn written(&self) -> (usize, usize) {
+        (self.task_count(), self.stream_entries())
     }
 
     /// Entries delivered to a worker and not yet acknowledged, over every queue stream.
@@ -500,6 +506,17 @@ impl Conveyor {
 
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The consumer name a worker logged when it started (`worker started ...
+    /// worker=worker-<32 hex digits>`), once it has.
+    pub fn logged_worker_name(&self) -> Option<String> {
+        let log = self.log_text();
+        let line = log.lines().find(|l| l.contains("worker started"))?;
+        let at = line.find("worker-")?;
+        let name: String = line[at..].chars().take("worker-".len() + 32).collect();
+        let hex = name.strip_prefix("worker-")?;
+        (hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit())).then_some(name)
     }
 
     pub fn pid(&self) -> Option<u32> {

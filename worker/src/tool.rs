@@ -156,7 +156,7 @@ pub struct ToolContext {
     pub traceparent: Option<String>,
     pub(crate) store: Store,
     /// The started attempt, whose keys and fencing token progress and escalation use.
-    pub(crate) lease: Attempt,
+    pub(crate) started: Attempt,
     pub(crate) answers: Map<String, Value>,
     pub(crate) state: Option<Value>,
     /// The call record as the task stores it: its client capabilities and log level, among
@@ -198,7 +198,7 @@ impl ToolContext {
             tracing::warn!(task = %self.task_id, progress, ?total, "dropping a progress report that is not a finite number");
             return true;
         }
-        match self.store.report_progress(&self.lease, progress, total, message).await {
+        match self.store.report_progress(&self.started, progress, total, message).await {
             Ok(taken) => taken,
             Err(e) => {
                 tracing::warn!(task = %self.task_id, error = %e, "progress report failed");
@@ -214,8 +214,8 @@ impl ToolContext {
         if self.call.log_level.is_none_or(|wanted| level < wanted) {
             return;
         }
-        let logger = self.lease.node_id.as_str();
-        if let Err(e) = self.store.log(&self.lease, level, logger, &data.into()).await {
+        let logger = self.started.node_id.as_str();
+        if let Err(e) = self.store.log(&self.started, level, logger, &data.into()).await {
             tracing::debug!(task = %self.task_id, error = %e, "a log message for the client was lost");
         }
     }
@@ -226,7 +226,7 @@ impl ToolContext {
     /// open for it; a client that cannot resume still finds the result with `tasks/result`.
     pub async fn release_stream(&self, retry: std::time::Duration) {
         let retry_ms = u64::try_from(retry.as_millis()).unwrap_or(u64::MAX);
-        if let Err(e) = self.store.release_stream(&self.lease, retry_ms).await {
+        if let Err(e) = self.store.release_stream(&self.started, retry_ms).await {
             tracing::debug!(task = %self.task_id, error = %e, "could not release the client's stream");
         }
     }
@@ -270,7 +270,7 @@ impl ToolContext {
     /// follows it. Does nothing (and returns `false`) when the call was a task already or the
     /// client cannot take one.
     pub async fn escalate(&self, message: &str) -> bool {
-        match self.store.escalate(&self.lease, message).await {
+        match self.store.escalate(&self.started, message).await {
             Ok(changed) => changed,
             Err(e) => {
                 tracing::warn!(task = %self.task_id, error = %e, "could not turn the call into a task");

@@ -224,7 +224,7 @@ async fn a_task_settles_once_and_expires_after_its_ttl() {
     assert_eq!(entries.ids[0].get::<String>("trace").as_deref(), Some(TRACE));
 
     let attempt = h.start(&id).await;
-    assert_eq!(attempt.attempt, 1);
+    assert_eq!(attempt.number, 1);
     assert!(h.store.report_progress(&attempt, 1.0, Some(2.0), Some("half")).await.expect("progress"));
     let got = h.store.get_task(&id).await.expect("get").expect("exists");
     assert_eq!((got.status, got.progress, got.total), (TaskStatus::Working, Some(1.0), Some(2.0)));
@@ -337,7 +337,7 @@ async fn a_stale_attempt_cannot_complete_after_the_node_was_handed_back() {
     assert!(h.store.release(&first).await.expect("release"));
     assert!(!h.store.release(&first).await.expect("release"), "released once");
     let second = h.start(&id).await;
-    assert_eq!(second.attempt, first.attempt + 1);
+    assert_eq!(second.number, first.number + 1);
     assert_ne!(second.entry_id, first.entry_id, "the node went back under a new entry");
     let stale = h.store.complete(&first, Some(&ok("stale")), false, 0).await.expect("complete");
     assert_eq!(stale, CompleteOutcome::Stale);
@@ -424,7 +424,7 @@ async fn a_parked_node_frees_its_entry_and_resumes_with_its_answers_once_all_are
     match h.start_item(&item).await {
         StartOutcome::Run(start) => {
             let NodeStart { attempt, answers, state, .. } = *start;
-            assert_eq!(attempt.attempt, 2);
+            assert_eq!(attempt.number, 2);
             assert_eq!(answers["a"]["content"]["v"], 1);
             assert_eq!(answers["b"]["action"], "decline");
             assert!(!answers.contains_key("zzz"), "{answers:?}");
@@ -551,7 +551,7 @@ async fn a_completion_from_an_attempt_that_was_already_retried_is_refused() {
     assert!(matches!(failed, CompleteOutcome::Retry { .. }), "{failed:?}");
     assert_eq!(h.promote_retries(Shard(2)).await, 1);
     let second = h.start_node(&id, "f").await;
-    assert_eq!(second.attempt, first.attempt + 1);
+    assert_eq!(second.number, first.number + 1);
     // The first attempt's worker was slow and reports success late: refused.
     let late = h.store.complete(&first, Some(&ok("late")), false, 0).await.expect("complete");
     assert_eq!(late, CompleteOutcome::Stale);
@@ -790,7 +790,7 @@ async fn a_reclaimed_entry_that_is_not_the_nodes_current_one_is_dropped_and_fenc
     assert!(matches!(failed, CompleteOutcome::Retry { .. }), "{failed:?}");
     assert_eq!(h.promote_retries(s).await, 1);
     let second = h.start_node(&id, "f").await;
-    assert_eq!(second.attempt, 2);
+    assert_eq!(second.number, 2);
 
     // The first entry turns up again (say a reply was lost and maintenance saw it): it is not the
     // node's current entry, so it is dropped and the running attempt is untouched.
@@ -826,19 +826,19 @@ async fn a_graph_node_that_asks_lets_the_others_run_and_its_rounds_do_not_spend_
 
     // The question is c's: the task's other nodes go on.
     let a = h.start_node(&id, "a").await;
-    assert_eq!(a.attempt, 1);
+    assert_eq!(a.number, 1);
     let answer = answers(json!({"c/k": {"action": "accept", "content": {}}}));
     assert_eq!(
         h.store.answer_input(&id, "alice", &answer, &Default::default()).await.expect("answer"),
         AnswerOutcome::Answered { remaining: 0, resumed: 1 }
     );
     let again = h.start_node(&id, "c").await;
-    assert_eq!(again.attempt, 2, "the resumed node runs as a new attempt");
+    assert_eq!(again.number, 2, "the resumed node runs as a new attempt");
     // That attempt fails: the round of input was not a failed try, so its one retry is left.
     let failed = h.store.complete(&again, Some(&tool_error()), false, 0).await.expect("complete");
     assert!(matches!(failed, CompleteOutcome::Retry { .. }), "{failed:?}");
     assert_eq!(h.promote_retries(s).await, 1);
-    assert_eq!(h.start_node(&id, "c").await.attempt, 3);
+    assert_eq!(h.start_node(&id, "c").await.number, 3);
 }
 
 #[tokio::test]
@@ -971,7 +971,7 @@ async fn a_worker_whose_node_was_taken_over_learns_it_lost_the_node() {
     assert_eq!(late, CompleteOutcome::Stale);
     let item = h.item(&id, ROOT_NODE).await;
     match h.start_item(&item).await {
-        StartOutcome::Run(start) => assert_eq!((start.attempt.attempt, start.losses), (2, 1)),
+        StartOutcome::Run(start) => assert_eq!((start.attempt.number, start.losses), (2, 1)),
         other => panic!("expected a run, got {other:?}"),
     }
 }
@@ -1017,7 +1017,7 @@ async fn a_retried_start_after_a_lost_reply_runs_the_same_attempt() {
     let item = h.item(&id, ROOT_NODE).await;
     let first = run(h.start_item(&item).await);
     let again = run(h.start_item(&item).await);
-    assert_eq!((first.attempt, again.attempt), (1, 1));
+    assert_eq!((first.number, again.number), (1, 1));
     assert_eq!(h.node_field(&id, ROOT_NODE, "attempt").as_deref(), Some("1"));
     let load = h.load(Shard(2));
     assert_eq!(load["queued"], 0, "the node left the queue once: {load:?}");

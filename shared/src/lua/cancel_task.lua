@@ -2,7 +2,7 @@
 -- tell its waiters and every worker of the shard. A terminal task never changes; the caller
 -- learns its status instead.
 --
--- KEYS[1] task hash   KEYS[2] nodes hash   KEYS[3] load hash   KEYS[4] expiring zset
+-- KEYS[1] task hash (it holds the nodes)   KEYS[2] load hash   KEYS[3] expiring zset
 -- ARGV[1] the record (MessagePack): task, owner ("" skips the check), message, cancelChannel, token (this
 --   request's: a cancel sent again after its reply was lost finds its own token on the task it
 --   cancelled, and answers "cancelled" again rather than "terminal")
@@ -22,8 +22,8 @@ end
 if not is_live(t[1]) then
   return cjson.encode({outcome = 'terminal', status = t[1]})
 end
-drop_queued(KEYS[2], KEYS[3], 'cancelled')
-settle({task = KEYS[1], nodes = KEYS[2], load = KEYS[3], expiring = KEYS[4]}, r.task,
+drop_queued(KEYS[1], KEYS[2], 'cancelled')
+settle({task = KEYS[1], load = KEYS[2], expiring = KEYS[3]}, r.task,
   {owner = t[2], createdAt = t[4], ttlMs = t[3], nodeCount = t[7]}, 'cancelled', nil, nil, r.message, now, 0,
   {'cancelToken', r.token})
 redis.call('SPUBLISH', r.cancelChannel, r.task)

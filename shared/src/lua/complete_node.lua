@@ -11,8 +11,8 @@
 -- is queued on the built-in queue so that a worker assembles the task's result.
 --
 -- KEYS[1] load hash   KEYS[2] retry zset   KEYS[3] expiring zset   KEYS[4] dead-letter stream
--- then for each completion, from its `k`: its task hash, its nodes hash, the work stream of each
--- of the task's Q queues in the order of the task's `queues`, then the held list of each
+-- then for each completion, from its `k`: its task hash (it holds the nodes), the work stream of
+-- each of the task's Q queues in the order of the task's `queues`, then the held list of each
 -- (start_nodes)
 -- ARGV[1] the batch (MessagePack): an array of records, each: k (the index in KEYS of its first
 --   key), task, node, attempt, outcome ("completed" | "failed" |
@@ -33,27 +33,27 @@ local now = redis_now()
 local SHARD_KEYS = KEYS
 
 local function complete(r)
-  -- Each completion sees the keys in the layout of one alone: KEYS[1] task hash, KEYS[2] nodes
-  -- hash, KEYS[3] load hash, KEYS[4] retry zset, KEYS[5] expiring zset, KEYS[6] dead-letter
-  -- stream, KEYS[6 + q] the stream of its q-th queue, KEYS[6 + Q + q] that queue's held list.
-  local KEYS = {SHARD_KEYS[r.k], SHARD_KEYS[r.k + 1], SHARD_KEYS[1], SHARD_KEYS[2], SHARD_KEYS[3], SHARD_KEYS[4]}
+  -- Each completion sees the keys in the layout of one alone: KEYS[1] task hash (it holds the
+  -- nodes), KEYS[2] load hash, KEYS[3] retry zset, KEYS[4] expiring zset, KEYS[5] dead-letter
+  -- stream, KEYS[5 + q] the stream of its q-th queue, KEYS[5 + Q + q] that queue's held list.
+  local KEYS = {SHARD_KEYS[r.k], SHARD_KEYS[1], SHARD_KEYS[2], SHARD_KEYS[3], SHARD_KEYS[4]}
   for i = 1, 2 * r.queueCount do
-    KEYS[6 + i] = SHARD_KEYS[r.k + 1 + i]
+    KEYS[5 + i] = SHARD_KEYS[r.k + i]
   end
-  local keys = {task = KEYS[1], nodes = KEYS[2], load = KEYS[3], expiring = KEYS[5]}
+  local keys = {task = KEYS[1], load = KEYS[2], expiring = KEYS[4]}
   local node = r.node
-  local n = node_state(KEYS[2], node, {'status', 'kind', 'ttlMs', 'nodeCount', 'owner', 'createdAt',
+  local n = node_state(KEYS[1], node, {'status', 'kind', 'ttlMs', 'nodeCount', 'owner', 'createdAt',
     'traceparent', 'waiters', 'tool', nf(node, 'untried'), 'maxBytes', 'bytes', 'progressBase'})
   if n.status ~= 'running' or n.attempt ~= r.attempt then
     return cjson.encode({outcome = 'stale'})
   end
   local function stream(q)
-    return KEYS[6 + q]
+    return KEYS[5 + q]
   end
   ack(stream(n.q), n.entry)
   -- The node's slot is free: a node of its queue set aside in this shard goes back to the stream.
-  if r.releaseHeld and KEYS[6 + r.queueCount + n.q] then
-    release_held(KEYS[6 + r.queueCount + n.q], stream(n.q), KEYS[3], 1)
+  if r.releaseHeld and KEYS[5 + r.queueCount + n.q] then
+    release_held(KEYS[5 + r.queueCount + n.q], stream(n.q), KEYS[2], 1)
   end
   local t = n.task
   local task = {owner = t.owner or '', createdAt = t.createdAt, ttlMs = t.ttlMs, waiters = t.waiters,
@@ -90,11 +90,11 @@ local function complete(r)
   if live and failed and not r.final and tries <= n.retries then
     local delay = n.backoffMs * (2 ^ (tries - 1))
     delay = math.floor(math.min(delay, r.maxBackoffMs) * (0.75 + 0.5 * r.jitter))
-    redis.call('HSET', KEYS[2], nf(node, 'status'), 'retry_wait', nf(node, 'error'), payload,
+    redis.call('HSET', KEYS[1], nf(node, 'status'), 'retry_wait', nf(node, 'error'), payload,
       nf(node, 'finishedAt'), now)
     local queues = cjson.decode(redis.call('HGET', KEYS[1], 'queues') or '[]')
-    redis.call('ZADD', KEYS[4], now + delay, cjson.encode({r.task, node, queues[n.q] or ''}))
-    wake_maintenance(KEYS[3], r.cancelChannel, now + delay)
+    redis.call('ZADD', KEYS[3], now + delay, cjson.encode({r.task, node, queues[n.q] or ''}))
+    wake_maintenance(KEYS[2], r.cancelChannel, now + delay)
     redis.call('HSET', KEYS[1], 'updatedAt', now, 'statusMessage',
       'Node ' .. node .. ' failed (attempt ' .. r.attempt .. '); retrying in ' .. delay .. ' ms')
     return cjson.encode({outcome = 'retry', delayMs = delay})
@@ -132,7 +132,7 @@ local function complete(r)
       if not args then
         args_field, args = 'call', redis.call('HGET', KEYS[1], 'call') or ''
       end
-      dead_letter = redis.call('XADD', KEYS[6], 'MAXLEN', '~', 100000, '*',
+      dead_letter = redis.call('XADD', KEYS[5], 'MAXLEN', '~', 100000, '*',
         'task', r.task, 'node', node, 'tool', n.tool, args_field, args,
         'owner', task.owner, 'attempts', r.attempt, 'error', payload, 'at', now)
     end
@@ -142,7 +142,7 @@ local function complete(r)
     node_fields[#node_fields + 1] = payload
   end
   if not live or dag then
-    redis.call('HSET', KEYS[2], unpack(node_fields))
+    redis.call('HSET', KEYS[1], unpack(node_fields))
   end
   if not live then
     return reply('dropped')
@@ -184,14 +184,14 @@ local function complete(r)
     if dead_letter ~= '' then
       reason = reason .. ' (dead letter ' .. dead_letter .. ')'
     end
-    drop_queued(KEYS[2], KEYS[3], 'dropped')
+    drop_queued(KEYS[1], KEYS[2], 'dropped')
     -- A failed graph is a tool-level failure, like a tool's isError: its result says which node
     -- failed and how every node ended (completed with isError on 2026-07-28; failed, with the
     -- result kept, on 2025-11-25).
     local function failure_result(with_outputs)
       return '{"content":[{"type":"text","text":' .. cjson.encode('Failed: ' .. reason) ..
         '}],"structuredContent":{"failedNode":' .. cjson.encode(node) .. ',"nodes":' ..
-        node_outcomes(KEYS[2], with_outputs) .. '},"isError":true}'
+        node_outcomes(KEYS[1], with_outputs) .. '},"isError":true}'
     end
     local result = failure_result(true)
     if not fits_budget({maxBytes = t.maxBytes, bytes = stored_bytes}, #result) then
@@ -217,9 +217,9 @@ local function complete(r)
     while i <= #queue do
       local d = queue[i]
       i = i + 1
-      local fields = redis.call('HMGET', KEYS[2], nf(d, 'status'), nf(d, 'weight'), nf(d, 'dependents'))
+      local fields = redis.call('HMGET', KEYS[1], nf(d, 'status'), nf(d, 'weight'), nf(d, 'dependents'))
       if fields[1] == 'pending' then
-        redis.call('HSET', KEYS[2], nf(d, 'status'), 'skipped', nf(d, 'finishedAt'), now)
+        redis.call('HSET', KEYS[1], nf(d, 'status'), 'skipped', nf(d, 'finishedAt'), now)
         settled = redis.call('HINCRBY', KEYS[1], 'nodesSettled', 1)
         weight_settled = redis.call('HINCRBYFLOAT', KEYS[1], 'weightSettled', fields[2] or '1')
         for _, next in ipairs(cjson.decode(fields[3] or '[]')) do
@@ -229,11 +229,11 @@ local function complete(r)
     end
   else
     for _, d in ipairs(dependents) do
-      local left = redis.call('HINCRBY', KEYS[2], nf(d, 'deps'), -1)
+      local left = redis.call('HINCRBY', KEYS[1], nf(d, 'deps'), -1)
       if left == 0 then
-        local fields = redis.call('HMGET', KEYS[2], nf(d, 'status'), nf(d, 'tool'), nf(d, 'q'))
+        local fields = redis.call('HMGET', KEYS[1], nf(d, 'status'), nf(d, 'tool'), nf(d, 'q'))
         if fields[1] == 'pending' then
-          enqueue(KEYS[2], stream(tonumber(fields[3] or '1')), KEYS[3], r.task, d, fields[2] or '', t.traceparent)
+          enqueue(KEYS[1], stream(tonumber(fields[3] or '1')), KEYS[2], r.task, d, fields[2] or '', t.traceparent)
           released = released + 1
         end
       end

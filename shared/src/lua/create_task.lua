@@ -2,9 +2,9 @@
 -- nothing, after checking its idempotency key and the shard's load limits. Runs before the
 -- client gets its create result, so tasks/get on the returned id always resolves.
 --
--- KEYS[1] task hash   KEYS[2] nodes hash   KEYS[3] load hash   KEYS[4] expiring zset
--- KEYS[5] the owner's task index   KEYS[6 .. 5+Q] the work stream of each of the task's queues,
--- in the order of record.queues   KEYS[6+Q] the idempotency key, when record.idem is true
+-- KEYS[1] task hash (it holds the nodes)   KEYS[2] load hash   KEYS[3] expiring zset
+-- KEYS[4] the owner's task index   KEYS[5 .. 4+Q] the work stream of each of the task's queues,
+-- in the order of record.queues   KEYS[5+Q] the idempotency key, when record.idem is true
 -- KEYS[#KEYS] the call key (a synchronous call by its request id), when record.callKey is true
 -- ARGV[1] the record (MessagePack): id, owner, tool, call (the call record as JSON text: stored as it
 --   is, never decoded here), ttl, trace, mode ("task" | "sync"), index (bool), message, retention
@@ -28,13 +28,13 @@
 --   shard's queued nodes)
 local r = cmsgpack.unpack(ARGV[1])
 local now = redis_now()
-local keys = {task = KEYS[1], nodes = KEYS[2], load = KEYS[3]}
+local keys = {task = KEYS[1], load = KEYS[2]}
 local queue_count = #r.queues
 local streams = {}
 for i = 1, queue_count do
-  streams[i] = KEYS[5 + i]
+  streams[i] = KEYS[4 + i]
 end
-local idem_key = KEYS[6 + queue_count]
+local idem_key = KEYS[5 + queue_count]
 if r.idem then
   local earlier = redis.call('GET', idem_key)
   if earlier then
@@ -65,7 +65,7 @@ local lim = r.limits
 -- The shard's planned maintenance look, read with the load counts when they are read anyway.
 local planned = nil
 if lim.live >= 0 or lim.queued >= 0 or lim.perTool >= 0 or lim.nodes >= 0 then
-  local load = redis.call('HMGET', KEYS[3], 'live:' .. r.owner, 'queued', 'nodes:' .. r.owner, 'wake')
+  local load = redis.call('HMGET', KEYS[2], 'live:' .. r.owner, 'queued', 'nodes:' .. r.owner, 'wake')
   planned = load[4]
   local live, queued = tonumber(load[1] or '0'), tonumber(load[2] or '0')
   local held = live + tonumber(load[3] or '0')
@@ -84,7 +84,7 @@ if lim.live >= 0 or lim.queued >= 0 or lim.perTool >= 0 or lim.nodes >= 0 then
   end
   if lim.perTool >= 0 then
     for tool, count in pairs(roots_by_tool) do
-      local current = tonumber(redis.call('HGET', KEYS[3], 'queued:' .. tool) or '0')
+      local current = tonumber(redis.call('HGET', KEYS[2], 'queued:' .. tool) or '0')
       if string.sub(tool, 1, 1) ~= '$' and current + count > lim.perTool then
         return over('queued_nodes_per_tool', current, lim.perTool, count, tool)
       end
@@ -127,8 +127,8 @@ end
 if r.answers ~= '' and #r.nodes == 1 then
   add(nf(r.nodes[1].id, 'answers'), r.answers)
 end
-redis.call('HINCRBY', KEYS[3], 'live:' .. r.owner, '1')
-hold_nodes(KEYS[3], r.owner, #r.nodes - 1)
+redis.call('HINCRBY', KEYS[2], 'live:' .. r.owner, '1')
+hold_nodes(KEYS[2], r.owner, #r.nodes - 1)
 if #r.nodes == 1 then
   -- A single call: the task and its node in one write.
   write_node(keys, streams, r.id, r.nodes[1], r.trace, task_fields)
@@ -138,15 +138,15 @@ else
     write_node(keys, streams, r.id, n, r.trace)
   end
 end
-redis.call('ZADD', KEYS[4], now + r.ttl, r.id)
-wake_maintenance(KEYS[3], r.cancelChannel, now + r.ttl, planned)
+redis.call('ZADD', KEYS[3], now + r.ttl, r.id)
+wake_maintenance(KEYS[2], r.cancelChannel, now + r.ttl, planned)
 if r.index then
-  redis.call('ZADD', KEYS[5], now, r.id)
+  redis.call('ZADD', KEYS[4], now, r.id)
   -- A task that asks for a shorter retention than the index has left (an operator's retry) neither
   -- trims nor shortens it: the index keeps what its longest-kept tasks asked for.
-  if r.retention >= redis.call('PTTL', KEYS[5]) then
-    redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. (now - r.retention))
-    redis.call('PEXPIRE', KEYS[5], r.retention)
+  if r.retention >= redis.call('PTTL', KEYS[4]) then
+    redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. (now - r.retention))
+    redis.call('PEXPIRE', KEYS[4], r.retention)
   end
 end
 if r.idem then

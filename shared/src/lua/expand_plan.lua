@@ -3,15 +3,15 @@
 -- the node of a direct tool call (a single-call task) may plan. The planning node's entry is
 -- acknowledged when the plan is taken.
 --
--- KEYS[1] task hash   KEYS[2] nodes hash   KEYS[3] load hash
--- KEYS[4 ..] the work stream of each queue in record.queues (the task's queues, then new ones)
+-- KEYS[1] task hash (it holds the nodes)   KEYS[2] load hash
+-- KEYS[3 ..] the work stream of each queue in record.queues (the task's queues, then new ones)
 -- ARGV[1] the record (MessagePack): task, node, attempt, output (JSON text), planOutput, nodes (as
 --   create_task reads them, with q indexing record.queues), queues
 -- Returns JSON: {"outcome": "expanded" (with count) | "stale" | "dropped" | "refused" (with reason)}
 local r = cmsgpack.unpack(ARGV[1])
 local now = redis_now()
 local node = r.node
-local n = node_state(KEYS[2], node)
+local n = node_state(KEYS[1], node)
 if n.status ~= 'running' or n.attempt ~= r.attempt then
   return cjson.encode({outcome = 'stale'})
 end
@@ -24,7 +24,7 @@ if t[2] == 'dag' then
   return cjson.encode({outcome = 'refused', reason = 'only a direct tool call may plan a graph'})
 end
 for _, p in ipairs(r.nodes) do
-  if redis.call('HEXISTS', KEYS[2], nf(p.id, 'status')) == 1 then
+  if redis.call('HEXISTS', KEYS[1], nf(p.id, 'status')) == 1 then
     return cjson.encode({outcome = 'refused', reason = 'planned node id ' .. p.id .. ' is already taken'})
   end
 end
@@ -39,12 +39,12 @@ if not fits then
 end
 local streams = {}
 for i = 1, #r.queues do
-  streams[i] = KEYS[3 + i]
+  streams[i] = KEYS[2 + i]
 end
 ack(streams[n.q], n.entry)
-redis.call('HSET', KEYS[2], nf(node, 'status'), 'completed', nf(node, 'finishedAt'), now,
+redis.call('HSET', KEYS[1], nf(node, 'status'), 'completed', nf(node, 'finishedAt'), now,
   nf(node, 'output'), r.output)
-local keys = {task = KEYS[1], nodes = KEYS[2], load = KEYS[3]}
+local keys = {task = KEYS[1], load = KEYS[2]}
 local weight_total = tonumber(n.weight)
 for _, p in ipairs(r.nodes) do
   weight_total = weight_total + tonumber(p.weight)
@@ -52,7 +52,7 @@ for _, p in ipairs(r.nodes) do
 end
 local message = 'Planned ' .. #r.nodes .. ' nodes'
 -- The planned nodes join what the owner's live tasks hold.
-hold_nodes(KEYS[3], t[5] or '', #r.nodes)
+hold_nodes(KEYS[2], t[5] or '', #r.nodes)
 -- The graph's progress counts on from what the planner reported (its base), so that it never goes
 -- back: the planner's weight is settled, the planned nodes' weights are still to come.
 local base = tonumber(t[8] or '0') or 0

@@ -2,8 +2,8 @@
 -- its load (its owner's live count, its queued nodes), its running nodes are told to stop, and
 -- its waiters hear that it is gone. Its keys are deleted and it leaves its owner's index.
 --
--- KEYS[1] task hash   KEYS[2] nodes hash   KEYS[3] load hash   KEYS[4] expiring zset
--- KEYS[5] the owner's task index
+-- KEYS[1] task hash (it holds the nodes)   KEYS[2] load hash   KEYS[3] expiring zset
+-- KEYS[4] the owner's task index
 -- ARGV[1] the record (MessagePack): task, cancelChannel
 -- Returns JSON: {"outcome": "expired" (with settled: "expired" and tool when the task was unsettled)
 --   | "notYet" | "gone"}
@@ -11,13 +11,13 @@ local r = cmsgpack.unpack(ARGV[1])
 local now = redis_now()
 local t = redis.call('HMGET', KEYS[1], 'status', 'owner', 'createdAt', 'ttlMs', 'tool', 'traceparent', 'nodeCount')
 if not t[1] then
+  redis.call('ZREM', KEYS[3], r.task)
   redis.call('ZREM', KEYS[4], r.task)
-  redis.call('ZREM', KEYS[5], r.task)
   return cjson.encode({outcome = 'gone'})
 end
 local expires = tonumber(t[3]) + tonumber(t[4])
 if expires > now then
-  redis.call('ZADD', KEYS[4], expires, r.task)
+  redis.call('ZADD', KEYS[3], expires, r.task)
   return cjson.encode({outcome = 'notYet'})
 end
 local reply = {outcome = 'expired'}
@@ -26,13 +26,13 @@ if is_live(t[1]) then
   reply.tool = t[5]
   reply.task = r.task
   reply.trace = t[6]
-  count_down(KEYS[3], 'live:' .. t[2], 1)
-  hold_nodes(KEYS[3], t[2], 1 - (tonumber(t[7]) or 1))
-  drop_queued(KEYS[2], KEYS[3], nil)
+  count_down(KEYS[2], 'live:' .. t[2], 1)
+  hold_nodes(KEYS[2], t[2], 1 - (tonumber(t[7]) or 1))
+  drop_queued(KEYS[1], KEYS[2], nil)
   notify(KEYS[1], cjson.encode({task = r.task, type = 'expired'}))
   redis.call('SPUBLISH', r.cancelChannel, r.task)
 end
-redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[3], r.task)
 redis.call('ZREM', KEYS[4], r.task)
-redis.call('ZREM', KEYS[5], r.task)
 return cjson.encode(reply)

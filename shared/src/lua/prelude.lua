@@ -40,7 +40,7 @@ local function is_live(status)
   return status == 'working' or status == 'input_required'
 end
 
--- The field of one node in a task's nodes hash.
+-- The field of one node in its task's hash.
 local function nf(node, field)
   return node .. ':' .. field
 end
@@ -188,9 +188,6 @@ local function settle(keys, task_id, t, status, field, value, message, now, inli
   redis.call('ZREM', keys.expiring, task_id)
   local expires = tonumber(t.createdAt) + tonumber(t.ttlMs)
   redis.call('PEXPIREAT', keys.task, expires)
-  if keys.nodes and keys.nodes ~= keys.task then
-    redis.call('PEXPIREAT', keys.nodes, expires)
-  end
   notify(keys.task, status_event(task_id, status, message, field, value, inline_max), t.waiters)
 end
 
@@ -278,7 +275,7 @@ local function write_node(keys, streams, task_id, n, trace, fields)
   put('timeoutMs', n.timeoutMs, 0)
   put('onFailure', n.onFailure, 'fail')
   put('weight', n.weight, '1')
-  redis.call('HSET', keys.nodes, unpack(fields))
+  redis.call('HSET', keys.task, unpack(fields))
 end
 
 -- The pending input requests of a task as one JSON object text, built from the stored texts of

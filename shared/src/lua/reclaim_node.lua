@@ -3,14 +3,14 @@
 -- again under a new entry (a running node counts one more lost worker); the old entry is
 -- acknowledged either way, so the lost worker, when it renews, learns that it lost the node.
 --
--- KEYS[1] task hash   KEYS[2] nodes hash   KEYS[3] load hash   KEYS[4] the entry's work stream
+-- KEYS[1] task hash (it holds the nodes)   KEYS[2] load hash   KEYS[3] the entry's work stream
 -- ARGV[1] the record (MessagePack): task, node, entry, trace
 -- Returns JSON: {"outcome": "requeued" (with losses, and for a node that was running, lost: the
 -- attempt its worker was running: tool, attempt, worker, startedMs) | "dropped" (with reason)}
 local r = cmsgpack.unpack(ARGV[1])
 local status = redis.call('HGET', KEYS[1], 'status')
-local n = node_state(KEYS[2], r.node)
-ack(KEYS[4], r.entry)
+local n = node_state(KEYS[1], r.node)
+ack(KEYS[3], r.entry)
 if not status then
   return cjson.encode({outcome = 'dropped', reason = 'task no longer exists'})
 end
@@ -20,22 +20,22 @@ end
 if not is_live(status) then
   -- The task ended while its worker was lost: the node never runs again (a queued node of an
   -- ended task has already left the load counts).
-  redis.call('HSET', KEYS[2], nf(r.node, 'status'), 'dropped')
+  redis.call('HSET', KEYS[1], nf(r.node, 'status'), 'dropped')
   return cjson.encode({outcome = 'dropped', reason = 'task is ' .. status})
 end
 local losses = n.losses
 local lost = nil
 if n.status == 'running' then
-  local was = redis.call('HMGET', KEYS[2], nf(r.node, 'worker'), nf(r.node, 'startedAt'))
+  local was = redis.call('HMGET', KEYS[1], nf(r.node, 'worker'), nf(r.node, 'startedAt'))
   lost = {tool = n.tool, attempt = n.attempt, worker = was[1] or '', startedMs = tonumber(was[2] or '0')}
-  losses = redis.call('HINCRBY', KEYS[2], nf(r.node, 'losses'), 1)
+  losses = redis.call('HINCRBY', KEYS[1], nf(r.node, 'losses'), 1)
   -- The lost attempt spends no retry: losses have their own bound (the worker's max losses).
-  redis.call('HINCRBY', KEYS[2], nf(r.node, 'untried'), 1)
-  redis.call('HDEL', KEYS[2], nf(r.node, 'worker'))
-  enqueue(KEYS[2], KEYS[4], KEYS[3], r.task, r.node, n.tool, r.trace)
+  redis.call('HINCRBY', KEYS[1], nf(r.node, 'untried'), 1)
+  redis.call('HDEL', KEYS[1], nf(r.node, 'worker'))
+  enqueue(KEYS[1], KEYS[3], KEYS[2], r.task, r.node, n.tool, r.trace)
 else
   -- Read but never started: it is still counted as queued, so only its entry is renewed.
-  local entry = redis.call('XADD', KEYS[4], '*', 'task', r.task, 'node', r.node, 'trace', r.trace or '')
-  redis.call('HSET', KEYS[2], nf(r.node, 'entry'), entry)
+  local entry = redis.call('XADD', KEYS[3], '*', 'task', r.task, 'node', r.node, 'trace', r.trace or '')
+  redis.call('HSET', KEYS[1], nf(r.node, 'entry'), entry)
 end
 return cjson.encode({outcome = 'requeued', losses = losses, lost = lost})

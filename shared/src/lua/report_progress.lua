@@ -2,12 +2,12 @@
 -- node of a graph leaves the task's progress alone (it is the share of settled nodes) and sets only
 -- its message.
 --
--- KEYS[1] task hash   KEYS[2] nodes hash
+-- KEYS[1] task hash (it holds the nodes)
 -- ARGV[1] the record (MessagePack): task, node, attempt, progress, total (or absent), message (or absent)
 -- Returns JSON: {"outcome": "recorded" | "refused"} (refused: task over, or a stale attempt)
 local r = cmsgpack.unpack(ARGV[1])
 local now = redis_now()
-local state = redis.call('HMGET', KEYS[2], nf(r.node, 'status'), nf(r.node, 'attempt'), 'status', 'waiters')
+local state = redis.call('HMGET', KEYS[1], nf(r.node, 'status'), nf(r.node, 'attempt'), 'status', 'waiters')
 if not is_live(state[3]) or state[1] ~= 'running' or tonumber(state[2]) ~= r.attempt then
   return cjson.encode({outcome = 'refused'})
 end

@@ -2,14 +2,14 @@
 -- completes with it unless it already ended (cancelled, or failed by a node's policy). The
 -- finalize entry is acknowledged either way.
 --
--- KEYS[1] task hash   KEYS[2] nodes hash   KEYS[3] load hash   KEYS[4] expiring zset
--- KEYS[5] the built-in queue's stream (where the finalize entry is)
+-- KEYS[1] task hash (it holds the nodes)   KEYS[2] load hash   KEYS[3] expiring zset
+-- KEYS[4] the built-in queue's stream (where the finalize entry is)
 -- ARGV[1] the record (MessagePack): task, result (JSON text), isError, message, entry, inlineMax,
 --   toolErrorFails (bool: the call's wire makes a tool error a failed task, 2025-11-25)
 -- Returns JSON: {"outcome": "settled" (with settled: the task's status, and tool) | "dropped"}
 local r = cmsgpack.unpack(ARGV[1])
 local now = redis_now()
-ack(KEYS[5], r.entry)
+ack(KEYS[4], r.entry)
 local t = redis.call('HMGET', KEYS[1], 'status', 'ttlMs', 'owner', 'createdAt', 'tool', 'traceparent', 'nodeCount',
   'maxBytes', 'bytes')
 if not is_live(t[1]) then
@@ -30,7 +30,7 @@ if is_error and r.toolErrorFails then
   -- That revision's rule: a tool error fails the task (its result is still kept).
   status = 'failed'
 end
-settle({task = KEYS[1], nodes = KEYS[2], load = KEYS[3], expiring = KEYS[4]}, r.task,
+settle({task = KEYS[1], load = KEYS[2], expiring = KEYS[3]}, r.task,
   {owner = t[3] or '', createdAt = t[4], ttlMs = t[2], nodeCount = t[7]}, status, 'result', result, message,
   now, r.inlineMax)
 return cjson.encode({outcome = 'settled', settled = status, tool = t[5], task = r.task, trace = t[6]})

@@ -9,8 +9,8 @@
 -- entries behind it (other principals' work) are read at once; it goes back to the stream when a
 -- node of that queue finishes in this shard (complete_node) or by the shard's maintenance.
 --
--- KEYS[1] the shard's load hash, then for each item i: KEYS[4i-2] task hash, KEYS[4i-1] nodes
---   hash, KEYS[4i] the stream the entry came from, KEYS[4i+1] that queue's held list
+-- KEYS[1] the shard's load hash, then for each item i: KEYS[3i-1] task hash (it holds the nodes),
+--   KEYS[3i] the stream the entry came from, KEYS[3i+1] that queue's held list
 -- ARGV[1] the record (MessagePack): worker, items (each: task, node, entry, trace, run (bool: false
 --   hands the entry back), mayDefer (bool: an entry whose owner has its share is set aside; else
 --   it is left as it is, for the worker to try again when a slot of that owner's frees)), room
@@ -36,7 +36,7 @@ local room = r.room
 local set_aside = tonumber(redis.call('HGET', load, 'held') or '0') > 0
 local results = {}
 for i, item in ipairs(r.items) do
-  local task, nodes, stream, held = KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i], KEYS[4 * i + 1]
+  local nodes, stream, held = KEYS[3 * i - 1], KEYS[3 * i], KEYS[3 * i + 1]
   local node = item.node
   local n = node_state(nodes, node, {'status', 'kind', 'call', 'nodesSettled', 'nodeCount', 'queues', 'createdAt',
     'ttlMs', nf(node, 'answers'), nf(node, 'state'), 'owner'}, true)

@@ -38,8 +38,8 @@ struct ShardQueue {
     waiting: Vec<Waiting>,
 }
 
-/// One completion: the keys of its task (task hash, nodes hash, its queues' streams, then their
-/// held lists), its record, and where its reply goes.
+/// One completion: the keys of its task (task hash, its queues' streams, then their held lists),
+/// its record, and where its reply goes.
 pub(super) struct Completion {
     pub keys: Vec<String>,
     pub record: Value,

@@ -108,8 +108,7 @@ impl Store {
     pub async fn promote_retry(&self, shard: Shard, member: &str) -> Result<bool, StoreError> {
         let (task_id, node_id, queue): (String, String, String) = serde_json::from_str(member)
             .map_err(|e| StoreError::Corrupt(format!("retry entry {member:?}: {e}")))?;
-        let keys =
-            [shard.task(&task_id), shard.nodes(&task_id), shard.load(), shard.retries(), shard.queue(&queue)];
+        let keys = [shard.task(&task_id), shard.load(), shard.retries(), shard.queue(&queue)];
         let record = json!({"task": task_id, "node": node_id, "member": member});
         let reply: DueReply = self.script(&scripts::PROMOTE_RETRY, &keys, &record).await?;
         Ok(matches!(reply, DueReply::Promoted))
@@ -121,7 +120,6 @@ impl Store {
         let owner: Option<String> = self.query(|| redis::Cmd::hget(shard.task(task_id), "owner")).await?;
         let keys = [
             shard.task(task_id),
-            shard.nodes(task_id),
             shard.load(),
             shard.expiring(),
             shard.owner_tasks(owner.as_deref().unwrap_or_default()),
@@ -136,7 +134,7 @@ impl Store {
     /// not its node's current one), and acknowledges the entry.
     pub async fn reclaim(&self, item: &WorkItem) -> Result<ReclaimOutcome, StoreError> {
         let shard = item.shard;
-        let keys = [shard.task(&item.task_id), shard.nodes(&item.task_id), shard.load(), item.stream.clone()];
+        let keys = [shard.task(&item.task_id), shard.load(), item.stream.clone()];
         let record = json!({
             "task": item.task_id, "node": item.node_id, "entry": item.entry_id,
             "trace": item.traceparent.clone().unwrap_or_default(),

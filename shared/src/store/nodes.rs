@@ -24,7 +24,7 @@ pub struct Attempt {
     pub task_id: String,
     pub node_id: String,
     /// The attempt number: the fencing token of every later transition.
-    pub attempt: u32,
+    pub number: u32,
     /// The task's queues, whose streams a completion may add entries to.
     pub queues: Vec<String>,
     /// The stream and entry the attempt was started from.
@@ -293,12 +293,6 @@ fn completion_message(is_error: bool) -> String {
     if is_error { "Completed: the tool reported an error".to_owned() } else { "Completed".to_owned() }
 }
 
-impl Attempt {
-    fn task_keys(&self) -> [String; 2] {
-        [self.shard.task(&self.task_id), self.shard.nodes(&self.task_id)]
-    }
-}
-
 /// How soon the shard's maintenance puts a set-aside node back on its stream when no finishing
 /// node of its queue does.
 pub const RELEASE_SET_ASIDE_AFTER: std::time::Duration = std::time::Duration::from_millis(500);
@@ -321,7 +315,6 @@ impl Store {
         let mut rows = Vec::with_capacity(items.len());
         for (i, item) in items.iter().enumerate() {
             keys.push(shard.task(&item.task_id));
-            keys.push(shard.nodes(&item.task_id));
             keys.push(item.stream.clone());
             keys.push(shard.held(crate::keys::queue_of_stream(&item.stream).unwrap_or_default()));
             rows.push(json!({
@@ -370,7 +363,7 @@ impl Store {
                                 shard,
                                 task_id: item.task_id.clone(),
                                 node_id: item.node_id.clone(),
-                                attempt: run.attempt,
+                                number: run.attempt,
                                 queues,
                                 stream: item.stream.clone(),
                                 entry_id: item.entry_id.clone(),
@@ -413,11 +406,11 @@ impl Store {
             )));
         }
         let record = json!({
-            "task": attempt.task_id, "node": attempt.node_id, "attempt": attempt.attempt,
+            "task": attempt.task_id, "node": attempt.node_id, "attempt": attempt.number,
             "progress": progress.to_string(), "total": total.map(|t| t.to_string()), "message": message,
         });
         let reply: FencedReply =
-            self.script(&scripts::REPORT_PROGRESS, &attempt.task_keys(), &record).await?;
+            self.script(&scripts::REPORT_PROGRESS, &[self.task_key_of(attempt)], &record).await?;
         Ok(matches!(reply, FencedReply::Recorded))
     }
 
@@ -442,7 +435,7 @@ impl Store {
 
     async fn notify_waiters(&self, attempt: &Attempt, event: &TaskEvent) -> Result<bool, StoreError> {
         let message = crate::model::InboxMessage { task_id: attempt.task_id.clone(), event: event.clone() };
-        let record = json!({"node": attempt.node_id, "attempt": attempt.attempt, "event": message.encode()});
+        let record = json!({"node": attempt.node_id, "attempt": attempt.number, "event": message.encode()});
         let reply: FencedReply =
             self.script(&scripts::NOTIFY_WAITERS, &[self.task_key_of(attempt)], &record).await?;
         Ok(matches!(reply, FencedReply::Recorded))
@@ -460,7 +453,7 @@ impl Store {
             input.requests.keys().map(String::as_str).collect::<Vec<_>>().join(", ")
         );
         let record = json!({
-            "task": attempt.task_id, "node": attempt.node_id, "attempt": attempt.attempt,
+            "task": attempt.task_id, "node": attempt.node_id, "attempt": attempt.number,
             "requests": requests, "state": input.state.as_ref().map(Value::to_string).unwrap_or_default(),
             "message": message, "inlineMax": INLINE_MAX,
         });
@@ -476,7 +469,7 @@ impl Store {
     /// it; the waiting gateway answers the call with the task. Returns whether it changed.
     pub async fn escalate(&self, attempt: &Attempt, message: &str) -> Result<bool, StoreError> {
         let record = json!({
-            "task": attempt.task_id, "node": attempt.node_id, "attempt": attempt.attempt,
+            "task": attempt.task_id, "node": attempt.node_id, "attempt": attempt.number,
             "message": message,
         });
         let reply: EscalateReply =
@@ -590,11 +583,11 @@ impl Store {
             (status, payload, is_error, message)
         };
         let shard = attempt.shard;
-        let mut keys = vec![shard.task(&attempt.task_id), shard.nodes(&attempt.task_id)];
+        let mut keys = vec![shard.task(&attempt.task_id)];
         keys.extend(attempt.queues.iter().map(|q| shard.queue(q)));
         keys.extend(attempt.queues.iter().map(|q| shard.held(q)));
         let record = json!({
-            "task": attempt.task_id, "node": attempt.node_id, "attempt": attempt.attempt,
+            "task": attempt.task_id, "node": attempt.node_id, "attempt": attempt.number,
             "queueCount": attempt.queues.len(), "releaseHeld": attempt.release_held,
             "outcome": status, "payload": payload, "isError": is_error, "message": message,
             "jitter": rand::random::<f64>(), "maxBackoffMs": dag::MAX_BACKOFF_MS, "final": final_failure,
@@ -617,14 +610,9 @@ impl Store {
     /// Returns `false` when the attempt is stale and nothing changed.
     pub async fn release(&self, attempt: &Attempt) -> Result<bool, StoreError> {
         let shard = attempt.shard;
-        let keys = [
-            shard.task(&attempt.task_id),
-            shard.nodes(&attempt.task_id),
-            shard.load(),
-            attempt.stream.clone(),
-        ];
+        let keys = [shard.task(&attempt.task_id), shard.load(), attempt.stream.clone()];
         let record = json!({
-            "task": attempt.task_id, "node": attempt.node_id, "attempt": attempt.attempt,
+            "task": attempt.task_id, "node": attempt.node_id, "attempt": attempt.number,
             "trace": attempt.traceparent.clone().unwrap_or_default(),
         });
         let reply: FencedReply = self.script(&scripts::RELEASE_NODE, &keys, &record).await?;
@@ -642,11 +630,11 @@ impl Store {
         let shard = attempt.shard;
         let mut list = QueueList(attempt.queues.clone());
         let nodes = graph_nodes(plan, &mut list, queues);
-        let mut keys = vec![shard.task(&attempt.task_id), shard.nodes(&attempt.task_id), shard.load()];
+        let mut keys = vec![shard.task(&attempt.task_id), shard.load()];
         keys.extend(list.streams(shard));
         let summary = crate::model::result::text(format!("planned {} nodes", plan.nodes.len()));
         let record = json!({
-            "task": attempt.task_id, "node": attempt.node_id, "attempt": attempt.attempt,
+            "task": attempt.task_id, "node": attempt.node_id, "attempt": attempt.number,
             "output": summary.to_string(), "planOutput": plan.output.clone().unwrap_or_default(),
             "nodes": nodes, "queues": list.0,
         });
@@ -669,13 +657,7 @@ impl Store {
         tool_error_fails: bool,
     ) -> Result<bool, StoreError> {
         let shard = item.shard;
-        let keys = [
-            shard.task(&item.task_id),
-            shard.nodes(&item.task_id),
-            shard.load(),
-            shard.expiring(),
-            item.stream.clone(),
-        ];
+        let keys = [shard.task(&item.task_id), shard.load(), shard.expiring(), item.stream.clone()];
         let record = json!({
             "task": item.task_id, "result": result.to_string(),
             "isError": crate::model::result::is_error(result), "message": message, "entry": item.entry_id,
@@ -697,7 +679,7 @@ impl Store {
         if node_ids.is_empty() {
             return Ok(HashMap::new());
         }
-        let key = shard.nodes(task_id);
+        let key = shard.task(task_id);
         let fields: Vec<String> = node_ids.iter().map(|n| format!("{n}:output")).collect();
         let values: Vec<Option<String>> =
             self.query(|| redis::cmd("HMGET").arg(&key).arg(&fields).clone()).await?;

@@ -422,13 +422,8 @@ impl Store {
                 graph_nodes(graph, &mut queues, &new.queues),
             ),
         };
-        let mut keys = vec![
-            shard.task(&new.task_id),
-            shard.nodes(&new.task_id),
-            shard.load(),
-            shard.expiring(),
-            shard.owner_tasks(&new.owner),
-        ];
+        let mut keys =
+            vec![shard.task(&new.task_id), shard.load(), shard.expiring(), shard.owner_tasks(&new.owner)];
         keys.extend(queues.streams(shard));
         if let Some(key) = &new.idempotency_key {
             keys.push(shard.idempotency(&new.owner, key));
@@ -672,7 +667,7 @@ impl Store {
     /// Reads a task's nodes, ordered by node id.
     pub async fn get_nodes(&self, task_id: &str) -> Result<Vec<NodeRecord>, StoreError> {
         let Some(shard) = self.task_shard(task_id) else { return Ok(Vec::new()) };
-        let key = shard.nodes(task_id);
+        let key = shard.task(task_id);
         let hash: HashMap<String, String> = self.query(|| redis::Cmd::hgetall(&key)).await?;
         Ok(NodeRecord::from_hash(hash))
     }
@@ -687,7 +682,7 @@ impl Store {
         message: &str,
     ) -> Result<CancelOutcome, StoreError> {
         let Some(shard) = self.task_shard(task_id) else { return Ok(CancelOutcome::Missing) };
-        let keys = [shard.task(task_id), shard.nodes(task_id), shard.load(), shard.expiring()];
+        let keys = [shard.task(task_id), shard.load(), shard.expiring()];
         let record = json!({
             "task": task_id, "owner": owner, "message": message,
             "cancelChannel": shard.cancel_channel(), "token": format!("{:016x}", rand::random::<u64>()),

@@ -10,7 +10,7 @@ pub(super) fn node_span(
     losses: u32,
     resumed: bool,
 ) -> tracing::Span {
-    let reason = match (attempt.attempt, resumed, losses) {
+    let reason = match (attempt.number, resumed, losses) {
         (1, false, _) => "first",
         (_, true, _) => "resumed",
         (_, false, 0) => "retry",
@@ -26,7 +26,7 @@ pub(super) fn node_span(
         { attr::TASK_ID } = %attempt.task_id,
         { attr::NODE_ID } = %attempt.node_id,
         { attr::TOOL } = %tool,
-        { attr::ATTEMPT } = attempt.attempt,
+        { attr::ATTEMPT } = attempt.number,
         { attr::QUEUE } = %queue,
         { attr::WORKER } = %worker,
         { attr::RUN_REASON } = reason,
@@ -34,7 +34,7 @@ pub(super) fn node_span(
         { attr::OUTCOME } = tracing::field::Empty,
     );
     if let Some(trace) = attempt.traceparent.as_deref().and_then(TaskTrace::decode) {
-        trace.adopt_node_span(&span, &attempt.node_id, attempt.attempt);
+        trace.adopt_node_span(&span, &attempt.node_id, attempt.number);
     }
     span
 }
@@ -101,12 +101,12 @@ impl NodeJob {
                 let ctx = ToolContext {
                     task_id: attempt.task_id.clone(),
                     node_id: attempt.node_id.clone(),
-                    attempt: attempt.attempt,
+                    attempt: attempt.number,
                     arguments,
                     cancel: token.clone(),
                     traceparent: Some(w3c_traceparent(&self.span)),
                     store: store.clone(),
-                    lease: attempt.clone(),
+                    started: attempt.clone(),
                     answers: self.start.answers.clone(),
                     state: self.start.state.clone(),
                     call: self.start.call.clone(),
@@ -281,10 +281,10 @@ impl NodeJob {
         match completed {
             Some(CompleteOutcome::Retry { delay_ms }) => {
                 metrics::node_retried(&self.start.tool);
-                tracing::info!(task = %attempt.task_id, node = %attempt.node_id, attempt = attempt.attempt, delay_ms, "attempt failed; retry scheduled");
+                tracing::info!(task = %attempt.task_id, node = %attempt.node_id, attempt = attempt.number, delay_ms, "attempt failed; retry scheduled");
             }
             Some(CompleteOutcome::Stale) => {
-                tracing::info!(task = %attempt.task_id, attempt = attempt.attempt, "completion refused: attempt is stale");
+                tracing::info!(task = %attempt.task_id, attempt = attempt.number, "completion refused: attempt is stale");
             }
             Some(done) => {
                 tracing::debug!(task = %attempt.task_id, node = %attempt.node_id, outcome = ?done, "node completed");
@@ -388,7 +388,7 @@ impl NodeJob {
                 tracing::info!(task = %attempt.task_id, "the task ended while its node asked for input");
             }
             Some(ParkOutcome::Stale) => {
-                tracing::info!(task = %attempt.task_id, attempt = attempt.attempt, "park refused: attempt is stale");
+                tracing::info!(task = %attempt.task_id, attempt = attempt.number, "park refused: attempt is stale");
             }
             None => {}
         }

@@ -302,7 +302,7 @@ mod tests {
             shard: Shard(0),
             task_id: task_id.to_owned(),
             node_id: "n".to_owned(),
-            attempt: 1,
+            number: 1,
             queues: vec![queue.to_owned()],
             stream: Shard(0).queue(queue),
             entry_id: entry_id.to_owned(),

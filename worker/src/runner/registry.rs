@@ -146,7 +146,7 @@ impl RunningRegistry {
                 task_id: r.attempt.task_id.clone(),
                 node_id: r.attempt.node_id.clone(),
                 tool: r.tool.clone(),
-                attempt: r.attempt.attempt,
+                attempt: r.attempt.number,
                 started_at_ms: r.started_at_ms,
             })
             .collect()
