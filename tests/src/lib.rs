@@ -12,7 +12,8 @@
 //!   latency percentiles, and CPU readings of processes and of Redis.
 //! - [`npm`]: npm packages the tests run, installed once into the target directory.
 //! - [`mcp`]: [`Mcp`], a plain HTTP JSON-RPC client that speaks 2025-11-25 and 2026-07-28 and reads
-//!   SSE replies, for checks that need the raw wire.
+//!   SSE replies, for checks that need the raw wire; and the task calls the tests share (create a
+//!   task, read it, wait for a status or its end).
 
 pub mod bullmq;
 pub mod load;
@@ -27,3 +28,20 @@ pub mod trees;
 
 pub use mcp::Mcp;
 pub use process::{Conveyor, RedisServer, free_port};
+
+/// Polls `check` every 20 ms until it returns `Some`, and returns what it holds. Panics after
+/// `timeout` with a message that names `what`.
+pub async fn eventually<T>(
+    timeout: std::time::Duration,
+    what: &str,
+    mut check: impl AsyncFnMut() -> Option<T>,
+) -> T {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(std::time::Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}

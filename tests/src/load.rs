@@ -1,7 +1,7 @@
 //! What the benchmarks share: synchronous `tools/call`s (of the `noop` fixture, or any
 //! [`SyncRequest`]) as a 2026-07-28 client sends them, driven from this process; latency percentiles; and CPU readings of
 //! processes (`/proc/<pid>/stat`) and of Redis (`INFO cpu`); and [`BenchProcess`], a `conveyor`
-//! process at the binary's own log level.
+//! process at the binary's own log level; and [`at_least_one`], the parser of their count flags.
 
 use std::process::Command;
 use std::sync::OnceLock;
@@ -154,6 +154,11 @@ impl std::fmt::Display for Latencies {
             self.p50, self.p90, self.p99, self.max
         )
     }
+}
+
+/// Parses a count flag of a benchmark: a whole number, 1 or more (a run of none measures nothing).
+pub fn at_least_one<T: TryFrom<u64>>() -> clap::builder::RangedU64ValueParser<T> {
+    clap::builder::RangedU64ValueParser::new().range(1..)
 }
 
 /// Redis's own CPU time so far (`used_cpu_sys + used_cpu_user` from `INFO cpu`).

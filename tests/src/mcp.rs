@@ -205,3 +205,70 @@ pub async fn status_2025(mcp: &Mcp, task_id: &str) -> String {
         .unwrap_or_else(|e| panic!("tasks/get {task_id}: {e}"));
     reply.result()["status"].as_str().unwrap_or_else(|| panic!("no status in {}", reply.raw)).to_owned()
 }
+
+/// A 2026-07-28 `tools/call` of `tool` that the gateway answers with a task; the task's id. Panics
+/// when the call fails or answers anything but a task.
+pub async fn create_2026(mcp: &Mcp, tool: &str, arguments: Value, capabilities: Value) -> String {
+    let reply = mcp
+        .call_2026("tools/call", json!({"name": tool, "arguments": arguments}), capabilities)
+        .await
+        .unwrap_or_else(|e| panic!("tools/call {tool}: {e}"));
+    assert_eq!(reply.result()["resultType"], "task", "tools/call {tool}: {}", reply.raw);
+    reply.result()["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("tools/call {tool} answered no task id: {}", reply.raw))
+        .to_owned()
+}
+
+/// A task by 2026-07-28 `tasks/get` with `capabilities`: the detailed task. Panics when the call
+/// fails or answers an error.
+pub async fn get_2026(mcp: &Mcp, task_id: &str, capabilities: &Value) -> Value {
+    let reply = mcp
+        .call_2026("tasks/get", json!({"taskId": task_id}), capabilities.clone())
+        .await
+        .unwrap_or_else(|e| panic!("tasks/get {task_id}: {e}"));
+    assert!(reply.error_code().is_none(), "tasks/get {task_id} failed: {}", reply.raw);
+    reply.result().clone()
+}
+
+/// Whether a task in `status` has ended.
+fn is_terminal(status: &str) -> bool {
+    ["completed", "failed", "cancelled"].contains(&status)
+}
+
+/// Polls [`get_2026`] until the task has `status`, and returns the detailed task. Panics at once
+/// when the task ends in another status (it will not change again), and after `within`.
+pub async fn wait_status(
+    mcp: &Mcp,
+    task_id: &str,
+    status: &str,
+    capabilities: &Value,
+    within: Duration,
+) -> Value {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let got = get_2026(mcp, task_id, capabilities).await;
+        if got["status"] == status {
+            return got;
+        }
+        let now = got["status"].as_str().unwrap_or_default();
+        assert!(!is_terminal(now), "task {task_id} ended {now} instead of becoming {status}: {got}");
+        assert!(std::time::Instant::now() < deadline, "task {task_id} never became {status}: {got}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Polls [`get_2026`] (as a client that takes tasks) until the task has ended, and returns the
+/// detailed task. Panics after `within`.
+pub async fn settle(mcp: &Mcp, task_id: &str, within: Duration) -> Value {
+    let capabilities = tasks_client_capabilities();
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let got = get_2026(mcp, task_id, &capabilities).await;
+        if is_terminal(got["status"].as_str().unwrap_or_default()) {
+            return got;
+        }
+        assert!(std::time::Instant::now() < deadline, "task {task_id} did not end within {within:?}: {got}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}

@@ -1,6 +1,6 @@
 //! The official MCP Python SDK for the tests that drive Conveyor with it: each release lives in a
 //! virtualenv of its own under `<workspace>/target`, made the first time (PyPI must be reachable
-//! then) and reused afterwards.
+//! then) and reused afterwards. The scripts the tests run live in `tests/python`.
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -79,4 +79,17 @@ pub async fn python_with(sdk: &Sdk) -> anyhow::Result<PathBuf> {
         sdk.version
     );
     Ok(python)
+}
+
+/// A command that runs the `tests/python` script `name` with `python` (from [`python_with`]); the
+/// caller adds the script's arguments. It writes no `__pycache__` into the source tree, and it is
+/// killed if the test drops it (at a timeout).
+pub fn script(python: &Path, name: &str) -> Command {
+    let mut command = Command::new(python);
+    command
+        .arg(workspace_root().join("tests/python").join(name))
+        .env("PYTHONUNBUFFERED", "1")
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .kill_on_drop(true);
+    command
 }

@@ -5,9 +5,10 @@
 //! for input, 2026-07-28 synchronous calls that ask in rounds (MRTR, `requestState`), and
 //! cancelling synchronous calls (2025-11-25 `notifications/cancelled`, a closed connection).
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use conveyor_tests::mcp::{Reply, tasks_client_capabilities};
+use conveyor_shared::model::now_ms;
+use conveyor_tests::mcp::{Reply, create_2026, get_2026, tasks_client_capabilities, wait_status};
 use conveyor_tests::process::task_key;
 use conveyor_tests::{Conveyor, Mcp, RedisServer};
 use serde_json::{Value, json};
@@ -39,60 +40,16 @@ fn stack() -> Stack {
     }
 }
 
-/// The consumer name a worker logged when it started (`worker-<32 hex digits>`).
-fn worker_name(log: &str) -> Option<String> {
-    let line = log.lines().find(|l| l.contains("worker started"))?;
-    let at = line.find("worker-")?;
-    let name: String = line[at..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '-').collect();
-    (name.len() == "worker-".len() + 32).then_some(name)
-}
-
 /// Starts a fixtures worker and waits until it has started; returns it and its name.
 async fn start_worker(redis: &RedisServer, args: &[&str]) -> (Conveyor, String) {
     let worker = Conveyor::worker(&redis.url(), args).expect("worker");
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        if let Some(name) = worker_name(&worker.log_text()) {
+        if let Some(name) = worker.logged_worker_name() {
             return (worker, name);
         }
         assert!(Instant::now() < deadline, "the worker never started:\n{}", worker.log_text());
         tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Creates a task of `tool` (2026-07-28, tasks extension) and returns its id.
-async fn create(mcp: &Mcp, tool: &str, arguments: Value) -> String {
-    let reply = mcp
-        .call_2026("tools/call", json!({"name": tool, "arguments": arguments}), asking_client())
-        .await
-        .expect("tools/call");
-    assert_eq!(reply.result()["resultType"], "task", "{}", reply.raw);
-    reply.result()["taskId"].as_str().unwrap_or_else(|| panic!("no task id: {}", reply.raw)).to_owned()
-}
-
-/// `tasks/get` (2026-07-28): the detailed task.
-async fn get(mcp: &Mcp, task: &str) -> Value {
-    let reply =
-        mcp.call_2026("tasks/get", json!({"taskId": task}), asking_client()).await.expect("tasks/get");
-    assert!(reply.error_code().is_none(), "tasks/get failed: {}", reply.raw);
-    reply.result().clone()
-}
-
-/// Polls `tasks/get` until the task has `status`; fails at once if it ends otherwise.
-async fn wait_status(mcp: &Mcp, task: &str, status: &str, within: Duration) -> Value {
-    let deadline = Instant::now() + within;
-    loop {
-        let got = get(mcp, task).await;
-        if got["status"] == status {
-            return got;
-        }
-        let now = got["status"].as_str().unwrap_or_default();
-        assert!(
-            !["completed", "failed", "cancelled"].contains(&now),
-            "task {task} ended {now} instead of becoming {status}: {got}"
-        );
-        assert!(Instant::now() < deadline, "task {task} never became {status}: {got}");
-        tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }
 
@@ -117,10 +74,6 @@ fn keys_of(requests: &Value) -> Vec<String> {
     let mut keys: Vec<String> = requests.as_object().map(|o| o.keys().cloned().collect()).unwrap_or_default();
     keys.sort();
     keys
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or_default()
 }
 
 /// The id of the hidden task of a synchronous call of `tool` that is not in `known`, once it
@@ -154,8 +107,8 @@ async fn a_question_asked_on_one_worker_is_answered_through_another_gateway_and_
     let (mut first, first_name) = start_worker(&s.redis, &["--fixtures"]).await;
     s.a.wait_for_tool("confirm_delete", Duration::from_secs(20)).await.expect("confirm_delete listed");
 
-    let task = create(&s.a, "confirm_delete", json!({"filename": "report.txt"})).await;
-    let asked = wait_status(&s.a, &task, "input_required", Duration::from_secs(15)).await;
+    let task = create_2026(&s.a, "confirm_delete", json!({"filename": "report.txt"}), asking_client()).await;
+    let asked = wait_status(&s.a, &task, "input_required", &asking_client(), Duration::from_secs(15)).await;
     assert_eq!(keys_of(&asked["inputRequests"]), ["confirm"], "{asked}");
     let request = &asked["inputRequests"]["confirm"];
     assert_eq!(request["method"], "elicitation/create", "{asked}");
@@ -183,9 +136,13 @@ async fn a_question_asked_on_one_worker_is_answered_through_another_gateway_and_
         answered.raw
     );
 
-    let done = wait_status(&s.b, &task, "completed", Duration::from_secs(15)).await;
+    let done = wait_status(&s.b, &task, "completed", &asking_client(), Duration::from_secs(15)).await;
     assert_eq!(done["result"]["content"][0]["text"], "Deleted report.txt", "{done}");
-    assert_eq!(get(&s.a, &task).await["status"], "completed", "every gateway tells the same");
+    assert_eq!(
+        get_2026(&s.a, &task, &asking_client()).await["status"],
+        "completed",
+        "every gateway tells the same"
+    );
     assert_eq!(
         s.redis.node_field(&task, "root", "attempt").as_deref(),
         Some("2"),
@@ -209,15 +166,15 @@ async fn a_node_parked_while_its_worker_is_killed_loses_nothing() {
     let args = ["--fixtures", "--lease-ms", "1000"];
     let (mut only, only_name) = start_worker(&s.redis, &args).await;
     s.a.wait_for_tool("confirm_delete", Duration::from_secs(20)).await.expect("confirm_delete listed");
-    let task = create(&s.a, "confirm_delete", json!({"filename": "keep.me"})).await;
-    wait_status(&s.a, &task, "input_required", Duration::from_secs(15)).await;
+    let task = create_2026(&s.a, "confirm_delete", json!({"filename": "keep.me"}), asking_client()).await;
+    wait_status(&s.a, &task, "input_required", &asking_client(), Duration::from_secs(15)).await;
     s.redis.wait_node_status(&task, "root", "parked", Duration::from_secs(5)).await.expect("parked");
 
     // The only worker dies with SIGKILL; a few lease lengths pass with no worker at all.
     only.signal("KILL");
     assert!(only.wait_exit(Duration::from_secs(5)), "the worker died");
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    let waiting = get(&s.b, &task).await;
+    let waiting = get_2026(&s.b, &task, &asking_client()).await;
     assert_eq!(waiting["status"], "input_required", "{waiting}");
     assert_eq!(keys_of(&waiting["inputRequests"]), ["confirm"], "the question survived: {waiting}");
     assert_eq!(s.redis.node_field(&task, "root", "status").as_deref(), Some("parked"));
@@ -225,13 +182,13 @@ async fn a_node_parked_while_its_worker_is_killed_loses_nothing() {
     // The answer arrives while no worker lives: the node waits in its queue.
     let answered = update(&s.b, &task, json!({"confirm": accept(json!({"confirm": false}))})).await;
     assert!(answered.error_code().is_none(), "{}", answered.raw);
-    let working = get(&s.a, &task).await;
+    let working = get_2026(&s.a, &task, &asking_client()).await;
     assert_eq!(working["status"], "working", "{working}");
     assert_eq!(s.redis.node_field(&task, "root", "status").as_deref(), Some("queued"));
     assert_eq!(s.redis.stream_entries(), 1, "the resumed node waits in its queue");
 
     let (_fresh, fresh_name) = start_worker(&s.redis, &args).await;
-    let done = wait_status(&s.a, &task, "completed", Duration::from_secs(15)).await;
+    let done = wait_status(&s.a, &task, "completed", &asking_client(), Duration::from_secs(15)).await;
     assert_eq!(done["result"]["content"][0]["text"], "Kept keep.me", "confirm=false keeps it: {done}");
     assert_eq!(s.redis.node_field(&task, "root", "attempt").as_deref(), Some("2"));
     assert_eq!(s.redis.node_field(&task, "root", "worker").as_deref(), Some(fresh_name.as_str()));
@@ -247,13 +204,13 @@ async fn cancelling_a_task_that_waits_for_input_ends_it_and_nothing_runs() {
     let s = stack();
     let (worker, _) = start_worker(&s.redis, &["--fixtures"]).await;
     s.a.wait_for_tool("confirm_delete", Duration::from_secs(20)).await.expect("confirm_delete listed");
-    let task = create(&s.a, "confirm_delete", json!({"filename": "precious.db"})).await;
-    wait_status(&s.a, &task, "input_required", Duration::from_secs(15)).await;
+    let task = create_2026(&s.a, "confirm_delete", json!({"filename": "precious.db"}), asking_client()).await;
+    wait_status(&s.a, &task, "input_required", &asking_client(), Duration::from_secs(15)).await;
 
     let cancelled =
         s.b.call_2026("tasks/cancel", json!({"taskId": task}), asking_client()).await.expect("tasks/cancel");
     assert!(cancelled.error_code().is_none(), "{}", cancelled.raw);
-    let got = get(&s.a, &task).await;
+    let got = get_2026(&s.a, &task, &asking_client()).await;
     assert_eq!(got["status"], "cancelled", "{got}");
     assert!(got.get("inputRequests").is_none(), "a cancelled task asks nothing: {got}");
 
@@ -262,7 +219,7 @@ async fn cancelling_a_task_that_waits_for_input_ends_it_and_nothing_runs() {
     assert!(late.error_code().is_none(), "{}", late.raw);
     assert_eq!(late.result(), &json!({"resultType": "complete"}), "an empty result: {}", late.raw);
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    let got = get(&s.b, &task).await;
+    let got = get_2026(&s.b, &task, &asking_client()).await;
     assert_eq!(got["status"], "cancelled", "{got}");
     assert_eq!(s.redis.node_field(&task, "root", "attempt").as_deref(), Some("1"), "it never ran again");
     assert_ne!(s.redis.node_field(&task, "root", "status").as_deref(), Some("completed"));
@@ -276,13 +233,13 @@ async fn partial_answers_keep_the_rest_pending() {
     let s = stack();
     let _worker = start_worker(&s.redis, &["--fixtures"]).await;
     s.a.wait_for_tool("multi_input", Duration::from_secs(20)).await.expect("multi_input listed");
-    let task = create(&s.a, "multi_input", json!({})).await;
-    let asked = wait_status(&s.a, &task, "input_required", Duration::from_secs(15)).await;
+    let task = create_2026(&s.a, "multi_input", json!({}), asking_client()).await;
+    let asked = wait_status(&s.a, &task, "input_required", &asking_client(), Duration::from_secs(15)).await;
     assert_eq!(keys_of(&asked["inputRequests"]), ["confirm", "name"], "{asked}");
 
     let first = update(&s.b, &task, json!({"name": accept(json!({"name": "Grace"}))})).await;
     assert!(first.error_code().is_none(), "{}", first.raw);
-    let half = get(&s.a, &task).await;
+    let half = get_2026(&s.a, &task, &asking_client()).await;
     assert_eq!(half["status"], "input_required", "one answer of two: {half}");
     assert_eq!(keys_of(&half["inputRequests"]), ["confirm"], "only the unanswered one is pending: {half}");
     assert_eq!(s.redis.node_field(&task, "root", "status").as_deref(), Some("parked"));
@@ -290,7 +247,7 @@ async fn partial_answers_keep_the_rest_pending() {
 
     let second = update(&s.a, &task, json!({"confirm": accept(json!({"confirm": true}))})).await;
     assert!(second.error_code().is_none(), "{}", second.raw);
-    let done = wait_status(&s.b, &task, "completed", Duration::from_secs(15)).await;
+    let done = wait_status(&s.b, &task, "completed", &asking_client(), Duration::from_secs(15)).await;
     let result = &done["result"];
     assert_eq!(result["content"][0]["text"], "Received 2 answers", "{done}");
     assert_eq!(result["structuredContent"]["name"], accept(json!({"name": "Grace"})), "{done}");

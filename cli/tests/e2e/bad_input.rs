@@ -4,11 +4,6 @@ use conveyor_tests::mcp::tasks_client_capabilities;
 use conveyor_tests::{Conveyor, Mcp, RedisServer};
 use serde_json::json;
 
-/// Keys and stream entries Conveyor has written.
-fn written(redis: &RedisServer) -> (usize, usize) {
-    (redis.task_count(), redis.stream_entries())
-}
-
 #[tokio::test]
 async fn bad_requests_get_clear_errors_and_write_nothing() {
     let redis = RedisServer::start().expect("redis");
@@ -81,7 +76,7 @@ async fn bad_requests_get_clear_errors_and_write_nothing() {
     let reply = mcp.call_2025("tasks/list", json!({"cursor": "not-a-cursor"})).await.expect("reply");
     assert_eq!(reply.error_code(), Some(-32602), "{}", reply.raw);
 
-    assert_eq!(written(&redis), (0, 0), "bad input must not create tasks or enqueue work");
+    assert_eq!(redis.written(), (0, 0), "bad input must not create tasks or enqueue work");
 
     // And a good call still works afterwards.
     let reply = mcp

@@ -14,9 +14,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use conveyor_shared::keys::Shard;
+use conveyor_shared::model::now_ms;
 use conveyor_tests::mcp::wait_for_tools;
 use conveyor_tests::mcp::{Reply, tasks_client_capabilities};
 use conveyor_tests::redis_cluster::RedisCluster;
@@ -259,10 +260,6 @@ async fn submit_maybe_twice(gateways: &Gateways, plan: Plan) -> Submitted {
         submitted.replays.push(again.task_id.ok_or_else(|| again.error.unwrap_or_default()));
     }
     submitted
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 /// One disruption, with its wall-clock time (the clock Conveyor stamps tasks and nodes with).
@@ -899,8 +896,88 @@ async fn nothing_is_lost_or_done_twice_on_a_redis_cluster_while_a_primary_fails_
     run_under_chaos(Box::new(ClusterRedis::new(cluster)), test_started).await;
 }
 
+/// What the phases of a chaos run share.
+struct Run {
+    gateways: Arc<Gateways>,
+    /// Gateway B, which the chaos spares; gateway A is the chaos thread's to kill.
+    gateway_b: Conveyor,
+    /// The logs of every process, alive or dead, for the counts and the evidence at the end.
+    logs: Vec<PathBuf>,
+    /// What became of each call, by its index.
+    records: Vec<Submitted>,
+    /// The terminal `tasks/get` result of each call whose task settled in time, by its index.
+    finals: HashMap<usize, Value>,
+    /// Everything found wrong, with the task it concerns when there is one.
+    problems: Vec<(Option<String>, String)>,
+    submit_took: Duration,
+    settle_took: Duration,
+}
+
+/// What the task checks measure for the summary, from Conveyor's own timestamps in Redis.
+#[derive(Default)]
+struct Costs {
+    /// Per task: (createdAt, settled at) in ms, for the recovery numbers.
+    lifetimes: Vec<(u64, u64)>,
+    /// The same with each task's shard, for the cluster's figures.
+    shard_lifetimes: Vec<(u16, u64, u64)>,
+    /// Per node taken over from a lost worker: the start of its last attempt.
+    takeovers: Vec<u64>,
+    /// How many nodes lost their worker how many times (`<node>:losses`).
+    losses: BTreeMap<u32, usize>,
+}
+
+/// How many tasks the calls made, as the clients saw them and as Redis holds them.
+struct Counts {
+    distinct: usize,
+    task_hashes: usize,
+    idempotency_keys: usize,
+    indexed: usize,
+}
+
 /// Runs the whole chaos against `redis`: processes, calls, faults, and every check.
 async fn run_under_chaos(redis: Box<dyn RedisSide>, test_started: Instant) {
+    let (mut run, gateway_a, workers) = two_gateways_and_the_workers_offer_the_chaos_tools(&*redis).await;
+    let seed = std::env::var("CHAOS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(now_ms);
+    let run_id = format!("{}-{seed}", std::process::id());
+    println!("chaos seed {seed} (CHAOS_SEED={seed} repeats the choice of workers to kill)");
+    let chaos = tokio::task::spawn_blocking(move || run_chaos(redis, gateway_a, workers, seed));
+    submit_every_call_while_processes_die(&mut run, &run_id).await;
+    let mut chaos = chaos.await.expect("the chaos thread");
+    run.logs.extend(chaos.workers.iter().chain(&chaos.dead).map(|c| c.log.clone()));
+    run.logs.sort();
+    run.logs.dedup();
+
+    wait_until_every_task_is_terminal(&mut run).await;
+    send_every_call_again_now_that_redis_is_back(&mut run).await;
+    no_call_was_lost_and_every_repeat_named_its_first_task(&mut run);
+    let (dead_letters, letters_by_task) =
+        every_dead_letter_is_of_a_task_a_call_created(&mut run, &mut *chaos.redis);
+    let costs = every_task_ended_as_its_tool_implies(&mut run, &mut *chaos.redis, &letters_by_task).await;
+    let counts = one_task_per_call_as_the_clients_and_redis_see_it(&mut run, &mut *chaos.redis);
+    let pending_entries = chaos.redis.pending_entries();
+    let load = chaos.redis.load_totals();
+
+    print_the_calls_and_the_faults(&run, &chaos, &counts, dead_letters.len());
+    print_the_recovery(&chaos, &costs, pending_entries, &load);
+    print_what_the_logs_say_the_faults_cost(&run, &mut *chaos.redis);
+    if let Some(failover) = chaos.redis.failover() {
+        print_the_failover(&failover, &mut chaos, &run.logs, &costs);
+    }
+    let (submit_took, settle_took) = (run.submit_took, run.settle_took);
+    println!(
+        "times: submitting {submit_took:?}, settling after the last call {settle_took:?}, whole test {:?}",
+        test_started.elapsed()
+    );
+    print_the_problems(&run, &mut *chaos.redis);
+    drop(run.gateway_b);
+    assert!(run.problems.is_empty(), "{} problems under chaos (see above)", run.problems.len());
+}
+
+/// Two gateways and [`WORKERS`] workers on `redis` offer the chaos tools on both gateways. Gateway
+/// A and the workers are handed back apart from the rest, for the chaos thread to kill.
+async fn two_gateways_and_the_workers_offer_the_chaos_tools(
+    redis: &dyn RedisSide,
+) -> (Run, Conveyor, Vec<Conveyor>) {
     let url = redis.url();
     let gateway_args = with_extra(GATEWAY_ARGS, &redis.gateway_args());
     let worker_args = with_extra(WORKER_ARGS, &redis.worker_args());
@@ -918,30 +995,37 @@ async fn run_under_chaos(redis: Box<dyn RedisSide>, test_started: Instant) {
     wait_for_tools(&gateways.clients[1], CHAOS_TOOLS).await;
     let mut logs: Vec<PathBuf> = vec![gateway_a.log.clone(), gateway_b.log.clone()];
     logs.extend(workers.iter().map(|w| w.log.clone()));
+    let run = Run {
+        gateways,
+        gateway_b,
+        logs,
+        records: Vec::with_capacity(SUBMISSIONS),
+        finals: HashMap::new(),
+        problems: Vec::new(),
+        submit_took: Duration::ZERO,
+        settle_took: Duration::ZERO,
+    };
+    (run, gateway_a, workers)
+}
 
-    let seed = std::env::var("CHAOS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(now_ms);
-    let run = format!("{}-{seed}", std::process::id());
-    println!("chaos seed {seed} (CHAOS_SEED={seed} repeats the choice of workers to kill)");
-    let chaos = tokio::task::spawn_blocking(move || run_chaos(redis, gateway_a, workers, seed));
-
-    // Submit in batches, every call of a batch at once, alternating between the gateways.
+/// Submits every call while the chaos thread kills processes: in batches, every call of a batch
+/// at once, alternating between the gateways.
+async fn submit_every_call_while_processes_die(run: &mut Run, run_id: &str) {
     let submit_started = Instant::now();
-    let mut records: Vec<Submitted> = Vec::with_capacity(SUBMISSIONS);
     for batch in 0..SUBMISSIONS.div_ceil(BATCH) {
         let batch_started = Instant::now();
         let calls = (batch * BATCH..((batch + 1) * BATCH).min(SUBMISSIONS))
-            .map(|i| submit_maybe_twice(&gateways, Plan::new(i, &run)));
-        records.extend(futures::future::join_all(calls).await);
+            .map(|i| submit_maybe_twice(&run.gateways, Plan::new(i, run_id)));
+        run.records.extend(futures::future::join_all(calls).await);
         tokio::time::sleep_until((batch_started + BATCH_EVERY).into()).await;
     }
-    let submit_took = submit_started.elapsed();
-    let mut chaos = chaos.await.expect("the chaos thread");
-    logs.extend(chaos.workers.iter().chain(&chaos.dead).map(|c| c.log.clone()));
-    logs.sort();
-    logs.dedup();
+    run.submit_took = submit_started.elapsed();
+}
 
-    // Wait (bounded) until every task is terminal, asking the surviving gateway.
-    let survivor = &gateways.clients[SURVIVOR];
+/// Waits (bounded) until every task is terminal, asking the surviving gateway.
+async fn wait_until_every_task_is_terminal(run: &mut Run) {
+    let survivor = &run.gateways.clients[SURVIVOR];
+    let records = &run.records;
     let settle_started = Instant::now();
     let mut finals: HashMap<usize, Value> = HashMap::new();
     let mut pending: Vec<usize> = (0..records.len()).filter(|&i| records[i].task_id.is_some()).collect();
@@ -969,35 +1053,39 @@ async fn run_under_chaos(redis: Box<dyn RedisSide>, test_started: Instant) {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
-    let settle_took = settle_started.elapsed();
+    run.settle_took = settle_started.elapsed();
+    run.finals = finals;
+}
 
-    // Every call once more with its key, now that Redis is back: the keys survived (the server's
-    // AOF, or the replica that had every create before its client was answered) and still name
-    // the tasks the first attempts created.
-    let replays: Vec<(usize, Submitted)> = futures::stream::iter(0..records.len())
+/// Sends every call once more with its key, now that Redis is back: the keys survived (the
+/// server's AOF, or the replica that had every create before its client was answered) and must
+/// still name the tasks the first attempts created.
+async fn send_every_call_again_now_that_redis_is_back(run: &mut Run) {
+    let replays: Vec<(usize, Submitted)> = futures::stream::iter(0..run.records.len())
         .map(|i| {
-            let plan = Plan { gateway: SURVIVOR, ..records[i].plan.clone() };
-            let gateways = &gateways;
+            let plan = Plan { gateway: SURVIVOR, ..run.records[i].plan.clone() };
+            let gateways = &run.gateways;
             async move { (i, submit(gateways, plan).await) }
         })
         .buffer_unordered(16)
         .collect()
         .await;
     for (i, again) in replays {
-        records[i].replays.push(again.task_id.ok_or_else(|| again.error.unwrap_or_default()));
+        run.records[i].replays.push(again.task_id.ok_or_else(|| again.error.unwrap_or_default()));
     }
+}
 
-    // Check every task: as its client sees it, and in Redis.
-    let mut problems: Vec<(Option<String>, String)> = Vec::new();
-    for record in records.iter().filter(|r| r.error.is_some() || r.task_id.is_none()) {
-        problems.push((
+/// Every call got a task, and every time it was sent again with its key it got that same task.
+fn no_call_was_lost_and_every_repeat_named_its_first_task(run: &mut Run) {
+    for record in run.records.iter().filter(|r| r.error.is_some() || r.task_id.is_none()) {
+        run.problems.push((
             None,
             format!("call #{} ({:?}) was lost: {:?}", record.plan.index, record.plan.kind, record.error),
         ));
     }
-    for record in &records {
+    for record in &run.records {
         for replay in record.replays.iter().filter(|r| r.as_deref().ok() != record.task_id.as_deref()) {
-            problems.push((
+            run.problems.push((
                 record.task_id.clone(),
                 format!(
                     "call #{} sent again with its key got {replay:?}, not {:?}",
@@ -1006,98 +1094,136 @@ async fn run_under_chaos(redis: Box<dyn RedisSide>, test_started: Instant) {
             ));
         }
     }
+}
+
+/// Every dead letter names a task that a call created. Returns the dead letters (their fields)
+/// and how many each task has.
+fn every_dead_letter_is_of_a_task_a_call_created(
+    run: &mut Run,
+    redis: &mut dyn RedisSide,
+) -> (Vec<HashMap<String, String>>, HashMap<String, usize>) {
     let dead_letters: Vec<HashMap<String, String>> =
-        chaos.redis.dead_letters().into_iter().map(|fields| fields.into_iter().collect()).collect();
+        redis.dead_letters().into_iter().map(|fields| fields.into_iter().collect()).collect();
     let mut letters_by_task: HashMap<String, usize> = HashMap::new();
     for fields in &dead_letters {
         *letters_by_task.entry(fields.get("task").cloned().unwrap_or_default()).or_default() += 1;
     }
-    let known: HashSet<&str> = records.iter().filter_map(|r| r.task_id.as_deref()).collect();
+    let known: HashSet<&str> = run.records.iter().filter_map(|r| r.task_id.as_deref()).collect();
     for (task, count) in &letters_by_task {
         if !known.contains(task.as_str()) {
-            problems.push((None, format!("{count} dead letter(s) for task {task}, which no call created")));
+            run.problems
+                .push((None, format!("{count} dead letter(s) for task {task}, which no call created")));
         }
     }
-    // Per task: (createdAt, settled at) in ms, for the recovery numbers.
-    let mut lifetimes: Vec<(u64, u64)> = Vec::new();
-    // The same with each task's shard, for the cluster's figures.
-    let mut shard_lifetimes: Vec<(u16, u64, u64)> = Vec::new();
-    // Per node taken over from a lost worker: the start of its last attempt.
-    let mut takeovers: Vec<u64> = Vec::new();
-    // How many nodes lost their worker how many times (`<node>:losses`).
-    let mut losses: BTreeMap<u32, usize> = BTreeMap::new();
-    for (i, record) in records.iter().enumerate() {
+    (dead_letters, letters_by_task)
+}
+
+/// Every task ended with the status and outcome its tool implies, as its client sees it; in
+/// Redis, all its nodes ran, ended and were counted settled, and only a protocol error left a
+/// dead letter. Returns what the tasks' timestamps say about the faults' costs.
+async fn every_task_ended_as_its_tool_implies(
+    run: &mut Run,
+    redis: &mut dyn RedisSide,
+    letters_by_task: &HashMap<String, usize>,
+) -> Costs {
+    let mut costs = Costs::default();
+    let survivor = &run.gateways.clients[SURVIVOR];
+    for (i, record) in run.records.iter().enumerate() {
         let Some(id) = record.task_id.as_deref() else { continue };
         let plan = &record.plan;
-        let mut wrong = |what: String| {
-            problems.push((Some(id.to_owned()), format!("#{i} {:?}/{:?}: {what}", plan.kind, plan.wire)))
-        };
-        let Some(got) = finals.get(&i) else {
-            wrong("not terminal within the wait".to_owned());
-            continue;
-        };
-        let status = got["status"].as_str().unwrap_or_default();
-        if status != plan.expected_status() {
-            wrong(format!("status {status}, expected {}", plan.expected_status()));
-        }
-        let outcome = client_outcome(survivor, plan.wire, id, got).await;
-        if let Some(what) = check_outcome(plan, &outcome) {
-            wrong(what);
-        }
-        let task = chaos.redis.hgetall(&conveyor_tests::process::task_key(id));
-        let nodes = chaos.redis.hgetall(&conveyor_tests::process::nodes_key(id));
-        let field = |name: &str| task.get(name).cloned().unwrap_or_default();
-        // A graph counts its settled nodes; a single call keeps no counts (its one node settles
-        // with its task, and the node checks below cover it).
-        let counted = if field("kind") == "dag" {
-            field("nodeCount") == plan.expected_nodes().to_string()
-                && field("nodesSettled") == field("nodeCount")
-        } else {
-            plan.expected_nodes() == 1 && field("nodeCount").is_empty()
-        };
-        if !counted {
-            wrong(format!(
-                "nodesSettled {:?} against nodeCount {:?} (expected {})",
-                field("nodesSettled"),
-                field("nodeCount"),
-                plan.expected_nodes()
-            ));
-        }
-        let node_ids: Vec<&str> = nodes.keys().filter_map(|k| k.strip_suffix(":status")).collect();
-        if node_ids.len() != plan.expected_nodes() {
-            wrong(format!("{} nodes in Redis, expected {}", node_ids.len(), plan.expected_nodes()));
-        }
-        for node in &node_ids {
-            let node_field = |name: &str| nodes.get(&format!("{node}:{name}")).cloned().unwrap_or_default();
-            if node_field("attempt").parse::<u32>().unwrap_or(0) < 1 {
-                wrong(format!("node {node} never ran (attempt {:?})", node_field("attempt")));
-            }
-            if !["completed", "failed"].contains(&node_field("status").as_str()) {
-                wrong(format!("node {node} ended {:?}", node_field("status")));
-            }
-            *losses.entry(node_field("losses").parse().unwrap_or(0)).or_default() += 1;
-            if node_field("losses").parse::<u32>().unwrap_or(0) > 0
-                && node_field("retries").parse::<u32>().unwrap_or(0) == 0
-                && let Ok(started) = node_field("startedAt").parse()
-            {
-                takeovers.push(started);
-            }
-        }
         let letters = letters_by_task.get(id).copied().unwrap_or(0);
-        let expected_letters = usize::from(plan.kind == Kind::ProtocolError);
-        if letters != expected_letters {
-            wrong(format!("{letters} dead letters, expected {expected_letters}"));
-        }
-        if let (Ok(created), Ok(settled)) = (field("createdAt").parse(), field("updatedAt").parse()) {
-            lifetimes.push((created, settled));
-            shard_lifetimes.push((conveyor_tests::process::shard_of(id).0, created, settled));
+        let got = run.finals.get(&i);
+        for what in task_problems(plan, id, got, survivor, redis, letters, &mut costs).await {
+            run.problems.push((Some(id.to_owned()), format!("#{i} {:?}/{:?}: {what}", plan.kind, plan.wire)));
         }
     }
-    // Idempotency: one task per call, both as the clients saw it and as Redis holds it.
-    let distinct: HashSet<&str> = records.iter().filter_map(|r| r.task_id.as_deref()).collect();
-    let task_hashes = chaos.redis.count_keys("cv:{cv.*}:t:*");
-    let idempotency_keys = chaos.redis.count_keys("cv:{cv.*}:idem:*");
-    let indexed = chaos.redis.zcard_sum("cv:{cv.*}:owner:anonymous");
+    costs
+}
+
+/// What is wrong with one task, given its terminal `tasks/get` result (`None` when it never
+/// settled) and its dead letters; notes its lifetime and its nodes' costs.
+async fn task_problems(
+    plan: &Plan,
+    id: &str,
+    got: Option<&Value>,
+    survivor: &Mcp,
+    redis: &mut dyn RedisSide,
+    letters: usize,
+    costs: &mut Costs,
+) -> Vec<String> {
+    let Some(got) = got else { return vec!["not terminal within the wait".to_owned()] };
+    let mut wrong = Vec::new();
+    let status = got["status"].as_str().unwrap_or_default();
+    if status != plan.expected_status() {
+        wrong.push(format!("status {status}, expected {}", plan.expected_status()));
+    }
+    let outcome = client_outcome(survivor, plan.wire, id, got).await;
+    if let Some(what) = check_outcome(plan, &outcome) {
+        wrong.push(what);
+    }
+    let task = redis.hgetall(&conveyor_tests::process::task_key(id));
+    let nodes = redis.hgetall(&conveyor_tests::process::nodes_key(id));
+    let field = |name: &str| task.get(name).cloned().unwrap_or_default();
+    // A graph counts its settled nodes; a single call keeps no counts (its one node settles
+    // with its task, and the node checks below cover it).
+    let counted = if field("kind") == "dag" {
+        field("nodeCount") == plan.expected_nodes().to_string() && field("nodesSettled") == field("nodeCount")
+    } else {
+        plan.expected_nodes() == 1 && field("nodeCount").is_empty()
+    };
+    if !counted {
+        wrong.push(format!(
+            "nodesSettled {:?} against nodeCount {:?} (expected {})",
+            field("nodesSettled"),
+            field("nodeCount"),
+            plan.expected_nodes()
+        ));
+    }
+    wrong.extend(node_problems(plan, &nodes, costs));
+    let expected_letters = usize::from(plan.kind == Kind::ProtocolError);
+    if letters != expected_letters {
+        wrong.push(format!("{letters} dead letters, expected {expected_letters}"));
+    }
+    if let (Ok(created), Ok(settled)) = (field("createdAt").parse(), field("updatedAt").parse()) {
+        costs.lifetimes.push((created, settled));
+        costs.shard_lifetimes.push((conveyor_tests::process::shard_of(id).0, created, settled));
+    }
+    wrong
+}
+
+/// What is wrong with a task's nodes hash: the number of nodes, and each node's attempt and
+/// final status; notes how often each node lost its worker, and when each one taken over started.
+fn node_problems(plan: &Plan, nodes: &HashMap<String, String>, costs: &mut Costs) -> Vec<String> {
+    let mut wrong = Vec::new();
+    let node_ids: Vec<&str> = nodes.keys().filter_map(|k| k.strip_suffix(":status")).collect();
+    if node_ids.len() != plan.expected_nodes() {
+        wrong.push(format!("{} nodes in Redis, expected {}", node_ids.len(), plan.expected_nodes()));
+    }
+    for node in &node_ids {
+        let node_field = |name: &str| nodes.get(&format!("{node}:{name}")).cloned().unwrap_or_default();
+        if node_field("attempt").parse::<u32>().unwrap_or(0) < 1 {
+            wrong.push(format!("node {node} never ran (attempt {:?})", node_field("attempt")));
+        }
+        if !["completed", "failed"].contains(&node_field("status").as_str()) {
+            wrong.push(format!("node {node} ended {:?}", node_field("status")));
+        }
+        *costs.losses.entry(node_field("losses").parse().unwrap_or(0)).or_default() += 1;
+        if node_field("losses").parse::<u32>().unwrap_or(0) > 0
+            && node_field("retries").parse::<u32>().unwrap_or(0) == 0
+            && let Ok(started) = node_field("startedAt").parse()
+        {
+            costs.takeovers.push(started);
+        }
+    }
+    wrong
+}
+
+/// Idempotency: one task per call, both as the clients saw it and as Redis holds it.
+fn one_task_per_call_as_the_clients_and_redis_see_it(run: &mut Run, redis: &mut dyn RedisSide) -> Counts {
+    let distinct: HashSet<&str> = run.records.iter().filter_map(|r| r.task_id.as_deref()).collect();
+    let task_hashes = redis.count_keys("cv:{cv.*}:t:*");
+    let idempotency_keys = redis.count_keys("cv:{cv.*}:idem:*");
+    let indexed = redis.zcard_sum("cv:{cv.*}:owner:anonymous");
     for (what, n) in [
         ("distinct task ids returned", distinct.len()),
         ("task hashes in Redis", task_hashes),
@@ -1105,30 +1231,19 @@ async fn run_under_chaos(redis: Box<dyn RedisSide>, test_started: Instant) {
         ("tasks in the owner index", indexed),
     ] {
         if n != SUBMISSIONS {
-            problems.push((None, format!("{n} {what}, expected one per call ({SUBMISSIONS})")));
+            run.problems.push((None, format!("{n} {what}, expected one per call ({SUBMISSIONS})")));
         }
     }
-    let pending_entries = chaos.redis.pending_entries();
-    let load = chaos.redis.load_totals();
+    Counts { distinct: distinct.len(), task_hashes, idempotency_keys, indexed }
+}
 
-    // The numbers.
+/// Prints the calls by kind and wire, the disruptions on their timeline, and what the calls met:
+/// retries, repeats with their keys, tasks and keys in Redis, dead letters.
+fn print_the_calls_and_the_faults(run: &Run, chaos: &Chaos, counts: &Counts, dead_letters: usize) {
+    let records = &run.records;
     let mut by_kind: BTreeMap<String, usize> = BTreeMap::new();
-    for record in &records {
+    for record in records {
         *by_kind.entry(format!("{:?} on {:?}", record.plan.kind, record.plan.wire)).or_default() += 1;
-    }
-    let retried: Vec<&Submitted> = records.iter().filter(|r| r.attempts > 1).collect();
-    let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
-    for reason in retried.iter().flat_map(|r| &r.retry_reasons) {
-        let class = if reason.starts_with("transport") {
-            "transport error (gateway gone)"
-        } else if reason.contains("-32029") {
-            "overloaded"
-        } else if reason.contains("503") {
-            "HTTP 503 (Redis unreachable)"
-        } else {
-            "other retryable"
-        };
-        *reasons.entry(class).or_default() += 1;
     }
     let count = |what: &str| chaos.events.iter().filter(|e| e.what == what).count();
     println!("\n=== chaos summary ===");
@@ -1155,6 +1270,33 @@ async fn run_under_chaos(redis: Box<dyn RedisSide>, test_started: Instant) {
             event.detail
         );
     }
+    print_the_retries_and_repeats(records);
+    let Counts { distinct, task_hashes, idempotency_keys, indexed } = counts;
+    println!(
+        "distinct task ids: {distinct}, task hashes in Redis: {task_hashes}, idempotency keys: {idempotency_keys}, owner index: {indexed}"
+    );
+    println!(
+        "dead letters: {dead_letters} (protocol_error_job calls: {})",
+        records.iter().filter(|r| r.plan.kind == Kind::ProtocolError).count()
+    );
+}
+
+/// Prints why submissions were retried, and what the calls sent again with their keys got.
+fn print_the_retries_and_repeats(records: &[Submitted]) {
+    let retried: Vec<&Submitted> = records.iter().filter(|r| r.attempts > 1).collect();
+    let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
+    for reason in retried.iter().flat_map(|r| &r.retry_reasons) {
+        let class = if reason.starts_with("transport") {
+            "transport error (gateway gone)"
+        } else if reason.contains("-32029") {
+            "overloaded"
+        } else if reason.contains("503") {
+            "HTTP 503 (Redis unreachable)"
+        } else {
+            "other retryable"
+        };
+        *reasons.entry(class).or_default() += 1;
+    }
     println!(
         "submissions retried: {} ({} retries in all: {reasons:?}); most attempts for one call: {}",
         retried.len(),
@@ -1167,26 +1309,21 @@ async fn run_under_chaos(redis: Box<dyn RedisSide>, test_started: Instant) {
         records.iter().filter(|r| !r.replays.is_empty()).count(),
         records.iter().all(|r| r.replays.iter().all(|x| x.as_deref().ok() == r.task_id.as_deref()))
     );
-    println!(
-        "distinct task ids: {}, task hashes in Redis: {task_hashes}, idempotency keys: {idempotency_keys}, owner index: {indexed}",
-        distinct.len()
-    );
-    println!(
-        "dead letters: {} (protocol_error_job calls: {})",
-        dead_letters.len(),
-        records.iter().filter(|r| r.plan.kind == Kind::ProtocolError).count()
-    );
-    // Recovery, measured two ways from Conveyor's own timestamps in Redis:
-    // - in flight: for each disruption, the tasks created before it and not yet settled at that
-    //   moment; the longest time from the disruption to such a task's settlement. It includes the
-    //   task's own remaining work and any queueing, so it bounds the recovery delay from above.
-    // - taken over: nodes without retries whose worker was lost (losses > 0, so an attempt was
-    //   taken over after its lease ran out, or after Redis came back); the longest time from the
-    //   latest disruption before it to the start of the node's last attempt, i.e. how long such a
-    //   node sat without a live worker.
+}
+
+/// Prints the recovery, measured two ways from Conveyor's own timestamps in Redis:
+/// - in flight: for each disruption, the tasks created before it and not yet settled at that
+///   moment; the longest time from the disruption to such a task's settlement. It includes the
+///   task's own remaining work and any queueing, so it bounds the recovery delay from above.
+/// - taken over: nodes without retries whose worker was lost (losses > 0, so an attempt was
+///   taken over after its lease ran out, or after Redis came back); the longest time from the
+///   latest disruption before it to the start of the node's last attempt, i.e. how long such a
+///   node sat without a live worker.
+fn print_the_recovery(chaos: &Chaos, costs: &Costs, pending_entries: usize, load: &HashMap<String, i64>) {
     let mut longest_in_flight = (0u64, "none", 0usize);
     for event in &chaos.events {
-        let in_flight: Vec<u64> = lifetimes
+        let in_flight: Vec<u64> = costs
+            .lifetimes
             .iter()
             .filter(|(created, settled)| *created <= event.at_ms && *settled > event.at_ms)
             .map(|(_, settled)| settled - event.at_ms)
@@ -1201,7 +1338,8 @@ async fn run_under_chaos(redis: Box<dyn RedisSide>, test_started: Instant) {
             longest_in_flight = (longest, event.what, in_flight.len());
         }
     }
-    let (takeover_ms, takeover_after) = takeovers
+    let (takeover_ms, takeover_after) = costs
+        .takeovers
         .iter()
         .filter_map(|started| {
             let before = chaos.events.iter().rev().find(|e| e.at_ms <= *started)?;
@@ -1216,21 +1354,25 @@ async fn run_under_chaos(redis: Box<dyn RedisSide>, test_started: Instant) {
     println!(
         "nodes taken over from a lost worker: {}; longest from the disruption to such a node's new \
          attempt: {takeover_ms} ms (after the {takeover_after})",
-        takeovers.len()
+        costs.takeovers.len()
     );
     println!(
         "work stream entries still pending: {}; load counters: {:?}",
         pending_entries,
         load.iter().collect::<BTreeMap<_, _>>()
     );
-    println!("nodes by the number of workers they lost: {losses:?}");
-    // What the logs say about the cost of the faults: completions that had to wait for Redis to
-    // come back (the worker retries them, holding its lease), and late completions from presumed
-    // lost workers that were refused as stale (they leave the entry to the node's new worker).
-    let idempotent = log_lines(&logs, "idempotent retry: returning the earlier task");
-    let unrecorded = log_lines(&logs, "could not record the node's outcome yet; retrying");
-    let stale = log_lines(&logs, "completion refused: attempt is stale");
-    let replayed: usize = records.iter().map(|r| r.replays.len()).sum();
+    println!("nodes by the number of workers they lost: {:?}", costs.losses);
+}
+
+/// Prints what the logs say about the cost of the faults: completions that had to wait for Redis
+/// to come back (the worker retries them, holding its lease), and late completions from presumed
+/// lost workers that were refused as stale (they leave the entry to the node's new worker).
+fn print_what_the_logs_say_the_faults_cost(run: &Run, redis: &mut dyn RedisSide) {
+    let logs = &run.logs;
+    let idempotent = log_lines(logs, "idempotent retry: returning the earlier task");
+    let unrecorded = log_lines(logs, "could not record the node's outcome yet; retrying");
+    let stale = log_lines(logs, "completion refused: attempt is stale");
+    let replayed: usize = run.records.iter().map(|r| r.replays.len()).sum();
     println!(
         "calls the gateways answered with an earlier task (idempotency key): {}, of which {replayed} replays \
          and {} retries whose first attempt had created the task",
@@ -1240,7 +1382,7 @@ async fn run_under_chaos(redis: Box<dyn RedisSide>, test_started: Instant) {
     println!("completions retried while Redis was away: {}", unrecorded.len());
     for line in unrecorded.iter().take(3) {
         let Some(task) = log_field(line, "task") else { continue };
-        let nodes = chaos.redis.hgetall(&conveyor_tests::process::nodes_key(task));
+        let nodes = redis.hgetall(&conveyor_tests::process::nodes_key(task));
         let of = |field: &str| {
             nodes
                 .iter()
@@ -1254,87 +1396,93 @@ async fn run_under_chaos(redis: Box<dyn RedisSide>, test_started: Instant) {
     for line in stale.iter().take(3) {
         println!("  {line}");
     }
-    if let Some(failover) = chaos.redis.failover() {
-        println!(
-            "killed primary: {} (the primary of shard 0, serving shards {:?}); replica {} served its slots \
-             {} ms after the kill; the killed node was a replica of {} {} ms after its restart",
-            failover.killed,
-            failover.shards,
-            failover.promoted,
-            failover.took.as_millis(),
-            failover.rejoined_under,
-            failover.rejoin_took.as_millis()
-        );
-        if let Some((replica, lag)) = failover.lag {
-            println!(
-                "replica {replica} was paused and cut off from the killed primary {} ms before the kill \
-                 (CHAOS_REPLICA_LAG_MS): what the primary acknowledged meanwhile was lost",
-                lag.as_millis()
-            );
-        }
-        if let Some(waits) = chaos.redis.command_calls("wait") {
-            println!(
-                "WAIT calls counted by the primaries now (creates replicated before their answer): {waits}"
-            );
-        }
-        let killed_at = chaos.events.iter().find(|e| e.what == "redis kill").map_or(0, |e| e.at_ms);
-        let on_victim: Vec<&(u16, u64, u64)> =
-            shard_lifetimes.iter().filter(|(shard, ..)| failover.shards.contains(shard)).collect();
-        println!(
-            "tasks in the killed primary's shards: {}, of which in flight at the kill: {}",
-            on_victim.len(),
-            on_victim
-                .iter()
-                .filter(|(_, created, settled)| *created <= killed_at && *settled > killed_at)
-                .count()
-        );
-        // A completion the killed primary acknowledged but its replica never received: the worker
-        // logged it as recorded, the node ran again after the failover and was recorded again.
-        // Tolerated (see the test's comment), counted here. Failed attempts that go on to a retry
-        // are left out: a node with retries completes once per attempt.
-        let mut recorded: BTreeMap<(String, String), usize> = BTreeMap::new();
-        for line in log_lines(&logs, "node completed").iter().filter(|l| !l.contains("outcome=Retry")) {
-            if let (Some(task), Some(node)) = (log_field(line, "task"), log_field(line, "node")) {
-                *recorded.entry((task.to_owned(), node.to_owned())).or_default() += 1;
-            }
-        }
-        let again: Vec<(&(String, String), &usize)> = recorded.iter().filter(|(_, n)| **n > 1).collect();
-        println!(
-            "nodes whose completion a worker saw recorded more than once (lost in the failover, run again): {}",
-            again.len()
-        );
-        for ((task, node), times) in again.iter().take(5) {
-            let nodes = chaos.redis.hgetall(&conveyor_tests::process::nodes_key(task));
-            let of = |field: &str| nodes.get(&format!("{node}:{field}")).cloned().unwrap_or_default();
-            println!(
-                "  task {task} node {node}: recorded {times} times; now attempt {}, losses {}, status {}",
-                of("attempt"),
-                of("losses"),
-                of("status")
-            );
-        }
-    }
-    println!(
-        "times: submitting {submit_took:?}, settling after the last call {settle_took:?}, whole test {:?}",
-        test_started.elapsed()
-    );
+}
 
-    if !problems.is_empty() {
-        println!("\n=== {} problems ===", problems.len());
-        let mut shown = HashSet::new();
-        for (task, problem) in &problems {
-            println!("{problem}");
-            if let Some(task) = task
-                && shown.len() < 10
-                && shown.insert(task.clone())
-            {
-                println!("{}", evidence(&mut *chaos.redis, &logs, task));
-            }
-        }
-        for record in retried.iter().filter(|r| r.error.is_some()).take(5) {
-            println!("retries of call #{}: {:?}", record.plan.index, record.retry_reasons);
+/// Prints which primary the cluster's fault killed, how the cluster recovered, and what the
+/// failover cost: the tasks of the killed primary's shards, and the completions run again.
+fn print_the_failover(failover: &Failover, chaos: &mut Chaos, logs: &[PathBuf], costs: &Costs) {
+    println!(
+        "killed primary: {} (the primary of shard 0, serving shards {:?}); replica {} served its slots \
+         {} ms after the kill; the killed node was a replica of {} {} ms after its restart",
+        failover.killed,
+        failover.shards,
+        failover.promoted,
+        failover.took.as_millis(),
+        failover.rejoined_under,
+        failover.rejoin_took.as_millis()
+    );
+    if let Some((replica, lag)) = failover.lag {
+        println!(
+            "replica {replica} was paused and cut off from the killed primary {} ms before the kill \
+             (CHAOS_REPLICA_LAG_MS): what the primary acknowledged meanwhile was lost",
+            lag.as_millis()
+        );
+    }
+    if let Some(waits) = chaos.redis.command_calls("wait") {
+        println!("WAIT calls counted by the primaries now (creates replicated before their answer): {waits}");
+    }
+    let killed_at = chaos.events.iter().find(|e| e.what == "redis kill").map_or(0, |e| e.at_ms);
+    let on_victim: Vec<&(u16, u64, u64)> =
+        costs.shard_lifetimes.iter().filter(|(shard, ..)| failover.shards.contains(shard)).collect();
+    println!(
+        "tasks in the killed primary's shards: {}, of which in flight at the kill: {}",
+        on_victim.len(),
+        on_victim
+            .iter()
+            .filter(|(_, created, settled)| *created <= killed_at && *settled > killed_at)
+            .count()
+    );
+    print_the_completions_recorded_twice(&mut *chaos.redis, logs);
+}
+
+/// Prints the nodes whose completion a worker saw recorded more than once: a completion the
+/// killed primary acknowledged but its replica never received, so that the node ran again after
+/// the failover and was recorded again. Tolerated (see the cluster test's comment), counted here.
+/// Failed attempts that go on to a retry are left out: a node with retries completes once per
+/// attempt.
+fn print_the_completions_recorded_twice(redis: &mut dyn RedisSide, logs: &[PathBuf]) {
+    let mut recorded: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for line in log_lines(logs, "node completed").iter().filter(|l| !l.contains("outcome=Retry")) {
+        if let (Some(task), Some(node)) = (log_field(line, "task"), log_field(line, "node")) {
+            *recorded.entry((task.to_owned(), node.to_owned())).or_default() += 1;
         }
     }
-    drop(gateway_b);
-    assert!(problems.is_empty(), "{} problems under chaos (see above)", problems.len());
+    let again: Vec<(&(String, String), &usize)> = recorded.iter().filter(|(_, n)| **n > 1).collect();
+    println!(
+        "nodes whose completion a worker saw recorded more than once (lost in the failover, run again): {}",
+        again.len()
+    );
+    for ((task, node), times) in again.iter().take(5) {
+        let nodes = redis.hgetall(&conveyor_tests::process::nodes_key(task));
+        let of = |field: &str| nodes.get(&format!("{node}:{field}")).cloned().unwrap_or_default();
+        println!(
+            "  task {task} node {node}: recorded {times} times; now attempt {}, losses {}, status {}",
+            of("attempt"),
+            of("losses"),
+            of("status")
+        );
+    }
+}
+
+/// Prints every problem, what Redis and the logs know of the first ten tasks concerned, and the
+/// retries of the first calls given up.
+fn print_the_problems(run: &Run, redis: &mut dyn RedisSide) {
+    if run.problems.is_empty() {
+        return;
+    }
+    println!("\n=== {} problems ===", run.problems.len());
+    let mut shown = HashSet::new();
+    for (task, problem) in &run.problems {
+        println!("{problem}");
+        if let Some(task) = task
+            && shown.len() < 10
+            && shown.insert(task.clone())
+        {
+            println!("{}", evidence(redis, &run.logs, task));
+        }
+    }
+    let retried = run.records.iter().filter(|r| r.attempts > 1);
+    for record in retried.filter(|r| r.error.is_some()).take(5) {
+        println!("retries of call #{}: {:?}", record.plan.index, record.retry_reasons);
+    }
 }

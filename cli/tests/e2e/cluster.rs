@@ -6,20 +6,8 @@ use std::time::{Duration, Instant};
 
 use conveyor_tests::mcp::tasks_client_capabilities;
 use conveyor_tests::mcp::{create_2025, status_2025, wait_for_tools};
-use conveyor_tests::{Conveyor, Mcp, RedisServer};
+use conveyor_tests::{Conveyor, Mcp, RedisServer, eventually};
 use serde_json::json;
-
-/// Polls until `check` returns `Some`, or panics after `timeout` with `what`.
-async fn eventually<T>(timeout: Duration, what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 #[tokio::test]
 async fn any_gateway_reads_awaits_and_cancels_any_task() {

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use conveyor_tests::mcp::tasks_client_capabilities;
+use conveyor_tests::mcp::{create_2026, settle, tasks_client_capabilities, wait_for_tools};
 use conveyor_tests::{Conveyor, Mcp, RedisServer};
 use serde_json::{Value, json};
 
@@ -22,40 +22,13 @@ async fn cluster(extra_workers: usize) -> Cluster {
         .map(|_| Conveyor::worker(&redis.url(), &["--fixtures"]).expect("worker"))
         .collect();
     let mcp = Mcp::new(up.mcp_url());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !mcp.call_2025("tools/list", json!({})).await.map(|r| r.raw.contains("\"flaky\"")).unwrap_or(false)
-    {
-        assert!(Instant::now() < deadline, "tools never appeared");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_for_tools(&mcp, &["flaky"]).await;
     Cluster { mcp, redis, _up: up, _workers: workers }
 }
 
 /// Submits a graph as a task and returns its id.
 async fn submit(mcp: &Mcp, graph: Value) -> String {
-    let reply = mcp
-        .call_2026("tools/call", json!({"name": "run_dag", "arguments": graph}), tasks_client_capabilities())
-        .await
-        .expect("tools/call");
-    assert_eq!(reply.result()["resultType"], "task", "{}", reply.raw);
-    reply.result()["taskId"].as_str().expect("task id").to_owned()
-}
-
-/// Polls until the task is terminal and returns the detailed task.
-async fn settle(mcp: &Mcp, task_id: &str, within: Duration) -> Value {
-    let deadline = Instant::now() + within;
-    loop {
-        let got = mcp
-            .call_2026("tasks/get", json!({"taskId": task_id}), tasks_client_capabilities())
-            .await
-            .expect("tasks/get");
-        let status = got.result()["status"].as_str().unwrap_or_default().to_owned();
-        if ["completed", "failed", "cancelled"].contains(&status.as_str()) {
-            return got.result().clone();
-        }
-        assert!(Instant::now() < deadline, "task did not settle: {}", got.raw);
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    create_2026(mcp, "run_dag", graph, tasks_client_capabilities()).await
 }
 
 fn nodes(task: &Value) -> &serde_json::Map<String, Value> {
@@ -297,7 +270,7 @@ async fn invalid_graphs_are_refused_before_anything_is_written() {
     assert!(reply.raw.contains("node `a`") && reply.raw.contains("/seconds"), "{}", reply.raw);
     let reply = call(json!({"nodes": [{"id": "a", "kind": "noop"}, {"id": "a", "kind": "noop"}]})).await;
     assert!(reply.raw.contains("more than once"), "{}", reply.raw);
-    assert_eq!((c.redis.task_count(), c.redis.stream_entries()), (0, 0), "nothing written");
+    assert_eq!(c.redis.written(), (0, 0), "nothing written");
 }
 
 #[tokio::test]

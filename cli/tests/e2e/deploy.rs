@@ -74,86 +74,88 @@ fn break_file(tree: &Path, file: &str, from: &str, to: &str) {
     std::fs::write(&path, text.replacen(from, to, 1)).expect("write");
 }
 
+/// Breakages of a copy of the deployment files: (what breaks, file, text, replacement, the check
+/// that must fail).
+const BREAKAGES: &[(&str, &str, &str, &str, &str)] = &[
+    (
+        "compose-key",
+        "docker-compose.yml",
+        "    healthcheck:\n      test: [\"CMD\", \"redis-cli\", \"ping\"]",
+        "    healthchek:\n      test: [\"CMD\", \"redis-cli\", \"ping\"]",
+        "FAIL docker-compose.yml: Docker Compose v2",
+    ),
+    (
+        "k8s-field",
+        "deploy/k8s/gateway.yaml",
+        "readOnlyRootFilesystem: true",
+        "readOnlyRootFileSystem: true",
+        "FAIL deploy/k8s: built-in kinds",
+    ),
+    (
+        "kustomization",
+        "deploy/k8s/kustomization.yaml",
+        "  - keda-trigger-auth.yaml",
+        "  - keda-trigger-authentication.yaml",
+        "kubectl kustomize refused it",
+    ),
+    (
+        "keda-metadata",
+        "deploy/k8s/worker-research.yaml",
+        "pendingEntriesCount: \"12\"",
+        "pendingEntriesCount: 12",
+        "FAIL deploy/k8s: KEDA and Prometheus Operator kinds",
+    ),
+    (
+        "keda-shards",
+        "deploy/k8s/configmap.yaml",
+        "CONVEYOR_SHARDS: \"16\"",
+        "CONVEYOR_SHARDS: \"32\"",
+        "FAIL deploy/k8s: probes, grace periods",
+    ),
+    (
+        "alert-promql",
+        "deploy/prometheus/alerts.yml",
+        "expr: max(conveyor_redis_up) == 0",
+        "expr: max(conveyor_redis_up) ==",
+        "could not parse expression",
+    ),
+    (
+        "dashboard-json",
+        "deploy/grafana/dashboards/conveyor.json",
+        "\"panels\": [",
+        "\"panels\": [[",
+        "FAIL yaml, json and toml parse",
+    ),
+    (
+        "dockerfile-user",
+        "deploy/Dockerfile",
+        "USER 10001:10001",
+        "USER root",
+        "FAIL deploy/Dockerfile: BuildKit",
+    ),
+    (
+        "nginx",
+        "deploy/nginx/conveyor.conf",
+        "proxy_buffering off;",
+        "proxy_buffering of;",
+        "nginx -t refused it",
+    ),
+    (
+        "redis-conf",
+        "deploy/redis/redis.conf",
+        "\nappendfsync everysec\n",
+        "\nappendfsync sometimes\n",
+        "redis-server refused the file",
+    ),
+];
+
 #[test]
 fn broken_copies_of_the_deployment_files_are_refused() {
-    // (what breaks, file, text, replacement, the check that must fail)
-    let breakages: &[(&str, &str, &str, &str, &str)] = &[
-        (
-            "compose-key",
-            "docker-compose.yml",
-            "    healthcheck:\n      test: [\"CMD\", \"redis-cli\", \"ping\"]",
-            "    healthchek:\n      test: [\"CMD\", \"redis-cli\", \"ping\"]",
-            "FAIL docker-compose.yml: Docker Compose v2",
-        ),
-        (
-            "k8s-field",
-            "deploy/k8s/gateway.yaml",
-            "readOnlyRootFilesystem: true",
-            "readOnlyRootFileSystem: true",
-            "FAIL deploy/k8s: built-in kinds",
-        ),
-        (
-            "kustomization",
-            "deploy/k8s/kustomization.yaml",
-            "  - keda-trigger-auth.yaml",
-            "  - keda-trigger-authentication.yaml",
-            "kubectl kustomize refused it",
-        ),
-        (
-            "keda-metadata",
-            "deploy/k8s/worker-research.yaml",
-            "pendingEntriesCount: \"12\"",
-            "pendingEntriesCount: 12",
-            "FAIL deploy/k8s: KEDA and Prometheus Operator kinds",
-        ),
-        (
-            "keda-shards",
-            "deploy/k8s/configmap.yaml",
-            "CONVEYOR_SHARDS: \"16\"",
-            "CONVEYOR_SHARDS: \"32\"",
-            "FAIL deploy/k8s: probes, grace periods",
-        ),
-        (
-            "alert-promql",
-            "deploy/prometheus/alerts.yml",
-            "expr: max(conveyor_redis_up) == 0",
-            "expr: max(conveyor_redis_up) ==",
-            "could not parse expression",
-        ),
-        (
-            "dashboard-json",
-            "deploy/grafana/dashboards/conveyor.json",
-            "\"panels\": [",
-            "\"panels\": [[",
-            "FAIL yaml, json and toml parse",
-        ),
-        (
-            "dockerfile-user",
-            "deploy/Dockerfile",
-            "USER 10001:10001",
-            "USER root",
-            "FAIL deploy/Dockerfile: BuildKit",
-        ),
-        (
-            "nginx",
-            "deploy/nginx/conveyor.conf",
-            "proxy_buffering off;",
-            "proxy_buffering of;",
-            "nginx -t refused it",
-        ),
-        (
-            "redis-conf",
-            "deploy/redis/redis.conf",
-            "\nappendfsync everysec\n",
-            "\nappendfsync sometimes\n",
-            "redis-server refused the file",
-        ),
-    ];
     // The validators are installed once, before the copies are checked side by side.
     assert!(validate(&workspace_root()).status.success(), "the unbroken files must pass first");
     let started = Instant::now();
     // Three copies at a time: each validation runs a dozen programs.
-    for batch in breakages.chunks(3) {
+    for batch in BREAKAGES.chunks(3) {
         let runs: Vec<_> = batch
             .iter()
             .map(|&(name, file, from, to, expected)| {
@@ -175,7 +177,7 @@ fn broken_copies_of_the_deployment_files_are_refused() {
             println!("{name}: refused by {} check(s):\n  {}", failed.len(), failed.join("\n  "));
         }
     }
-    println!("{} broken copies checked in {:.1?}", breakages.len(), started.elapsed());
+    println!("{} broken copies checked in {:.1?}", BREAKAGES.len(), started.elapsed());
 }
 
 /// The tools file the Kubernetes ConfigMap carries: a real worker loads it, and offers the
@@ -387,6 +389,24 @@ fn metrics_listen_supported() -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_compose_topology_runs_with_real_processes() {
+    the_compose_file_still_says_what_this_test_runs();
+    let mut topology = Topology::start();
+    let mcp = the_proxy_wants_a_token_and_then_lists_both_pools_tools(&topology).await;
+    let tasks = tasks_of_both_pools_complete_through_the_proxy(&mcp).await;
+    every_node_ran_on_a_worker_of_the_pool_that_offers_its_tool(&topology, &tasks);
+    the_proxy_spreads_the_requests_over_both_gateways(&topology);
+    if topology.metrics {
+        every_process_serves_its_metrics_on_its_own_listener(&topology).await;
+    } else {
+        println!("this conveyor has no --metrics-listen yet: worker metrics endpoints not checked");
+    }
+    the_proxy_keeps_serving_when_a_gateway_dies(&mut topology, &mcp).await;
+    redis_keeps_everything_in_its_append_only_file(&topology);
+    topology.stop();
+}
+
+/// docker-compose.yml still holds the settings this test gives its processes.
+fn the_compose_file_still_says_what_this_test_runs() {
     let root = workspace_root();
     let compose = std::fs::read_to_string(root.join("docker-compose.yml")).expect("docker-compose.yml");
     for line in [
@@ -403,64 +423,120 @@ async fn the_compose_topology_runs_with_real_processes() {
             "docker-compose.yml no longer says `{line}`: update this test with it"
         );
     }
-    let dir = scratch_dir("deploy-topology");
-    let (mut redis, redis_url) = start_redis(&dir);
+}
 
-    let tokens = root.join("deploy/conveyor/tokens.toml");
-    let tools_file = root.join("deploy/conveyor/tools.toml");
-    let sample = format!("sample={}", root.join("deploy/sample").display());
-    let gateway_env = [
-        ("CONVEYOR_SHARDS", "4"),
-        ("CONVEYOR_SIGNING_KEY", "a-shared-signing-key-for-the-topology-test"),
-        ("CONVEYOR_TOKENS_FILE", tokens.to_str().expect("utf-8 path")),
-        ("CONVEYOR_ALLOWED_HOSTS", "localhost"),
-        ("CONVEYOR_LOG_FORMAT", "json"),
-    ];
-    let mut gateways = Vec::new();
-    let mut gateway_metrics = Vec::new();
-    for _ in 0..2 {
-        // Each gateway serves /metrics on a listener of its own, never on the public port.
-        let metrics_listen = format!("127.0.0.1:{}", free_port());
-        let env: Vec<(&str, &str)> = gateway_env
-            .iter()
-            .copied()
-            .chain([("CONVEYOR_METRICS_LISTEN", metrics_listen.as_str())])
-            .collect();
-        gateways.push(Conveyor::with_env("gateway", &redis_url, &[], &env).expect("gateway"));
-        gateway_metrics.push(metrics_listen);
-    }
-    let metrics = metrics_listen_supported();
-    let mut workers = Vec::new();
-    let mut worker_metrics = Vec::new();
-    for pool in [RESEARCH_POOL, RESEARCH_POOL, CHECKS_POOL] {
-        let metrics_listen = format!("127.0.0.1:{}", free_port());
-        let env = [
+/// The compose topology's processes, and where they listen.
+struct Topology {
+    dir: PathBuf,
+    redis_url: String,
+    gateways: Vec<Conveyor>,
+    /// Each gateway's metrics listener (`host:port`), in the order the gateways were started.
+    gateway_metrics: Vec<String>,
+    /// Each worker with its pool.
+    workers: Vec<(&'static str, Conveyor)>,
+    worker_metrics: Vec<String>,
+    /// The gateways' `host:port`, as nginx's access log names them.
+    addresses: Vec<String>,
+    /// nginx's base URL.
+    proxy: String,
+    access_log: PathBuf,
+    /// Whether this conveyor has `--metrics-listen`.
+    metrics: bool,
+    nginx: Process,
+    redis: Process,
+}
+
+impl Topology {
+    /// Redis with deploy/redis/redis.conf, two gateways and three workers with the compose file's
+    /// settings, and nginx in front of the gateways.
+    fn start() -> Self {
+        let root = workspace_root();
+        let dir = scratch_dir("deploy-topology");
+        let (redis, redis_url) = start_redis(&dir);
+
+        let tokens = root.join("deploy/conveyor/tokens.toml");
+        let tools_file = root.join("deploy/conveyor/tools.toml");
+        let sample = format!("sample={}", root.join("deploy/sample").display());
+        let gateway_env = [
             ("CONVEYOR_SHARDS", "4"),
-            ("CONVEYOR_TOOLS", pool),
-            ("CONVEYOR_ROOTS", sample.as_str()),
-            ("CONVEYOR_TOOLS_FILE", tools_file.to_str().expect("utf-8 path")),
-            ("CONVEYOR_WORKER_CONCURRENCY", "8"),
-            ("CONVEYOR_SHUTDOWN_GRACE_MS", "30000"),
+            ("CONVEYOR_SIGNING_KEY", "a-shared-signing-key-for-the-topology-test"),
+            ("CONVEYOR_TOKENS_FILE", tokens.to_str().expect("utf-8 path")),
+            ("CONVEYOR_ALLOWED_HOSTS", "localhost"),
             ("CONVEYOR_LOG_FORMAT", "json"),
-            ("CONVEYOR_METRICS_LISTEN", metrics_listen.as_str()),
         ];
-        workers.push((pool, Conveyor::with_env("worker", &redis_url, &[], &env).expect("worker")));
-        worker_metrics.push(metrics_listen);
+        let mut gateways = Vec::new();
+        let mut gateway_metrics = Vec::new();
+        for _ in 0..2 {
+            // Each gateway serves /metrics on a listener of its own, never on the public port.
+            let metrics_listen = format!("127.0.0.1:{}", free_port());
+            let env: Vec<(&str, &str)> = gateway_env
+                .iter()
+                .copied()
+                .chain([("CONVEYOR_METRICS_LISTEN", metrics_listen.as_str())])
+                .collect();
+            gateways.push(Conveyor::with_env("gateway", &redis_url, &[], &env).expect("gateway"));
+            gateway_metrics.push(metrics_listen);
+        }
+        let metrics = metrics_listen_supported();
+        let mut workers = Vec::new();
+        let mut worker_metrics = Vec::new();
+        for pool in [RESEARCH_POOL, RESEARCH_POOL, CHECKS_POOL] {
+            let metrics_listen = format!("127.0.0.1:{}", free_port());
+            let env = [
+                ("CONVEYOR_SHARDS", "4"),
+                ("CONVEYOR_TOOLS", pool),
+                ("CONVEYOR_ROOTS", sample.as_str()),
+                ("CONVEYOR_TOOLS_FILE", tools_file.to_str().expect("utf-8 path")),
+                ("CONVEYOR_WORKER_CONCURRENCY", "8"),
+                ("CONVEYOR_SHUTDOWN_GRACE_MS", "30000"),
+                ("CONVEYOR_LOG_FORMAT", "json"),
+                ("CONVEYOR_METRICS_LISTEN", metrics_listen.as_str()),
+            ];
+            workers.push((pool, Conveyor::with_env("worker", &redis_url, &[], &env).expect("worker")));
+            worker_metrics.push(metrics_listen);
+        }
+        let addresses: Vec<String> =
+            gateways.iter().map(|g| g.base.trim_start_matches("http://").to_owned()).collect();
+        let (nginx, proxy_port, access_log) = start_nginx(&dir, &[&addresses[0], &addresses[1]]);
+        let proxy = format!("http://127.0.0.1:{proxy_port}");
+        println!("redis {redis_url}, gateways {addresses:?}, proxy {proxy}, metrics endpoints: {metrics}");
+        Self {
+            dir,
+            redis_url,
+            gateways,
+            gateway_metrics,
+            workers,
+            worker_metrics,
+            addresses,
+            proxy,
+            access_log,
+            metrics,
+            nginx,
+            redis,
+        }
     }
-    let addresses: Vec<String> =
-        gateways.iter().map(|g| g.base.trim_start_matches("http://").to_owned()).collect();
-    let (_nginx, proxy_port, access_log) = start_nginx(&dir, &[&addresses[0], &addresses[1]]);
-    let proxy = format!("http://127.0.0.1:{proxy_port}");
-    println!("redis {redis_url}, gateways {addresses:?}, proxy {proxy}, metrics endpoints: {metrics}");
 
-    // Without a token the proxy passes the gateway's 401 on; with the demo token of the tokens
-    // file every tool of both pools is listed.
+    /// Stops the workers, then the gateways, then Redis, then nginx.
+    fn stop(self) {
+        let Self { workers, gateways, mut redis, nginx, .. } = self;
+        drop(workers);
+        drop(gateways);
+        redis.stop();
+        drop(nginx);
+    }
+}
+
+/// Without a token the proxy passes the gateway's 401 on; with the demo token of the tokens file
+/// every tool of both pools is listed. The proxy hides `/metrics` and passes `/readyz` on.
+/// Returns a client of the proxy with the demo token.
+async fn the_proxy_wants_a_token_and_then_lists_both_pools_tools(topology: &Topology) -> Mcp {
+    let proxy = &topology.proxy;
     let anonymous = Mcp::new(format!("{proxy}/mcp"));
     let refused = anonymous.call_2025("tools/list", json!({})).await.expect("tools/list");
     assert_eq!(refused.status, 401, "{}", refused.raw);
     let mcp = Mcp::new(format!("{proxy}/mcp")).with_api_key(DEMO_TOKEN);
     // Each gateway learns the workers' tools from Redis on its own: wait until both list them.
-    for gateway in &gateways {
+    for gateway in &topology.gateways {
         let direct = Mcp::new(gateway.mcp_url()).with_api_key(DEMO_TOKEN);
         for tool in ["research", "troubleshoot", "validate_adrs", "deployment_readiness"] {
             direct.wait_for_tool(tool, Duration::from_secs(30)).await.expect("the pools' tools are listed");
@@ -468,28 +544,32 @@ async fn the_compose_topology_runs_with_real_processes() {
     }
     assert_eq!(mcp.get_status("/metrics").await.expect("GET /metrics"), 404, "the proxy hides /metrics");
     assert_eq!(mcp.get_status("/readyz").await.expect("GET /readyz"), 200);
+    mcp
+}
 
-    // Tasks of both pools, through the proxy.
+/// Tasks of both pools, created through the proxy, complete with what the sample holds. Returns
+/// them with their tools.
+async fn tasks_of_both_pools_complete_through_the_proxy(mcp: &Mcp) -> Vec<(&'static str, String)> {
     let started = Instant::now();
     let mut tasks = Vec::new();
     for question in ["how are failed jobs retried", "what happens when a worker dies"] {
         tasks.push((
             "research",
-            create_2025(&mcp, "research", json!({"root": "sample", "question": question})).await,
+            create_2025(mcp, "research", json!({"root": "sample", "question": question})).await,
         ));
     }
     for _ in 0..2 {
         tasks.push((
             "validate_adrs",
-            create_2025(&mcp, "validate_adrs", json!({"root": "sample", "path": "docs/adr"})).await,
+            create_2025(mcp, "validate_adrs", json!({"root": "sample", "path": "docs/adr"})).await,
         ));
     }
     tasks.push((
         "deployment_readiness",
-        create_2025(&mcp, "deployment_readiness", json!({"profile": "sample"})).await,
+        create_2025(mcp, "deployment_readiness", json!({"profile": "sample"})).await,
     ));
     for (tool, task) in &tasks {
-        let result = result(&mcp, task).await;
+        let result = result(mcp, task).await;
         let structured = &result["structuredContent"];
         match *tool {
             "research" => {
@@ -504,15 +584,24 @@ async fn the_compose_topology_runs_with_real_processes() {
         }
     }
     println!("{} tasks of both pools completed through the proxy in {:.1?}", tasks.len(), started.elapsed());
+    tasks
+}
 
-    // Each node ran on a worker of the pool that offers its task's tool, and that worker offers
-    // the node's own tool (the task's tool or one of its steps).
-    let pool_name = |tools: &str| -> String {
-        let mut offered: Vec<&str> = tools.split(',').filter(|t| !t.starts_with("step/")).collect();
-        offered.sort_unstable();
-        offered.join(",")
-    };
-    let live = conveyor_json(&redis_url, &["redis", "workers"]);
+/// A pool's name: the tools its workers offer, steps left out, sorted.
+fn pool_name(tools: &str) -> String {
+    let mut offered: Vec<&str> = tools.split(',').filter(|t| !t.starts_with("step/")).collect();
+    offered.sort_unstable();
+    offered.join(",")
+}
+
+/// Each node ran on a worker of the pool that offers its task's tool, and that worker offers the
+/// node's own tool (the task's tool or one of its steps).
+fn every_node_ran_on_a_worker_of_the_pool_that_offers_its_tool(
+    topology: &Topology,
+    tasks: &[(&str, String)],
+) {
+    let redis_url = &topology.redis_url;
+    let live = conveyor_json(redis_url, &["redis", "workers"]);
     let mut offers = BTreeMap::<String, Vec<String>>::new();
     for worker in live.as_array().expect("workers") {
         let tools = worker["tools"].as_array().expect("tools").iter().filter_map(Value::as_str);
@@ -524,8 +613,8 @@ async fn the_compose_topology_runs_with_real_processes() {
     assert_eq!(pool_of.values().filter(|p| **p == pool_name(RESEARCH_POOL)).count(), 2, "{live}");
     assert_eq!(pool_of.values().filter(|p| **p == pool_name(CHECKS_POOL)).count(), 1, "{live}");
     let mut ran_on = BTreeMap::<String, BTreeSet<String>>::new();
-    for (tool, task) in &tasks {
-        let shown = conveyor_json(&redis_url, &["redis", "tasks", "show", task]);
+    for (tool, task) in tasks {
+        let shown = conveyor_json(redis_url, &["redis", "tasks", "show", task]);
         let pool =
             pool_name(if RESEARCH_POOL.split(',').any(|t| t == *tool) { RESEARCH_POOL } else { CHECKS_POOL });
         let nodes = shown["nodes"].as_array().expect("nodes");
@@ -550,42 +639,43 @@ async fn the_compose_topology_runs_with_real_processes() {
     assert!(ran_on.keys().any(|k| k.starts_with(&pool_name(RESEARCH_POOL))), "{ran_on:?}");
     assert!(ran_on.keys().any(|k| k.starts_with(&pool_name(CHECKS_POOL))), "{ran_on:?}");
     println!("nodes ran on: {ran_on:?}");
+}
 
-    // Requests were spread over both gateways.
-    let (spread, _) = upstreams(&access_log);
+/// nginx spread the requests over both gateways.
+fn the_proxy_spreads_the_requests_over_both_gateways(topology: &Topology) {
+    let (spread, _) = upstreams(&topology.access_log);
     println!("requests per gateway through the proxy: {spread:?}");
-    for address in &addresses {
+    for address in &topology.addresses {
         assert!(
             spread.get(address).copied().unwrap_or(0) >= 3,
             "gateway {address} got too few requests: {spread:?}"
         );
     }
+}
 
-    if metrics {
-        // Each gateway serves the deployment's queue gauges, and each worker its endpoints.
-        let http = reqwest::Client::new();
-        for (gateway, listen) in gateways.iter().zip(&gateway_metrics) {
-            let text =
-                http.get(format!("http://{listen}/metrics")).send().await.expect("metrics").text().await;
-            assert!(text.expect("text").contains("conveyor_tasks_created_total"), "gateway metrics");
-            let public =
-                http.get(format!("{}/metrics", gateway.base)).send().await.expect("metrics").status();
-            assert_eq!(public.as_u16(), 404, "a gateway's public listener serves no metrics");
-        }
-        for listen in &worker_metrics {
-            for path in ["/healthz", "/readyz", "/metrics"] {
-                let status = http.get(format!("http://{listen}{path}")).send().await.expect(path).status();
-                assert_eq!(status.as_u16(), 200, "worker {listen}{path}");
-            }
-        }
-    } else {
-        println!("this conveyor has no --metrics-listen yet: worker metrics endpoints not checked");
+/// Each gateway serves the deployment's queue gauges on its metrics listener and none on its
+/// public one, and each worker serves its health, readiness and metrics endpoints.
+async fn every_process_serves_its_metrics_on_its_own_listener(topology: &Topology) {
+    let http = reqwest::Client::new();
+    for (gateway, listen) in topology.gateways.iter().zip(&topology.gateway_metrics) {
+        let text = http.get(format!("http://{listen}/metrics")).send().await.expect("metrics").text().await;
+        assert!(text.expect("text").contains("conveyor_tasks_created_total"), "gateway metrics");
+        let public = http.get(format!("{}/metrics", gateway.base)).send().await.expect("metrics").status();
+        assert_eq!(public.as_u16(), 404, "a gateway's public listener serves no metrics");
     }
+    for listen in &topology.worker_metrics {
+        for path in ["/healthz", "/readyz", "/metrics"] {
+            let status = http.get(format!("http://{listen}{path}")).send().await.expect(path).status();
+            assert_eq!(status.as_u16(), 200, "worker {listen}{path}");
+        }
+    }
+}
 
-    // One gateway dies (SIGKILL): the proxy keeps serving, and the survivor answers for a task
-    // created before the kill.
-    let before = create_2025(&mcp, "validate_adrs", json!({"root": "sample", "path": "docs/adr"})).await;
-    let mut killed = gateways.remove(0);
+/// One gateway dies (SIGKILL): the proxy keeps serving, and the survivor answers for a task
+/// created before the kill.
+async fn the_proxy_keeps_serving_when_a_gateway_dies(topology: &mut Topology, mcp: &Mcp) {
+    let before = create_2025(mcp, "validate_adrs", json!({"root": "sample", "path": "docs/adr"})).await;
+    let mut killed = topology.gateways.remove(0);
     killed.kill();
     let killed_at = Instant::now();
     let mut answered = 0;
@@ -594,11 +684,11 @@ async fn the_compose_topology_runs_with_real_processes() {
         assert!(reply.result()["tools"].is_array(), "request {i} after the kill failed: {}", reply.raw);
         answered += 1;
     }
-    assert_eq!(result(&mcp, &before).await["structuredContent"]["summary"]["adrs"], 3);
+    assert_eq!(result(mcp, &before).await["structuredContent"]["summary"]["adrs"], 3);
     let after =
-        create_2025(&mcp, "research", json!({"root": "sample", "question": "how are jobs acknowledged"}))
+        create_2025(mcp, "research", json!({"root": "sample", "question": "how are jobs acknowledged"}))
             .await;
-    assert!(result(&mcp, &after).await["structuredContent"]["evidence"].is_array());
+    assert!(result(mcp, &after).await["structuredContent"]["evidence"].is_array());
     let synchronous = mcp
         .call_2025(
             "tools/call",
@@ -609,23 +699,25 @@ async fn the_compose_topology_runs_with_real_processes() {
     assert_eq!(synchronous.result()["structuredContent"]["summary"]["adrs"], 3, "{}", synchronous.raw);
     println!(
         "after the kill of gateway {}: {answered} requests, 2 tasks and a synchronous call served in {:.1?}",
-        addresses[0],
+        topology.addresses[0],
         killed_at.elapsed()
     );
-    let (spread, retried) = upstreams(&access_log);
+    let (spread, retried) = upstreams(&topology.access_log);
     println!(
         "requests per gateway through the proxy, in the end: {spread:?}; {retried} sent on to the \
          other gateway after the dead one refused the connection"
     );
+}
 
-    // Redis kept everything in its append-only file.
-    let mut conn = redis::Client::open(redis_url.as_str())
+/// Redis runs with its append-only file on, and the file holds the writes.
+fn redis_keeps_everything_in_its_append_only_file(topology: &Topology) {
+    let mut conn = redis::Client::open(topology.redis_url.as_str())
         .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
         .expect("redis");
     let appendonly: Vec<String> =
         redis::cmd("CONFIG").arg("GET").arg("appendonly").query(&mut conn).expect("CONFIG");
     assert_eq!(appendonly, vec!["appendonly", "yes"]);
-    let aof = dir.join("appendonlydir");
+    let aof = topology.dir.join("appendonlydir");
     let aof_bytes: u64 = std::fs::read_dir(&aof)
         .expect("the AOF directory")
         .filter_map(|e| e.ok()?.metadata().ok())
@@ -633,7 +725,4 @@ async fn the_compose_topology_runs_with_real_processes() {
         .sum();
     assert!(aof_bytes > 0, "the AOF holds the writes");
     println!("AOF: {aof_bytes} bytes in {}", aof.display());
-    drop(workers);
-    drop(gateways);
-    redis.stop();
 }

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use conveyor_tests::mcp::{Reply, tasks_client_capabilities};
+use conveyor_tests::mcp::{Reply, get_2026, settle, tasks_client_capabilities, wait_status};
 use conveyor_tests::process::{free_port, scratch_dir, workspace_root};
 use conveyor_tests::{Conveyor, Mcp, RedisServer};
 use serde_json::{Value, json};
@@ -54,46 +54,6 @@ async fn start(mcp: &Mcp, tool: &str, arguments: Value, capabilities: Value) -> 
     match reply.result()["taskId"].as_str() {
         Some(id) if reply.result()["resultType"] == "task" => Ok(id.to_owned()),
         _ => Err(reply),
-    }
-}
-
-/// `tasks/get` (2026-07-28): the detailed task.
-async fn get(mcp: &Mcp, task: &str, capabilities: &Value) -> Value {
-    let reply =
-        mcp.call_2026("tasks/get", json!({"taskId": task}), capabilities.clone()).await.expect("tasks/get");
-    assert!(reply.error_code().is_none(), "tasks/get failed: {}", reply.raw);
-    reply.result().clone()
-}
-
-/// Polls the task until it has `status`; fails at once when it ends otherwise.
-async fn wait_status(mcp: &Mcp, task: &str, status: &str, capabilities: &Value, within: Duration) -> Value {
-    let deadline = Instant::now() + within;
-    loop {
-        let got = get(mcp, task, capabilities).await;
-        if got["status"] == status {
-            return got;
-        }
-        let now = got["status"].as_str().unwrap_or_default();
-        assert!(
-            !["completed", "failed", "cancelled"].contains(&now),
-            "task {task} ended {now} instead of becoming {status}: {got}"
-        );
-        assert!(Instant::now() < deadline, "task {task} never became {status}: {got}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Polls the task until it ends; the detailed task.
-async fn settle(mcp: &Mcp, task: &str, within: Duration) -> Value {
-    let capabilities = tasks_client_capabilities();
-    let deadline = Instant::now() + within;
-    loop {
-        let got = get(mcp, task, &capabilities).await;
-        if ["completed", "failed", "cancelled"].contains(&got["status"].as_str().unwrap_or_default()) {
-            return got;
-        }
-        assert!(Instant::now() < deadline, "task {task} did not end within {within:?}: {got}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -960,7 +920,7 @@ async fn a_cancelled_readiness_run_kills_its_check_and_is_not_kept() {
     tokio::time::sleep(Duration::from_millis(1000)).await;
     assert_ne!(s.redis.node_field(&doomed, "report", "status").as_deref(), Some("completed"));
     assert_eq!(history(&s.redis, "nightly").len(), 1, "a cancelled run is not kept");
-    assert_eq!(get(&s.mcp, &doomed, &tasks_client_capabilities()).await["status"], "cancelled");
+    assert_eq!(get_2026(&s.mcp, &doomed, &tasks_client_capabilities()).await["status"], "cancelled");
 
     let third = run("pass").await;
     let done = settle(&s.mcp, &third, Duration::from_secs(60)).await;

@@ -13,11 +13,6 @@ use serde_json::{Value, json};
 /// JSON-RPC code of a request refused because a limit is reached.
 const OVERLOADED: i64 = -32029;
 
-/// Keys and stream entries Conveyor has written.
-fn written(redis: &RedisServer) -> (usize, usize) {
-    (redis.task_count(), redis.stream_entries())
-}
-
 /// `error.data.retryAfterMs` of a refusal.
 fn retry_after_ms(reply: &Reply) -> u64 {
     reply.message["error"]["data"]["retryAfterMs"]
@@ -179,7 +174,7 @@ async fn arguments_over_the_size_limit_are_refused_and_write_nothing() {
         Conveyor::up(&redis.url(), &["--fixtures", "--max-argument-bytes", "2048"]).expect("conveyor up");
     let mcp = Mcp::new(conveyor.mcp_url());
     mcp.wait_for_tool("echo", Duration::from_secs(10)).await.expect("worker tools");
-    let before = written(&redis);
+    let before = redis.written();
 
     for task in [Value::Null, json!({})] {
         let call = json!({"name": "echo", "arguments": {"text": "x".repeat(4000)}, "task": task});
@@ -191,7 +186,7 @@ async fn arguments_over_the_size_limit_are_refused_and_write_nothing() {
         assert_eq!(data["max"], 2048, "{}", reply.raw);
         assert!(data["size"].as_u64().is_some_and(|s| s > 4000), "{}", reply.raw);
     }
-    assert_eq!(written(&redis), before, "refused arguments must not create tasks or enqueue work");
+    assert_eq!(redis.written(), before, "refused arguments must not create tasks or enqueue work");
 
     let text = "y".repeat(1000);
     let reply = mcp
@@ -212,7 +207,7 @@ async fn graphs_over_the_node_limit_are_refused() {
         let nodes: Vec<Value> = (0..n).map(|i| json!({"id": format!("n{i}"), "kind": "noop"})).collect();
         json!({"name": "run_dag", "arguments": {"nodes": nodes}})
     };
-    let before = written(&redis);
+    let before = redis.written();
 
     let reply = mcp.call_2025("tools/call", graph(6)).await.expect("tools/call");
     assert_eq!(reply.error_code(), Some(-32602), "{}", reply.raw);
@@ -221,7 +216,7 @@ async fn graphs_over_the_node_limit_are_refused() {
         message.contains("limit") && message.contains('5') && message.contains('6'),
         "names the limit and the graph's size: {message}"
     );
-    assert_eq!(written(&redis), before, "a refused graph must not create tasks or enqueue work");
+    assert_eq!(redis.written(), before, "a refused graph must not create tasks or enqueue work");
 
     let reply = mcp.call_2025("tools/call", graph(5)).await.expect("tools/call");
     assert_eq!(reply.error_code(), None, "{}", reply.raw);

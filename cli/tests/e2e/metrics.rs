@@ -208,22 +208,67 @@ fn strings(items: &[&str]) -> Vec<String> {
 
 #[tokio::test]
 async fn every_counter_matches_a_known_workload() {
-    let redis = RedisServer::start().expect("redis");
-    let (gateway, gateway_base) = with_metrics("gateway", &redis.url(), &[]).await;
-    let (_worker, worker_base) = worker_with_metrics(&redis.url(), &[]).await;
-    let mut client = Counted { mcp: Mcp::new(gateway.mcp_url()), sent: BTreeMap::new() };
-    client
-        .wait_for_tools(&[
-            "slow_compute",
-            "failing_job",
-            "protocol_error_job",
-            "greet",
-            "flaky",
-            "plan_fanout",
-        ])
-        .await;
+    let mut metered = Metered::start().await;
+    let workload = run_the_known_workload(&mut metered).await;
+    cancel_a_task_while_its_tool_runs(&mut metered, &workload).await;
+    send_requests_the_gateway_refuses(&mut metered).await;
+    let (worker, gateway_metrics) = scrape_both_once_every_node_has_ended(&mut metered, &workload).await;
+    let expected_nodes = every_node_attempt_is_counted_by_queue_tool_and_outcome(&worker, &gateway_metrics);
+    each_attempt_its_queue_wait_and_each_stop_are_timed_once(&worker, &expected_nodes);
+    retries_and_dead_letters_are_counted_by_the_worker_alone(&worker, &gateway_metrics);
+    tasks_are_counted_created_by_the_gateway_and_settled_where_they_settled(&worker, &gateway_metrics);
+    every_mcp_request_is_counted_by_method_and_reply(&metered.client, &worker, &gateway_metrics);
+    every_redis_operation_is_timed_and_none_failed(&worker, &gateway_metrics);
+    the_deployment_gauges_on_the_gateway_match_redis(&metered.redis, &worker, &gateway_metrics, &workload);
+}
 
-    // The workload.
+/// A gateway and a worker with the fixtures, each with its metrics listener, and a client that
+/// counts its requests.
+struct Metered {
+    client: Counted,
+    _worker: Conveyor,
+    worker_base: String,
+    gateway: Conveyor,
+    gateway_base: String,
+    redis: RedisServer,
+}
+
+impl Metered {
+    /// Starts the processes and waits until the gateway lists the workload's tools.
+    async fn start() -> Self {
+        let redis = RedisServer::start().expect("redis");
+        let (gateway, gateway_base) = with_metrics("gateway", &redis.url(), &[]).await;
+        let (_worker, worker_base) = worker_with_metrics(&redis.url(), &[]).await;
+        let mut client = Counted { mcp: Mcp::new(gateway.mcp_url()), sent: BTreeMap::new() };
+        client
+            .wait_for_tools(&[
+                "slow_compute",
+                "failing_job",
+                "protocol_error_job",
+                "greet",
+                "flaky",
+                "plan_fanout",
+            ])
+            .await;
+        Self { client, _worker, worker_base, gateway, gateway_base, redis }
+    }
+}
+
+/// The tasks of the workload that later phases look at again.
+struct Workload {
+    /// Tasks that run to their end, in the order created (the protocol error's is the sixth).
+    settle: Vec<String>,
+    /// A long task, cancelled while it runs.
+    cancelled: String,
+    /// A long task whose TTL runs out while it runs.
+    expiring: String,
+}
+
+/// The workload: tasks that complete, fail with a tool error or a protocol error, a graph with a
+/// retried node, a fan-out, a synchronous call, and two long tasks to stop; every task that runs
+/// to its end is awaited.
+async fn run_the_known_workload(metered: &mut Metered) -> Workload {
+    let client = &mut metered.client;
     let mut settle = Vec::new();
     for i in 0..3 {
         settle.push(
@@ -248,15 +293,25 @@ async fn every_counter_matches_a_known_workload() {
     let cancelled = client.task("slow_compute", json!({"seconds": 60, "label": "cancelled"}), 600_000).await;
     // Its TTL runs out while it runs: the worker's maintenance expires it and its node stops.
     let expiring = client.task("slow_compute", json!({"seconds": 60, "label": "expiring"}), 4_000).await;
-    redis.wait_node_status(&expiring, "root", "running", Duration::from_secs(4)).await.expect("running");
+    metered
+        .redis
+        .wait_node_status(&expiring, "root", "running", Duration::from_secs(4))
+        .await
+        .expect("running");
     for task in &settle {
         client.call("tasks/result", json!({"taskId": task})).await;
     }
-    // Cancelled once its tool reports progress: it runs on the worker then, not only in Redis.
+    Workload { settle, cancelled, expiring }
+}
+
+/// The long task is cancelled once its tool reports progress: it runs on the worker then, not
+/// only in Redis.
+async fn cancel_a_task_while_its_tool_runs(metered: &mut Metered, workload: &Workload) {
+    let cancelled = &workload.cancelled;
     let deadline = Instant::now() + Duration::from_secs(20);
-    let mut conn = redis.connection().expect("redis");
+    let mut conn = metered.redis.connection().expect("redis");
     while redis::cmd("HGET")
-        .arg(conveyor_tests::process::task_key(&cancelled))
+        .arg(conveyor_tests::process::task_key(cancelled))
         .arg("progress")
         .query::<Option<String>>(&mut conn)
         .expect("HGET")
@@ -265,9 +320,13 @@ async fn every_counter_matches_a_known_workload() {
         assert!(Instant::now() < deadline, "the task to cancel never reported progress");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let cancel = client.call("tasks/cancel", json!({"taskId": cancelled})).await;
+    let cancel = metered.client.call("tasks/cancel", json!({"taskId": cancelled})).await;
     assert_eq!(cancel.result()["status"], "cancelled", "{}", cancel.raw);
-    // A request the gateway refuses, one of a method it does not know, and one for no task.
+}
+
+/// A request the gateway refuses, one of a method it does not know, and one for no task.
+async fn send_requests_the_gateway_refuses(metered: &mut Metered) {
+    let client = &mut metered.client;
     client.call("tasks/get", json!({"taskId": "0000ffffffffffffffffffffffffffff"})).await;
     client.call("x/unknown", json!({})).await;
     let refused = json!({"jsonrpc": "2.0", "id": 99, "method": "tools/list", "params": {"_meta": {
@@ -279,10 +338,17 @@ async fn every_counter_matches_a_known_workload() {
     let reply = client.mcp.post_raw(&headers, refused.to_string()).await.expect("a refused request");
     assert_eq!(reply.error_code(), Some(-32020), "the Mcp-Method header disagrees: {}", reply.raw);
     client.count("tools/list", &reply);
+}
 
-    // The worker: every node attempt and every task it settles, once both stopped nodes (the
-    // cancelled task's and the expired one's) have ended.
-    let worker = scrape_until(&worker_base, "saw every node end", |m| {
+/// Scrapes the worker once it has seen every node attempt and settled every task it settles,
+/// both stopped nodes (the cancelled task's and the expired one's) included, then the gateway's
+/// metrics listener; the expired task is gone, and the public listener serves no metrics. Returns
+/// the worker's exposition and the gateway's.
+async fn scrape_both_once_every_node_has_ended(
+    metered: &mut Metered,
+    workload: &Workload,
+) -> (Exposition, Exposition) {
+    let worker = scrape_until(&metered.worker_base, "saw every node end", |m| {
         m.sum("conveyor_nodes_run_total", &[]) >= 16.0
             && m.sum("conveyor_tasks_settled_total", &[]) >= 10.0
             && m.get("conveyor_worker_nodes_running", &[]) == Some(0.0)
@@ -290,12 +356,20 @@ async fn every_counter_matches_a_known_workload() {
                 .is_some()
     })
     .await;
-    let gone = client.call("tasks/get", json!({"taskId": expiring})).await;
+    let gone = metered.client.call("tasks/get", json!({"taskId": workload.expiring})).await;
     assert!(gone.error_code().is_some(), "the expired task is gone: {}", gone.raw);
-    let gateway_metrics = scrape(&gateway_base).await;
-    let public = reqwest::get(format!("{}/metrics", gateway.base)).await.expect("GET /metrics");
+    let gateway_metrics = scrape(&metered.gateway_base).await;
+    let public = reqwest::get(format!("{}/metrics", metered.gateway.base)).await.expect("GET /metrics");
     assert_eq!(public.status().as_u16(), 404, "the public listener serves no metrics");
+    (worker, gateway_metrics)
+}
 
+/// The worker counts every node attempt of the workload by queue, tool and outcome; the gateway
+/// runs none. Returns the counts expected.
+fn every_node_attempt_is_counted_by_queue_tool_and_outcome(
+    worker: &Exposition,
+    gateway_metrics: &Exposition,
+) -> BTreeMap<Vec<String>, f64> {
     let nodes = worker.series("conveyor_nodes_run_total", &["queue", "tool", "outcome"]);
     let expected_nodes: BTreeMap<Vec<String>, f64> = [
         (["slow_compute", "slow_compute", "completed"], 5.0),
@@ -313,11 +387,17 @@ async fn every_counter_matches_a_known_workload() {
     .collect();
     assert_eq!(nodes, expected_nodes, "node attempts by queue, tool and outcome");
     assert!(gateway_metrics.series("conveyor_nodes_run_total", &[]).is_empty(), "a gateway runs no node");
+    expected_nodes
+}
 
-    // Each attempt is timed once, and its wait in its queue once.
+/// Each attempt is timed once, and its wait in its queue once; each stopped node's stop once.
+fn each_attempt_its_queue_wait_and_each_stop_are_timed_once(
+    worker: &Exposition,
+    expected_nodes: &BTreeMap<Vec<String>, f64>,
+) {
     let mut per_node: BTreeMap<Vec<String>, f64> = BTreeMap::new();
     let mut per_queue: BTreeMap<Vec<String>, f64> = BTreeMap::new();
-    for (labels, n) in &expected_nodes {
+    for (labels, n) in expected_nodes {
         *per_node.entry(labels[..2].to_vec()).or_default() += n;
         *per_queue.entry(labels[..1].to_vec()).or_default() += n;
     }
@@ -333,8 +413,14 @@ async fn every_counter_matches_a_known_workload() {
         "the cancelled and the expired node"
     );
     assert_eq!(worker.get("conveyor_worker_nodes_running", &[]), Some(0.0));
+}
 
-    // Retries and dead letters: the flaky node's first attempt, the protocol error's only one.
+/// Retries and dead letters: the flaky node's first attempt, the protocol error's only one, both
+/// counted by the worker; nothing was reclaimed, no worker being lost.
+fn retries_and_dead_letters_are_counted_by_the_worker_alone(
+    worker: &Exposition,
+    gateway_metrics: &Exposition,
+) {
     assert_eq!(worker.series("conveyor_node_retries_total", &["tool"]), [(strings(&["flaky"]), 1.0)].into());
     assert_eq!(
         worker.series("conveyor_dead_letters_total", &["tool"]),
@@ -342,8 +428,13 @@ async fn every_counter_matches_a_known_workload() {
     );
     assert!(gateway_metrics.series("conveyor_dead_letters_total", &[]).is_empty());
     assert!(worker.series("conveyor_node_reclaims_total", &[]).is_empty(), "no worker was lost");
+}
 
-    // Tasks: created by the gateway, settled by whichever process settled them.
+/// Tasks: created by the gateway, settled by whichever process settled them.
+fn tasks_are_counted_created_by_the_gateway_and_settled_where_they_settled(
+    worker: &Exposition,
+    gateway_metrics: &Exposition,
+) {
     let created: BTreeMap<Vec<String>, f64> = [
         ("slow_compute", 5.0),
         ("failing_job", 2.0),
@@ -375,8 +466,15 @@ async fn every_counter_matches_a_known_workload() {
     .map(|(labels, n)| (strings(&labels), n))
     .collect();
     assert_eq!(worker.series("conveyor_tasks_settled_total", &["tool", "status"]), settled);
+}
 
-    // MCP requests, by method and reply, each timed once.
+/// MCP requests, by method and reply, each timed once, as the client sent them; a worker serves
+/// no MCP.
+fn every_mcp_request_is_counted_by_method_and_reply(
+    client: &Counted,
+    worker: &Exposition,
+    gateway_metrics: &Exposition,
+) {
     let requests: BTreeMap<Vec<String>, f64> = client
         .sent
         .iter()
@@ -397,8 +495,10 @@ async fn every_counter_matches_a_known_workload() {
         per_method
     );
     assert!(worker.series("conveyor_mcp_requests_total", &[]).is_empty(), "a worker serves no MCP");
+}
 
-    // Redis: every operation timed, none failed.
+/// Redis: every operation timed, none failed.
+fn every_redis_operation_is_timed_and_none_failed(worker: &Exposition, gateway_metrics: &Exposition) {
     for op in ["create_task", "cancel_task", "watch_task", "HMGET", "pipeline"] {
         let n = gateway_metrics.get("conveyor_redis_round_trip_seconds_count", &[("op", op)]);
         assert!(n.is_some_and(|n| n > 0.0), "gateway op {op}: {n:?}");
@@ -410,12 +510,20 @@ async fn every_counter_matches_a_known_workload() {
     }
     assert_eq!(gateway_metrics.sum("conveyor_redis_errors_total", &[]), 0.0, "{}", gateway_metrics.text);
     assert_eq!(worker.sum("conveyor_redis_errors_total", &[]), 0.0, "{}", worker.text);
+}
 
-    // The deployment's gauges, on the gateway only: every queue the worker reads, in every shard,
-    // empty now; one live worker per queue; the dead letter in its task's shard.
+/// The deployment's gauges, on the gateway only: every queue the worker reads, in every shard,
+/// empty now; one live worker per queue; the dead letter in its task's shard.
+fn the_deployment_gauges_on_the_gateway_match_redis(
+    redis: &RedisServer,
+    worker: &Exposition,
+    gateway_metrics: &Exposition,
+    workload: &Workload,
+) {
     assert_eq!(gateway_metrics.get("conveyor_redis_up", &[]), Some(1.0));
     assert_eq!(worker.get("conveyor_redis_up", &[]), Some(1.0), "a worker says whether it reaches Redis");
     assert!(worker.series("conveyor_queue_stream_entries", &[]).is_empty(), "and reads no deployment gauge");
+    let mut conn = redis.connection().expect("redis");
     let records: BTreeMap<String, String> = redis::cmd("HGETALL")
         .arg(conveyor_shared::keys::WORKERS)
         .query(&mut conn)
@@ -445,7 +553,7 @@ async fn every_counter_matches_a_known_workload() {
         }
     }
     assert!(gateway_metrics.sum("conveyor_queue_stream_entries", &[]) <= 1.0, "{}", gateway_metrics.text);
-    let dead_shard = conveyor_tests::process::shard_of(&settle[5]).to_string();
+    let dead_shard = conveyor_tests::process::shard_of(&workload.settle[5]).to_string();
     for shard in ["0", "1", "2", "3"] {
         let expected = if shard == dead_shard { 1.0 } else { 0.0 };
         assert_eq!(

@@ -20,39 +20,29 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 use conveyor_tests::process::output_text;
-use conveyor_tests::python::{MCP_1, MCP_2, Sdk, python_with};
+use conveyor_tests::python::{MCP_1, MCP_2, Sdk, python_with, script};
 use conveyor_tests::{Conveyor, RedisServer};
-use tokio::process::Command;
 
 const SCRIPT_TIMEOUT: Duration = Duration::from_secs(120);
 /// Runs one of the `tests/python` scripts with `sdk` against a fresh `conveyor up --fixtures`,
 /// and fails with the script's output and the server's log unless every check passes.
-async fn run_script(sdk: &Sdk, script: &str) -> anyhow::Result<()> {
+async fn run_script(sdk: &Sdk, name: &str) -> anyhow::Result<()> {
     let python = python_with(sdk).await?;
     let redis = RedisServer::start()?;
     let conveyor = Conveyor::up(&redis.url(), &["--fixtures"])?;
-    let script = conveyor_tests::process::workspace_root().join("tests/python").join(script);
     let started = Instant::now();
-    let run = Command::new(&python)
-        .arg(&script)
-        .arg(conveyor.mcp_url())
-        .env("PYTHONUNBUFFERED", "1")
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .kill_on_drop(true)
-        .output();
+    let run = script(&python, name).arg(conveyor.mcp_url()).output();
     let output = match tokio::time::timeout(SCRIPT_TIMEOUT, run).await {
-        Ok(output) => output.with_context(|| format!("cannot run {}", script.display()))?,
+        Ok(output) => output.with_context(|| format!("cannot run {name}"))?,
         Err(_) => bail!(
-            "{} (mcp {}) did not finish within {SCRIPT_TIMEOUT:?}\n--- conveyor log ---\n{}",
-            script.display(),
+            "{name} (mcp {}) did not finish within {SCRIPT_TIMEOUT:?}\n--- conveyor log ---\n{}",
             sdk.version,
             conveyor.log_text()
         ),
     };
     ensure!(
         output.status.success(),
-        "{} (mcp {}) failed\n{}\n--- conveyor log ---\n{}",
-        script.display(),
+        "{name} (mcp {}) failed\n{}\n--- conveyor log ---\n{}",
         sdk.version,
         output_text(&output),
         conveyor.log_text()
@@ -78,7 +68,6 @@ async fn the_python_sdk_drives_plan_adr_through_its_seven_phases() -> anyhow::Re
     let redis = RedisServer::start()?;
     let root = format!("repo={}", conveyor_tests::process::workspace_root().display());
     let conveyor = Conveyor::up(&redis.url(), &["--root", &root, "--workers", "2"])?;
-    let script = conveyor_tests::process::workspace_root().join("tests/python").join("plan_adr_client.py");
     // Watches every plan_adr task's progress while the person answers (the script's person takes
     // 0.3 s per question), so that each phase's step is seen.
     let watching = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
@@ -108,14 +97,7 @@ async fn the_python_sdk_drives_plan_adr_through_its_seven_phases() -> anyhow::Re
             Ok(seen)
         })
     };
-    let run = Command::new(&python)
-        .arg(&script)
-        .arg(conveyor.mcp_url())
-        .arg("repo")
-        .env("PYTHONUNBUFFERED", "1")
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .kill_on_drop(true)
-        .output();
+    let run = script(&python, "plan_adr_client.py").arg(conveyor.mcp_url()).arg("repo").output();
     let output =
         tokio::time::timeout(SCRIPT_TIMEOUT, run).await.context("plan_adr_client.py did not finish")??;
     watching.store(false, std::sync::atomic::Ordering::Relaxed);

@@ -9,31 +9,19 @@ use std::time::Duration;
 
 use anyhow::{Context, bail, ensure};
 use conveyor_tests::process::output_text;
-use conveyor_tests::python::{MCP_1, python_with};
+use conveyor_tests::python::{MCP_1, python_with, script};
 use conveyor_tests::{Conveyor, Mcp, RedisServer};
-use tokio::process::Command;
 
 const SCRIPT_TIMEOUT: Duration = Duration::from_secs(120);
 
-async fn python_with_sdk() -> anyhow::Result<std::path::PathBuf> {
-    python_with(&MCP_1).await
-}
-
 #[tokio::test]
 async fn the_python_sdk_runs_tools_and_tasks_on_the_2025_wire() -> anyhow::Result<()> {
-    let python = python_with_sdk().await?;
+    let python = python_with(&MCP_1).await?;
     let redis = RedisServer::start()?;
     let conveyor =
         Conveyor::up(&redis.url(), &["--fixtures", "--task-ttl-ms", "60000", "--task-ttl-max-ms", "600000"])?;
-    let script = conveyor_tests::process::workspace_root().join("tests/python").join("legacy_client.py");
 
-    let run = Command::new(&python)
-        .arg(&script)
-        .arg(conveyor.mcp_url())
-        .env("PYTHONUNBUFFERED", "1")
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .kill_on_drop(true)
-        .output();
+    let run = script(&python, "legacy_client.py").arg(conveyor.mcp_url()).output();
     let output = match tokio::time::timeout(SCRIPT_TIMEOUT, run).await {
         Ok(output) => output.context("cannot run the Python client")?,
         Err(_) => bail!(
@@ -56,7 +44,7 @@ async fn the_python_sdk_runs_tools_and_tasks_on_the_2025_wire() -> anyhow::Resul
 /// session must survive.
 #[tokio::test]
 async fn the_python_sdk_session_survives_a_redis_restart() -> anyhow::Result<()> {
-    let python = python_with_sdk().await?;
+    let python = python_with(&MCP_1).await?;
     let mut redis =
         RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always", "--save", ""])?;
     let conveyor = Conveyor::gateway(&redis.url(), &["--redis-timeout-ms", "1000"])?;
@@ -66,15 +54,7 @@ async fn the_python_sdk_session_survives_a_redis_restart() -> anyhow::Result<()>
     let worker =
         Conveyor::worker(&redis.url(), &["--fixtures", "--redis-timeout-ms", "1000", "--lease-ms", "3000"])?;
     Mcp::new(conveyor.mcp_url()).wait_for_tool("slow_compute", Duration::from_secs(10)).await?;
-    let script = conveyor_tests::process::workspace_root().join("tests/python").join("outage_client.py");
-    let run = Command::new(&python)
-        .arg(&script)
-        .arg(conveyor.mcp_url())
-        .arg("6")
-        .env("PYTHONUNBUFFERED", "1")
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .kill_on_drop(true)
-        .output();
+    let run = script(&python, "outage_client.py").arg(conveyor.mcp_url()).arg("6").output();
     let client = tokio::spawn(async move { tokio::time::timeout(SCRIPT_TIMEOUT, run).await });
     tokio::time::sleep(Duration::from_secs(2)).await;
     redis.kill();

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use conveyor_gateway::auth::token_digest;
+use conveyor_tests::mcp::create_2025;
 use conveyor_tests::process::{peak_rss, scratch_dir};
 use conveyor_tests::{Conveyor, Mcp, RedisServer};
 use futures::StreamExt;
@@ -45,15 +46,6 @@ fn up(redis: &RedisServer, name: &str, principals: &[&str], extra: &[&str]) -> C
 
 fn client(conveyor: &Conveyor, principal: &str) -> Mcp {
     Mcp::new(conveyor.mcp_url()).with_api_key(&token(principal))
-}
-
-/// A task of `tool`; its id.
-async fn task(mcp: &Mcp, tool: &str, arguments: Value) -> String {
-    let reply = mcp
-        .call_2025("tools/call", json!({"name": tool, "arguments": arguments, "task": {"ttl": 600_000}}))
-        .await
-        .expect("tools/call");
-    reply.result()["task"]["taskId"].as_str().unwrap_or_else(|| panic!("no task: {}", reply.raw)).to_owned()
 }
 
 /// The task once it has ended.
@@ -213,13 +205,15 @@ allow = ["alice"]
         assert!(started.elapsed() < Duration::from_secs(20), "{path} blocked the worker");
     }
     let research =
-        task(&alice, "research", json!({"root": "vault", "question": "token", "paths": [".env"]})).await;
+        create_2025(&alice, "research", json!({"root": "vault", "question": "token", "paths": [".env"]}))
+            .await;
     ended(&alice, &research, Duration::from_secs(30)).await;
     let text = outcome_text(&alice, &research).await;
     assert!(text.contains("hidden"), "research refuses a hidden path by name: {text}");
     assert_no_secret("research", &text);
     let failure = "error: deployment failed\n  at .env:1\n  at .git/config:2\n  at private/keys.txt:1\n  at src/app.rs:1";
-    let troubleshoot = task(&alice, "troubleshoot", json!({"root": "vault", "failure": failure})).await;
+    let troubleshoot =
+        create_2025(&alice, "troubleshoot", json!({"root": "vault", "failure": failure})).await;
     ended(&alice, &troubleshoot, Duration::from_secs(60)).await;
     let text = outcome_text(&alice, &troubleshoot).await;
     assert!(text.contains("src/app.rs"), "what may be read is read: {text}");
@@ -277,8 +271,8 @@ async fn amplifying_graphs_end_at_a_named_limit_while_another_principal_keeps_wo
     }
     let (rss_before, (redis_peak_before, redis_before)) = (peak_rss(pid), redis_memory(&redis));
 
-    let amplify = task(&mallory, "run_dag", amplifying_graph(12)).await;
-    let fan_in = task(&mallory, "run_dag", fan_in_graph()).await;
+    let amplify = create_2025(&mallory, "run_dag", amplifying_graph(12)).await;
+    let fan_in = create_2025(&mallory, "run_dag", fan_in_graph()).await;
     // Alice's calls keep completing while mallory's graphs run.
     let mut greeted = 0;
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -354,7 +348,7 @@ async fn upstream_values_must_meet_the_tools_schema_on_the_worker() {
         {"id": "plan", "tool": "plan_fanout", "dependsOn": ["wide"], "retries": 3,
          "arguments": {"width": {"$from": "wide", "pointer": "/structuredContent/width"}}}
     ], "output": "plan"});
-    let id = task(&mallory, "run_dag", graph).await;
+    let id = create_2025(&mallory, "run_dag", graph).await;
     let ended = ended(&mallory, &id, Duration::from_secs(30)).await;
     let text = outcome_text(&mallory, &id).await;
     assert!(text.contains("Invalid arguments for tool `plan_fanout`"), "{ended} {text}");
@@ -449,7 +443,7 @@ async fn a_limit_of_fifty_admits_fifty_over_every_shard_of_a_redis_cluster() {
     exact_live_limit(&conveyor).await;
     // The byte budgets hold on a cluster as on one server: alice's fan-in ends at the limit.
     let alice = client(&conveyor, "alice");
-    let fan_in = task(&alice, "run_dag", fan_in_graph()).await;
+    let fan_in = create_2025(&alice, "run_dag", fan_in_graph()).await;
     ended(&alice, &fan_in, Duration::from_secs(60)).await;
     let text = outcome_text(&alice, &fan_in).await;
     assert!(text.contains("max_node_argument_bytes"), "{}", &text[..text.len().min(2000)]);
@@ -466,7 +460,7 @@ async fn another_principals_call_starts_at_once_while_one_principals_long_graph_
     let nodes: Vec<Value> = (0..200)
         .map(|i| json!({"id": format!("n{i}"), "tool": "slow_compute", "arguments": {"seconds": 30, "label": format!("{i}")}}))
         .collect();
-    let graph = task(&mallory, "run_dag", json!({"nodes": nodes})).await;
+    let graph = create_2025(&mallory, "run_dag", json!({"nodes": nodes})).await;
     let running = |redis: &RedisServer| {
         (0..200)
             .filter(|i| redis.node_field(&graph, &format!("n{i}"), "status").as_deref() == Some("running"))
@@ -771,15 +765,10 @@ async fn the_python_sdk_meets_the_limits_and_its_session_goes_on() {
         &["--root", &root_arg, "--max-live-tasks-per-principal", "5"],
     );
     client(&conveyor, "mallory").wait_for_tool("slow_compute", Duration::from_secs(20)).await.expect("tools");
-    let script = conveyor_tests::process::workspace_root().join("tests/python").join("tenant_client.py");
-    let run = tokio::process::Command::new(&python)
-        .arg(&script)
+    let run = conveyor_tests::python::script(&python, "tenant_client.py")
         .arg(conveyor.mcp_url())
         .arg(token("mallory"))
         .arg("5")
-        .env("PYTHONUNBUFFERED", "1")
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .kill_on_drop(true)
         .output();
     let output = tokio::time::timeout(Duration::from_secs(180), run)
         .await

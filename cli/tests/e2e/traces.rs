@@ -3,10 +3,9 @@
 //! gRPC), one of them killed mid-node.
 
 use std::collections::{HashMap, HashSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use conveyor_tests::mcp::tasks_client_capabilities;
-use conveyor_tests::mcp::wait_for_tools;
+use conveyor_tests::mcp::{create_2026, tasks_client_capabilities, wait_for_tools, wait_status};
 use conveyor_tests::otlp::{OtlpReceiver, ReceivedSpan};
 use conveyor_tests::{Conveyor, Mcp, RedisServer};
 use serde_json::json;
@@ -81,20 +80,7 @@ async fn a_dag_task_is_one_trace_across_a_gateway_and_two_workers_one_of_them_ki
     )
     .expect("worker b");
 
-    let deadline = Instant::now() + Duration::from_secs(40);
-    loop {
-        let got = mcp
-            .call_2026("tasks/get", json!({"taskId": task}), tasks_client_capabilities())
-            .await
-            .expect("get");
-        let status = got.result()["status"].as_str().unwrap_or_default().to_owned();
-        if status == "completed" {
-            break;
-        }
-        assert!(!["failed", "cancelled"].contains(&status.as_str()), "{}", got.raw);
-        assert!(Instant::now() < deadline, "task never completed: {}", got.raw);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_status(&mcp, &task, "completed", &tasks_client_capabilities(), Duration::from_secs(40)).await;
 
     // A request that names its parent in the HTTP header instead.
     let header_trace = "0af7651916cd43dd8448eb211c80319c";
@@ -214,19 +200,6 @@ fn node_spans<'a>(spans: &'a [ReceivedSpan], task: &str) -> HashMap<String, Vec<
     nodes
 }
 
-async fn wait_status(mcp: &Mcp, capabilities: &serde_json::Value, task: &str, status: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let got =
-            mcp.call_2026("tasks/get", json!({"taskId": task}), capabilities.clone()).await.expect("get");
-        if got.result()["status"] == status {
-            return;
-        }
-        assert!(Instant::now() < deadline, "task {task} never became {status}: {}", got.raw);
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[tokio::test]
 async fn a_retry_a_parked_node_resumed_and_a_cancellation_each_show_as_what_they_are() {
     let receiver = OtlpReceiver::start().await.expect("receiver");
@@ -242,16 +215,8 @@ async fn a_retry_a_parked_node_resumed_and_a_cancellation_each_show_as_what_they
     wait_for_tools(&mcp, &["confirm_delete"]).await;
     let mut asking = tasks_client_capabilities();
     asking["elicitation"] = json!({});
-    let create = |name: &'static str, arguments: serde_json::Value| {
-        let (mcp, asking) = (&mcp, asking.clone());
-        async move {
-            let reply = mcp
-                .call_2026("tools/call", json!({"name": name, "arguments": arguments}), asking)
-                .await
-                .expect("call");
-            reply.result()["taskId"].as_str().unwrap_or_else(|| panic!("no task: {}", reply.raw)).to_owned()
-        }
-    };
+    let create =
+        |name: &'static str, arguments: serde_json::Value| create_2026(&mcp, name, arguments, asking.clone());
 
     // A node that fails once and is retried.
     let retried = create(
@@ -259,21 +224,21 @@ async fn a_retry_a_parked_node_resumed_and_a_cancellation_each_show_as_what_they
         json!({"nodes": [{"id": "f", "tool": "flaky", "arguments": {"failures": 1}, "retries": 1, "backoffMs": 50}], "output": "f"}),
     )
     .await;
-    wait_status(&mcp, &asking, &retried, "completed").await;
+    wait_status(&mcp, &retried, "completed", &asking, Duration::from_secs(30)).await;
     // A node that asks, parks, and runs again with the answer.
     let parked = create("confirm_delete", json!({"filename": "a.txt"})).await;
-    wait_status(&mcp, &asking, &parked, "input_required").await;
+    wait_status(&mcp, &parked, "input_required", &asking, Duration::from_secs(30)).await;
     let answer = json!({"confirm": {"action": "accept", "content": {"confirm": true}}});
     mcp.call_2026("tasks/update", json!({"taskId": parked, "inputResponses": answer}), asking.clone())
         .await
         .expect("tasks/update");
-    wait_status(&mcp, &asking, &parked, "completed").await;
+    wait_status(&mcp, &parked, "completed", &asking, Duration::from_secs(30)).await;
     // A running node whose task is cancelled.
     let cancelled = create("slow_compute", json!({"seconds": 30})).await;
-    wait_status(&mcp, &asking, &cancelled, "working").await;
+    wait_status(&mcp, &cancelled, "working", &asking, Duration::from_secs(30)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     mcp.call_2026("tasks/cancel", json!({"taskId": cancelled}), asking.clone()).await.expect("tasks/cancel");
-    wait_status(&mcp, &asking, &cancelled, "cancelled").await;
+    wait_status(&mcp, &cancelled, "cancelled", &asking, Duration::from_secs(30)).await;
 
     let spans = receiver
         .wait_for(20, |spans| {

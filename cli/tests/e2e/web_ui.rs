@@ -156,37 +156,87 @@ fn is_png(path: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_web_view_shows_live_tasks_their_graphs_and_cancels_them() {
-    let chromium = chromium();
-    let node = node();
-    let dir = install();
-    let (redis, conveyor) = up();
-    let alice = Mcp::new(conveyor.mcp_url()).with_api_key(ALICE);
-    let bob = Mcp::new(conveyor.mcp_url()).with_api_key(BOB);
-    let olga = Mcp::new(conveyor.mcp_url()).with_api_key(OPS);
-    alice.wait_for_tool("slow_compute", Duration::from_secs(20)).await.expect("the fixtures are offered");
+    let web = Web::start().await;
+    let tasks = start_the_tasks_the_page_shows(&web).await;
+    let r = the_browser_script_uses_the_page_to_its_end(&web, &tasks).await;
+    the_api_wants_a_token_and_knows_alice_for_no_operator(&r);
+    the_running_task_is_listed_and_its_progress_moves_without_a_reload(&r, &tasks);
+    the_graph_draws_every_node_in_redis_with_its_state_and_edges(&web, &r, &tasks);
+    cancel_on_the_page_ends_the_graph_over_mcp_and_in_redis(&web, &r, &tasks).await;
+    another_principals_task_is_not_found_and_the_operators_api_is_not_hers(&r);
+    the_operator_sees_alices_task_and_the_queues_workers_and_dead_letters(&r, &tasks);
+    every_screenshot_is_kept(&r);
+    let _ = web.olga.call_2025("tasks/cancel", json!({"taskId": tasks.slow})).await;
+}
 
-    // Bob's task, which alice must not see; a node that fails for good, for the dead letters.
-    let bobs = start_task(&bob, "slow_compute", json!({"seconds": 0.2, "label": "bob"})).await;
-    let doomed = start_task(&bob, "protocol_error_job", json!({})).await;
+/// The browser, the script, and `conveyor up` with a client per principal.
+struct Web {
+    chromium: PathBuf,
+    node: PathBuf,
+    /// Where puppeteer-core and the script are installed.
+    dir: PathBuf,
+    alice: Mcp,
+    bob: Mcp,
+    olga: Mcp,
+    conveyor: Conveyor,
+    redis: RedisServer,
+}
+
+impl Web {
+    /// Checks for the browser and Node.js, installs the script, and starts `conveyor up` until it
+    /// offers the fixtures.
+    async fn start() -> Self {
+        let chromium = chromium();
+        let node = node();
+        let dir = install();
+        let (redis, conveyor) = up();
+        let alice = Mcp::new(conveyor.mcp_url()).with_api_key(ALICE);
+        let bob = Mcp::new(conveyor.mcp_url()).with_api_key(BOB);
+        let olga = Mcp::new(conveyor.mcp_url()).with_api_key(OPS);
+        alice.wait_for_tool("slow_compute", Duration::from_secs(20)).await.expect("the fixtures are offered");
+        Self { chromium, node, dir, alice, bob, olga, conveyor, redis }
+    }
+}
+
+/// The tasks the page is shown.
+struct Tasks {
+    /// Bob's, which alice must not see.
+    bobs: String,
+    /// Bob's node that fails for good, for the dead letters.
+    doomed: String,
+    /// Alice's minute of computing.
+    slow: String,
+    /// Alice's fan-out of 19 five-second nodes joined by a 20th.
+    dag: String,
+}
+
+/// Starts bob's tasks (waiting until the doomed one has failed), then alice's.
+async fn start_the_tasks_the_page_shows(web: &Web) -> Tasks {
+    let bob = &web.bob;
+    let bobs = start_task(bob, "slow_compute", json!({"seconds": 0.2, "label": "bob"})).await;
+    let doomed = start_task(bob, "protocol_error_job", json!({})).await;
     let deadline = Instant::now() + Duration::from_secs(20);
-    while status_over_mcp(&bob, &doomed).await != "failed" {
+    while status_over_mcp(bob, &doomed).await != "failed" {
         assert!(Instant::now() < deadline, "protocol_error_job never failed");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // Alice's: a minute of computing, and a fan-out of 19 five-second nodes joined by a 20th.
-    let slow = start_task(&alice, "slow_compute", json!({"seconds": 60, "label": "web view"})).await;
-    let dag = start_task(&alice, "plan_fanout", json!({"width": 19, "seconds": 5})).await;
+    let slow = start_task(&web.alice, "slow_compute", json!({"seconds": 60, "label": "web view"})).await;
+    let dag = start_task(&web.alice, "plan_fanout", json!({"width": 19, "seconds": 5})).await;
+    Tasks { bobs, doomed, slow, dag }
+}
 
+/// The browser script uses the page as a person would and succeeds; returns what it saw.
+async fn the_browser_script_uses_the_page_to_its_end(web: &Web, tasks: &Tasks) -> Value {
     let artifacts = target_dir().join("ui-artifacts");
     let config = json!({
-        "base": conveyor.base,
-        "chromium": chromium,
+        "base": web.conveyor.base,
+        "chromium": web.chromium,
         "artifacts": artifacts,
         "tokens": {"alice": ALICE, "ops": OPS},
-        "tasks": {"slow": slow, "dag": dag, "bobs": bobs},
+        "tasks": {"slow": tasks.slow, "dag": tasks.dag, "bobs": tasks.bobs},
     });
     let started = Instant::now();
-    let node_dir = dir.clone();
+    let (node, node_dir) = (web.node.clone(), web.dir.clone());
     let run = tokio::task::spawn_blocking(move || {
         npm::run_script(&node, &node_dir, &[SCRIPT, &config.to_string()], SCRIPT_TIMEOUT, true)
     })
@@ -198,7 +248,7 @@ async fn the_web_view_shows_live_tasks_their_graphs_and_cancels_them() {
     assert!(
         success && last.get("result").is_some(),
         "the browser script failed\n--- stdout ---\n{out}\n--- stderr ---\n{err}\n--- conveyor log (tail) ---\n{}",
-        conveyor
+        web.conveyor
             .log_text()
             .lines()
             .rev()
@@ -209,9 +259,12 @@ async fn the_web_view_shows_live_tasks_their_graphs_and_cancels_them() {
             .collect::<Vec<_>>()
             .join("\n")
     );
-    let r = &last["result"];
+    last["result"].clone()
+}
 
-    // Without a token the API answers 401 with the same challenge as /mcp.
+/// Without a token the API answers 401 with the same challenge as /mcp; with hers, the page
+/// knows alice, and shows her no operators' tab.
+fn the_api_wants_a_token_and_knows_alice_for_no_operator(r: &Value) {
     assert_eq!(r["unauthenticated"]["status"], 401, "{r}");
     assert!(
         r["unauthenticated"]["challenge"]
@@ -221,13 +274,15 @@ async fn the_web_view_shows_live_tasks_their_graphs_and_cancels_them() {
     );
     assert_eq!(r["principal"], "alice");
     assert_eq!(r["operatorsTabShown"], false, "alice is no operator");
+}
 
-    // The running task is listed, and its progress moved between two readings a second apart,
-    // in the same document.
+/// The running task is listed (bob's is not), and its progress moved between two readings a
+/// second apart, in the same document.
+fn the_running_task_is_listed_and_its_progress_moves_without_a_reload(r: &Value, tasks: &Tasks) {
     let listed: Vec<&str> =
         r["aliceList"].as_array().expect("list").iter().filter_map(|t| t["taskId"].as_str()).collect();
-    assert!(listed.contains(&slow.as_str()) && listed.contains(&dag.as_str()), "{listed:?}");
-    assert!(!listed.contains(&bobs.as_str()), "alice's list holds bob's task: {listed:?}");
+    assert!(listed.contains(&tasks.slow.as_str()) && listed.contains(&tasks.dag.as_str()), "{listed:?}");
+    assert!(!listed.contains(&tasks.bobs.as_str()), "alice's list holds bob's task: {listed:?}");
     let progress = &r["progress"];
     let (first, second) =
         (progress["first"].as_f64().expect("first"), progress["second"].as_f64().expect("second"));
@@ -242,11 +297,13 @@ async fn the_web_view_shows_live_tasks_their_graphs_and_cancels_them() {
     );
     assert_eq!(progress["before"]["loads"], progress["after"]["loads"], "the page reloaded: {progress}");
     assert_eq!(progress["after"]["navigations"], 1, "{progress}");
+}
 
-    // The graph: one box per node in Redis (the 20 planned nodes and the node that planned them),
-    // each with a state; an edge from each part to the join, and from the planner to each part.
+/// The graph: one box per node in Redis (the 20 planned nodes and the node that planned them),
+/// each with a state; an edge from each part to the join, and from the planner to each part.
+fn the_graph_draws_every_node_in_redis_with_its_state_and_edges(web: &Web, r: &Value, tasks: &Tasks) {
     let drawn = r["dag"]["nodes"].as_array().expect("nodes");
-    let stored = nodes_in_redis(&redis, &dag);
+    let stored = nodes_in_redis(&web.redis, &tasks.dag);
     let drawn_ids: Vec<&str> = drawn.iter().filter_map(|n| n["nodeId"].as_str()).collect();
     assert_eq!(drawn.len(), 21, "{drawn_ids:?}");
     assert_eq!(
@@ -279,15 +336,19 @@ async fn the_web_view_shows_live_tasks_their_graphs_and_cancels_them() {
     assert!(edges.iter().filter(|e| e["planned"] == false).all(|e| e["to"] == "join"), "{edges:?}");
     assert_eq!(planned_edges, 19, "the planner leads to each part: {edges:?}");
     assert_eq!(r["dag"]["cancelShown"], true);
+}
 
-    // Cancel from the page: cancelled on the page, over MCP, and in Redis no node is left running.
+/// Cancel from the page: cancelled on the page, over MCP, and in Redis no node is left running;
+/// the cancel is audited, and alice's other task runs on.
+async fn cancel_on_the_page_ends_the_graph_over_mcp_and_in_redis(web: &Web, r: &Value, tasks: &Tasks) {
+    let dag = &tasks.dag;
     assert_eq!(r["cancelled"]["status"], "cancelled", "{}", r["cancelled"]);
     assert_eq!(r["cancelled"]["listStatus"], "cancelled", "the list follows: {}", r["cancelled"]);
     assert_eq!(r["cancelled"]["cancelShown"], false, "a finished task has no Cancel button");
-    assert_eq!(status_over_mcp(&alice, &dag).await, "cancelled");
+    assert_eq!(status_over_mcp(&web.alice, dag).await, "cancelled");
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let nodes = nodes_in_redis(&redis, &dag);
+        let nodes = nodes_in_redis(&web.redis, dag);
         if !nodes.values().any(|s| s == "running" || s == "queued") {
             assert!(nodes.values().any(|s| s == "cancelled"), "{nodes:?}");
             break;
@@ -295,27 +356,30 @@ async fn the_web_view_shows_live_tasks_their_graphs_and_cancels_them() {
         assert!(Instant::now() < deadline, "nodes still run after the cancel: {nodes:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let log = conveyor.log_text();
+    let log = web.conveyor.log_text();
     assert!(
-        log.lines()
-            .any(|l| l.contains("conveyor::audit") && l.contains("task_cancelled") && l.contains(&dag)),
+        log.lines().any(|l| l.contains("conveyor::audit") && l.contains("task_cancelled") && l.contains(dag)),
         "the cancel is in the audit log"
     );
-    assert_eq!(status_over_mcp(&alice, &slow).await, "working", "only the graph was cancelled");
+    assert_eq!(status_over_mcp(&web.alice, &tasks.slow).await, "working", "only the graph was cancelled");
+}
 
-    // Another principal's task is "not found", as an unknown one is; the operators' API is not hers.
+/// Another principal's task is "not found", as an unknown one is; the operators' API is not hers.
+fn another_principals_task_is_not_found_and_the_operators_api_is_not_hers(r: &Value) {
     assert_eq!(r["othersTask"]["shown"], "Not found", "{}", r["othersTask"]);
     assert_eq!(r["othersTask"]["api"], 404);
     assert_eq!(r["othersTask"]["unknownApi"], 404);
     assert_eq!(r["othersTask"]["operatorsApi"], 403);
+}
 
-    // The operator sees alice's running task, and queues, workers and dead letters.
+/// The operator sees alice's running task, and queues, workers and dead letters.
+fn the_operator_sees_alices_task_and_the_queues_workers_and_dead_letters(r: &Value, tasks: &Tasks) {
     let operator = &r["operator"];
     assert_eq!(operator["principal"], "olga");
     assert_eq!(operator["tabShown"], true);
     let theirs: Vec<&str> =
         operator["list"].as_array().expect("list").iter().filter_map(Value::as_str).collect();
-    assert!(theirs.contains(&slow.as_str()), "the operator lists alice's live task: {theirs:?}");
+    assert!(theirs.contains(&tasks.slow.as_str()), "the operator lists alice's live task: {theirs:?}");
     let queues = operator["queues"].as_array().expect("queues");
     assert!(
         queues.iter().any(|q| q["queue"] == "slow_compute" && q["busy"] == true),
@@ -328,15 +392,17 @@ async fn the_web_view_shows_live_tasks_their_graphs_and_cancels_them() {
     );
     let letters = operator["deadLetters"].as_array().expect("dead letters");
     assert!(
-        letters.iter().any(|l| l["taskId"] == doomed.as_str()
+        letters.iter().any(|l| l["taskId"] == tasks.doomed.as_str()
             && l["text"].as_str().is_some_and(|t| t.contains("protocol_error_job"))),
         "{letters:?}"
     );
+}
 
+/// Each of the script's screenshots is a PNG on disk.
+fn every_screenshot_is_kept(r: &Value) {
     for name in ["ui-list", "ui-dag", "ui-cancelled", "ui-operators"] {
         let path = r["screenshots"][name].as_str().unwrap_or_else(|| panic!("no {name} screenshot: {r}"));
         assert!(is_png(path), "{path} is not a screenshot");
         println!("screenshot: {path}");
     }
-    let _ = olga.call_2025("tasks/cancel", json!({"taskId": slow})).await;
 }

@@ -75,6 +75,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use clap::Parser;
 use conveyor_shared::Store;
 use conveyor_shared::call::CallRecord;
 use conveyor_shared::events::{Delivery, EventHub, Waiter};
@@ -82,8 +83,8 @@ use conveyor_shared::model::{TaskEvent, TaskMode, TaskStatus, new_task_id, now_m
 use conveyor_shared::store::{Created, Limits, NewTask};
 use conveyor_tests::bullmq::{self, BullmqFigures, BullmqOptions};
 use conveyor_tests::load::{
-    self, BenchProcess, Latencies, SyncCaller, SyncRequest, process_cpu_seconds, redis_cpu_seconds,
-    redis_cpu_seconds_on,
+    self, BenchProcess, Latencies, SyncCaller, SyncRequest, at_least_one, process_cpu_seconds,
+    redis_cpu_seconds, redis_cpu_seconds_on,
 };
 use conveyor_tests::mcp::tasks_client_capabilities;
 use conveyor_tests::monitor::{Monitor, MonitorCounts};
@@ -93,102 +94,67 @@ use futures::StreamExt;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-const HELP: &str = "\
-bench: Conveyor beside BullMQ 6.7 on one private redis-server (see the header of tests/src/bin/bench.rs)
-
-Usage: cargo run --release -p conveyor-tests --bin bench -- [options]
-
-  --calls N           sync calls over HTTP and queue-core tasks per measured run (20000)
-  --concurrency C     calls in flight over HTTP; BullMQ's worker concurrency (64)
-  --workers N         conveyor worker processes, each --concurrency 64 (1)
-  --in-flight K       queue-core tasks in flight (256)
-  --bullmq-jobs N     BullMQ jobs added then consumed (20000)
-  --fanout F          nodes between root and sink of the run_dag; BullMQ fan-out jobs (10000)
-  --latency-calls L   sequential calls for the round trip (500)
-  --monitor-calls M   calls counted under MONITOR, HTTP and queue core each (2000)
-  --idle-seconds S    window of each idle command-rate measurement (30)
-  --skip-bullmq       leave BullMQ out (no ratios)
-  --skip-http         leave out the gateway and noop worker processes (sync noop, round trip, fan-out)
-  --skip-up           leave out sync greet calls on `conveyor up --workers 2 --fixtures --no-auth`
-  --skip-idle         leave out the idle command rates (of `conveyor up`; of a gateway + 2 workers)
-  --skip-takeover     leave out the takeover delay of a SIGKILLed worker's node
-  -h, --help          this text";
-
 /// Worker concurrency of every Conveyor worker, in a process or in this one.
 const WORKER_CONCURRENCY: usize = 64;
 /// Calls run first and not counted, before a round-trip measurement.
 const ROUND_TRIP_WARMUP: usize = 10;
 
+/// Conveyor beside BullMQ 6.7 on one private redis-server (see the header of
+/// tests/src/bin/bench.rs)
+#[derive(Parser)]
+#[command(
+    name = "bench",
+    override_usage = "cargo run --release -p conveyor-tests --bin bench -- [OPTIONS]",
+    args_override_self = true
+)]
 struct Options {
+    /// Sync calls over HTTP and queue-core tasks per measured run
+    #[arg(long, value_name = "N", default_value_t = 20_000, value_parser = at_least_one::<u64>())]
     calls: u64,
+    /// Calls in flight over HTTP; BullMQ's worker concurrency
+    #[arg(long, value_name = "C", default_value_t = 64, value_parser = at_least_one::<usize>())]
     concurrency: usize,
+    /// Conveyor worker processes, each --concurrency 64
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = at_least_one::<usize>())]
     workers: usize,
+    /// Queue-core tasks in flight
+    #[arg(long, value_name = "K", default_value_t = 256, value_parser = at_least_one::<usize>())]
     in_flight: usize,
+    /// BullMQ jobs added then consumed
+    #[arg(long, value_name = "N", default_value_t = 20_000, value_parser = at_least_one::<u64>())]
     bullmq_jobs: u64,
+    /// Nodes between root and sink of the run_dag; BullMQ fan-out jobs
+    #[arg(long, value_name = "F", default_value_t = 10_000, value_parser = at_least_one::<usize>())]
     fanout: usize,
+    /// Sequential calls for the round trip
+    #[arg(long, value_name = "L", default_value_t = 500, value_parser = at_least_one::<usize>())]
     latency_calls: usize,
+    /// Calls counted under MONITOR, HTTP and queue core each
+    #[arg(long, value_name = "M", default_value_t = 2000, value_parser = at_least_one::<u64>())]
     monitor_calls: u64,
+    /// Window of each idle command-rate measurement, in seconds
+    #[arg(long, value_name = "S", default_value_t = 30, value_parser = at_least_one::<u64>())]
     idle_seconds: u64,
+    /// Leave BullMQ out (no ratios)
+    #[arg(long)]
     skip_bullmq: bool,
+    /// Leave out the gateway and noop worker processes (sync noop, round trip, fan-out)
+    #[arg(long)]
     skip_http: bool,
+    /// Leave out sync greet calls on `conveyor up --workers 2 --fixtures --no-auth`
+    #[arg(long)]
     skip_up: bool,
+    /// Leave out the idle command rates (of `conveyor up`; of a gateway + 2 workers)
+    #[arg(long)]
     skip_idle: bool,
+    /// Leave out the takeover delay of a SIGKILLed worker's node
+    #[arg(long)]
     skip_takeover: bool,
-}
-
-fn parse() -> anyhow::Result<Options> {
-    let mut options = Options {
-        calls: 20_000,
-        concurrency: 64,
-        workers: 1,
-        in_flight: 256,
-        bullmq_jobs: 20_000,
-        fanout: 10_000,
-        latency_calls: 500,
-        monitor_calls: 2000,
-        idle_seconds: 30,
-        skip_bullmq: false,
-        skip_http: false,
-        skip_up: false,
-        skip_idle: false,
-        skip_takeover: false,
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        let mut value = || -> anyhow::Result<u64> {
-            let text = args.next().with_context(|| format!("{arg} needs a value"))?;
-            let n: u64 = text.parse().with_context(|| format!("{arg} takes a number, not {text:?}"))?;
-            anyhow::ensure!(n > 0, "{arg} must be at least 1");
-            Ok(n)
-        };
-        match arg.as_str() {
-            "--calls" => options.calls = value()?,
-            "--concurrency" => options.concurrency = value()? as usize,
-            "--workers" => options.workers = value()? as usize,
-            "--in-flight" => options.in_flight = value()? as usize,
-            "--bullmq-jobs" => options.bullmq_jobs = value()?,
-            "--fanout" => options.fanout = value()? as usize,
-            "--latency-calls" => options.latency_calls = value()? as usize,
-            "--monitor-calls" => options.monitor_calls = value()?,
-            "--idle-seconds" => options.idle_seconds = value()?,
-            "--skip-bullmq" => options.skip_bullmq = true,
-            "--skip-http" => options.skip_http = true,
-            "--skip-up" => options.skip_up = true,
-            "--skip-idle" => options.skip_idle = true,
-            "--skip-takeover" => options.skip_takeover = true,
-            "-h" | "--help" => {
-                println!("{HELP}");
-                std::process::exit(0);
-            }
-            other => bail!("unknown argument {other}; see --help"),
-        }
-    }
-    Ok(options)
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let options = parse()?;
+    let options = Options::parse();
     if !cfg!(debug_assertions) {
         // A release benchmark measures the release build of conveyor too.
         conveyor_tests::process::prefer_release_binary();
@@ -1730,5 +1696,87 @@ fn print_ratios(figures: &Figures, options: &Options) {
             target,
             met
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    use super::Options;
+
+    fn parse(args: &[&str]) -> Result<Options, clap::Error> {
+        Options::try_parse_from(std::iter::once("bench").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn the_options_are_well_formed() {
+        Options::command().debug_assert();
+    }
+
+    #[test]
+    fn the_documented_invocations_parse() {
+        let o = parse(&[]).expect("no options");
+        assert_eq!(
+            (o.calls, o.concurrency, o.workers, o.in_flight, o.bullmq_jobs, o.fanout),
+            (20_000, 64, 1, 256, 20_000, 10_000)
+        );
+        assert_eq!((o.latency_calls, o.monitor_calls, o.idle_seconds), (500, 2000, 30));
+        assert!(!(o.skip_bullmq || o.skip_http || o.skip_up || o.skip_idle || o.skip_takeover));
+
+        let o = parse(&[
+            "--calls",
+            "20000",
+            "--bullmq-jobs",
+            "20000",
+            "--fanout",
+            "10000",
+            "--latency-calls",
+            "200",
+            "--monitor-calls",
+            "1000",
+            "--idle-seconds",
+            "10",
+        ])
+        .expect("the README's run");
+        assert_eq!(
+            (o.calls, o.bullmq_jobs, o.fanout, o.latency_calls, o.monitor_calls, o.idle_seconds),
+            (20_000, 20_000, 10_000, 200, 1000, 10)
+        );
+
+        let o =
+            parse(&["--skip-bullmq", "--workers", "2", "--calls", "10000"]).expect("docs/deploy.md's run");
+        assert!(o.skip_bullmq && !o.skip_http);
+        assert_eq!((o.workers, o.calls), (2, 10_000));
+
+        let o = parse(&["--skip-http", "--skip-up", "--skip-idle", "--skip-takeover", "--in-flight", "8"])
+            .expect("every skip");
+        assert!(o.skip_http && o.skip_up && o.skip_idle && o.skip_takeover && !o.skip_bullmq);
+        assert_eq!((o.in_flight, o.concurrency), (8, 64));
+
+        let o = parse(&["--calls", "5", "--calls", "7"]).expect("a flag given twice");
+        assert_eq!(o.calls, 7, "the last one counts");
+    }
+
+    #[test]
+    fn a_count_below_one_a_word_and_an_unknown_flag_are_refused() {
+        for flag in [
+            "--calls",
+            "--concurrency",
+            "--workers",
+            "--in-flight",
+            "--bullmq-jobs",
+            "--fanout",
+            "--latency-calls",
+            "--monitor-calls",
+            "--idle-seconds",
+        ] {
+            assert!(parse(&[flag, "0"]).is_err(), "{flag} 0");
+            assert!(parse(&[flag, "many"]).is_err(), "{flag} many");
+            assert!(parse(&[flag]).is_err(), "{flag} without a value");
+            assert!(parse(&[flag, "1"]).is_ok(), "{flag} 1");
+        }
+        assert!(parse(&["--cals", "10"]).is_err());
+        assert!(parse(&["10"]).is_err());
     }
 }

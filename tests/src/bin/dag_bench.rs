@@ -9,35 +9,37 @@
 
 use std::time::{Duration, Instant};
 
+use clap::{ArgAction, Parser};
 use conveyor_tests::mcp::tasks_client_capabilities;
 use conveyor_tests::{Conveyor, Mcp, RedisServer};
 use serde_json::json;
 
+/// Scheduling overhead of DAG tasks: no-op nodes per second through a fan-out of one `run_dag`
+/// task, and Redis commands per node (see the header of tests/src/bin/dag_bench.rs)
+#[derive(Parser)]
+#[command(
+    name = "dag-bench",
+    override_usage = "cargo run --release -p conveyor-tests --bin dag-bench -- [OPTIONS]",
+    args_override_self = true
+)]
+struct Options {
+    /// No-op nodes between the root and the sink
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    nodes: usize,
+    /// Worker process counts, comma-separated: one fresh redis-server, gateway and workers each
+    #[arg(
+        long = "workers",
+        value_name = "N,N,...",
+        value_delimiter = ',',
+        default_value = "1,2",
+        action = ArgAction::Set
+    )]
+    worker_counts: Vec<usize>,
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let mut nodes = 10_000usize;
-    let mut worker_counts = vec![1usize, 2];
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--nodes" => {
-                nodes = args.next().ok_or_else(|| anyhow::anyhow!("--nodes needs a value"))?.parse()?
-            }
-            "--workers" => {
-                worker_counts = args
-                    .next()
-                    .ok_or_else(|| anyhow::anyhow!("--workers needs a value"))?
-                    .split(',')
-                    .map(str::parse)
-                    .collect::<Result<_, _>>()?
-            }
-            "-h" | "--help" => {
-                println!("dag-bench [--nodes N (10000)] [--workers 1,2]");
-                return Ok(());
-            }
-            other => anyhow::bail!("unknown argument {other}; see --help"),
-        }
-    }
+    let Options { nodes, worker_counts } = Options::parse();
     if !cfg!(debug_assertions) {
         conveyor_tests::process::prefer_release_binary();
     }
@@ -102,4 +104,37 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    use super::Options;
+
+    fn parse(args: &[&str]) -> Result<Options, clap::Error> {
+        Options::try_parse_from(std::iter::once("dag-bench").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn the_options_are_well_formed() {
+        Options::command().debug_assert();
+    }
+
+    #[test]
+    fn the_worker_counts_are_a_comma_list() {
+        let o = parse(&[]).expect("no options");
+        assert_eq!((o.nodes, o.worker_counts), (10_000, vec![1, 2]));
+        let o = parse(&["--nodes", "10000", "--workers", "1,2,4"]).expect("docs/deploy.md's run");
+        assert_eq!((o.nodes, o.worker_counts), (10_000, vec![1, 2, 4]));
+        let o = parse(&["--workers", "3"]).expect("one count");
+        assert_eq!(o.worker_counts, vec![3]);
+        let o = parse(&["--workers", "1,2", "--workers", "4"]).expect("a flag given twice");
+        assert_eq!(o.worker_counts, vec![4], "the last one counts");
+        for bad in ["", "1,,2", "1, 2", "x"] {
+            assert!(parse(&["--workers", bad]).is_err(), "--workers {bad:?}");
+        }
+        assert!(parse(&["--nodes", "many"]).is_err());
+        assert!(parse(&["--node", "5"]).is_err());
+    }
 }

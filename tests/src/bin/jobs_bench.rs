@@ -8,31 +8,40 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, ensure};
+use anyhow::ensure;
+use clap::Parser;
 use conveyor_tests::process::{prefer_release_binary, scratch_dir};
 use conveyor_tests::trees::{PLANTED_PHRASE, generate_adrs, generate_tree};
 use conveyor_tests::{Conveyor, Mcp, RedisServer};
 use serde_json::{Value, json};
 
+/// The heavy tools, measured: `research` over a generated tree of files and `validate_adrs` over
+/// generated ADRs, each with one and with two worker processes (see the header of
+/// tests/src/bin/jobs_bench.rs)
+#[derive(Parser)]
+#[command(
+    name = "jobs-bench",
+    override_usage = "cargo run --release -p conveyor-tests --bin jobs-bench -- [OPTIONS]",
+    args_override_self = true
+)]
 struct Options {
+    /// Files in the generated tree that `research` reads
+    #[arg(long, value_name = "N", default_value_t = 50_000)]
     files: usize,
+    /// Generated ADRs that `validate_adrs` reads
+    #[arg(long, value_name = "N", default_value_t = 1_000)]
     adrs: usize,
+    /// Timed calls per measurement after the warm-up call, of which the median is printed (0
+    /// runs 1)
+    #[arg(long, value_name = "N", default_value_t = 3)]
     runs: usize,
 }
 
-fn options() -> anyhow::Result<Options> {
-    let mut options = Options { files: 50_000, adrs: 1_000, runs: 3 };
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    for pair in args.chunks(2) {
-        let value = || pair.get(1).context("a flag needs a value")?.parse::<usize>().context("a number");
-        match pair[0].as_str() {
-            "--files" => options.files = value()?,
-            "--adrs" => options.adrs = value()?,
-            "--runs" => options.runs = value()?.max(1),
-            other => anyhow::bail!("unknown flag {other}; flags: --files N --adrs N --runs N"),
-        }
-    }
-    Ok(options)
+fn options() -> Options {
+    let mut options = Options::parse();
+    // A median needs at least one timed call.
+    options.runs = options.runs.max(1);
+    options
 }
 
 /// Peak resident memory of a process, in MiB, from `/proc/PID/status` (`VmHWM`).
@@ -92,7 +101,7 @@ async fn measure(
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     prefer_release_binary();
-    let options = options()?;
+    let options = options();
     let redis = RedisServer::start()?;
     let base = scratch_dir("jobs-bench");
 

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use conveyor_tests::{Conveyor, Mcp, RedisServer};
 use futures::StreamExt;
 use serde_json::json;
@@ -67,27 +68,26 @@ async fn one_task(mcp: &Mcp) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Soak: many no-op tasks through the gateway, to show that nothing grows without bound (see the
+/// header of tests/src/bin/soak.rs)
+#[derive(Parser)]
+#[command(
+    name = "soak",
+    override_usage = "cargo run --release -p conveyor-tests --bin soak -- [OPTIONS]",
+    args_override_self = true
+)]
+struct Options {
+    /// No-op tasks run
+    #[arg(long, value_name = "N", default_value_t = 100_000)]
+    tasks: usize,
+    /// Tasks in flight
+    #[arg(long, value_name = "C", default_value_t = 64)]
+    concurrency: usize,
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let mut tasks = 100_000usize;
-    let mut concurrency = 64usize;
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--tasks" => {
-                tasks = args.next().ok_or_else(|| anyhow::anyhow!("--tasks needs a value"))?.parse()?
-            }
-            "--concurrency" => {
-                concurrency =
-                    args.next().ok_or_else(|| anyhow::anyhow!("--concurrency needs a value"))?.parse()?
-            }
-            "-h" | "--help" => {
-                println!("soak [--tasks N (100000)] [--concurrency C (64)]");
-                return Ok(());
-            }
-            other => anyhow::bail!("unknown argument {other}; see --help"),
-        }
-    }
+    let Options { tasks, concurrency } = Options::parse();
     if !cfg!(debug_assertions) {
         conveyor_tests::process::prefer_release_binary();
     }

@@ -33,23 +33,13 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
+use clap::Parser;
 use conveyor_tests::load::{
-    self, BenchProcess, Latencies, SyncCaller, process_cpu_seconds, redis_cpu_seconds,
+    self, BenchProcess, Latencies, SyncCaller, at_least_one, process_cpu_seconds, redis_cpu_seconds,
 };
 use conveyor_tests::otlp::OtlpReceiver;
 use conveyor_tests::{Mcp, RedisServer};
-
-const HELP: &str = "\
-trace-bench: sync tools/call throughput with traces exported over OTLP versus off, in one run
-(see the header of tests/src/bin/trace_bench.rs)
-
-Usage: cargo run --release -p conveyor-tests --bin trace-bench -- [options]
-
-  --calls N       measured sync calls per round of each mode (3000)
-  --in-flight C   calls in flight (32)
-  --rounds R      rounds, each running every mode once: off, gRPC, HTTP/protobuf (3)
-  -h, --help      this text";
 
 /// Worker concurrency of the worker process, as in `bench`.
 const WORKER_CONCURRENCY: &str = "64";
@@ -57,34 +47,24 @@ const WORKER_CONCURRENCY: &str = "64";
 /// longest a finished span waits before it is exported.
 const QUIET: Duration = Duration::from_secs(6);
 
+/// Sync tools/call throughput with traces exported over OTLP versus off, in one run (see the
+/// header of tests/src/bin/trace_bench.rs)
+#[derive(Parser)]
+#[command(
+    name = "trace-bench",
+    override_usage = "cargo run --release -p conveyor-tests --bin trace-bench -- [OPTIONS]",
+    args_override_self = true
+)]
 struct Options {
+    /// Measured sync calls per round of each mode
+    #[arg(long, value_name = "N", default_value_t = 3000, value_parser = at_least_one::<u64>())]
     calls: u64,
+    /// Calls in flight
+    #[arg(long, value_name = "C", default_value_t = 32, value_parser = at_least_one::<usize>())]
     in_flight: usize,
+    /// Rounds, each running every mode once: off, gRPC, HTTP/protobuf
+    #[arg(long, value_name = "R", default_value_t = 3, value_parser = at_least_one::<usize>())]
     rounds: usize,
-}
-
-fn parse() -> anyhow::Result<Options> {
-    let mut options = Options { calls: 3000, in_flight: 32, rounds: 3 };
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        let mut value = || -> anyhow::Result<u64> {
-            let text = args.next().with_context(|| format!("{arg} needs a value"))?;
-            let n: u64 = text.parse().with_context(|| format!("{arg} takes a number, not {text:?}"))?;
-            anyhow::ensure!(n > 0, "{arg} must be at least 1");
-            Ok(n)
-        };
-        match arg.as_str() {
-            "--calls" => options.calls = value()?,
-            "--in-flight" => options.in_flight = value()? as usize,
-            "--rounds" => options.rounds = value()? as usize,
-            "-h" | "--help" => {
-                println!("{HELP}");
-                std::process::exit(0);
-            }
-            other => bail!("unknown argument {other}; see --help"),
-        }
-    }
-    Ok(options)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,7 +125,7 @@ impl Round {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let options = parse()?;
+    let options = Options::parse();
     if !cfg!(debug_assertions) {
         // A release benchmark measures the release build of conveyor too.
         conveyor_tests::process::prefer_release_binary();

@@ -21,20 +21,11 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
+use clap::Parser;
+use conveyor_tests::load::at_least_one;
 use conveyor_tests::process::commands_per;
 use conveyor_tests::{Conveyor, Mcp, RedisServer};
 use serde_json::{Value, json};
-
-const HELP: &str = "\
-view-bench: Redis commands per read of the task resources and per tick of the web view's stream
-(see the header of tests/src/bin/view_bench.rs)
-
-Usage: cargo run --release -p conveyor-tests --bin view-bench -- [options]
-
-  --reads N   reads of each resource (200)
-  --tasks T   finished tasks in the list (100)
-  --width W   parallel nodes of the graph read (18: a graph of 20 nodes)
-  -h, --help  this text";
 
 /// How long the web view's stream is held open.
 const STREAM_FOR: Duration = Duration::from_secs(10);
@@ -43,39 +34,29 @@ const QUIET_AT_LEAST: Duration = Duration::from_secs(15);
 /// The web view's stream interval (`gateway/src/ui/stream.rs`).
 const STREAM_TICK: Duration = Duration::from_millis(500);
 
+/// Redis commands per read of the task resources and per tick of the web view's stream (see the
+/// header of tests/src/bin/view_bench.rs)
+#[derive(Parser)]
+#[command(
+    name = "view-bench",
+    override_usage = "cargo run --release -p conveyor-tests --bin view-bench -- [OPTIONS]",
+    args_override_self = true
+)]
 struct Options {
+    /// Reads of each resource
+    #[arg(long, value_name = "N", default_value_t = 200, value_parser = at_least_one::<u64>())]
     reads: u64,
+    /// Finished tasks in the list
+    #[arg(long, value_name = "T", default_value_t = 100, value_parser = at_least_one::<u64>())]
     tasks: u64,
+    /// Parallel nodes of the graph read (18: a graph of 20 nodes)
+    #[arg(long, value_name = "W", default_value_t = 18, value_parser = at_least_one::<u64>())]
     width: u64,
-}
-
-fn parse() -> anyhow::Result<Options> {
-    let mut options = Options { reads: 200, tasks: 100, width: 18 };
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        let mut value = || -> anyhow::Result<u64> {
-            let text = args.next().with_context(|| format!("{arg} needs a value"))?;
-            let n: u64 = text.parse().with_context(|| format!("{arg} takes a number, not {text:?}"))?;
-            ensure!(n > 0, "{arg} must be at least 1");
-            Ok(n)
-        };
-        match arg.as_str() {
-            "--reads" => options.reads = value()?,
-            "--tasks" => options.tasks = value()?,
-            "--width" => options.width = value()?,
-            "-h" | "--help" => {
-                println!("{HELP}");
-                std::process::exit(0);
-            }
-            other => bail!("unknown argument {other}; see --help"),
-        }
-    }
-    Ok(options)
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let options = parse()?;
+    let options = Options::parse();
     if !cfg!(debug_assertions) {
         // A release benchmark measures the release build of conveyor too.
         conveyor_tests::process::prefer_release_binary();
