@@ -1,5 +1,6 @@
 //! The crates' module graphs have no circles: within `shared`, `gateway`, `worker`, `tools` and `client`,
-//! no two top-level modules reach each other through `crate::` paths. A module that needs another's
+//! no two top-level modules reach each other through `crate::` paths (or the `super::` paths that
+//! mean the same from a module's own files). A module that needs another's
 //! item takes it from below; what two modules share goes into a third that both import.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -8,7 +9,8 @@ use std::path::Path;
 use conveyor_tests::process::workspace_root;
 
 /// Each top-level module of the crate in `src`, and the top-level modules it names as `crate::x`
-/// (in paths and in `use crate::{x, y::z}` groups).
+/// (in paths and in `use crate::{x, y::z}` groups), or as `super::x` from a file where `super` is
+/// the crate (`super::super::x` one level down, and so on).
 fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut stack = vec![src.to_path_buf()];
@@ -29,8 +31,14 @@ fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
                 continue;
             }
             let text = std::fs::read_to_string(&path).expect("a source file");
+            // How many `super`s lead from this file's module to the crate: `x.rs` and `x/mod.rs`
+            // are one level down, `x/y.rs` two.
+            let levels = relative.components().count() - usize::from(relative.ends_with("mod.rs"));
+            let to_crate = "super::".repeat(levels);
             let targets = graph.entry(module.clone()).or_default();
-            for name in crate_references(&text) {
+            for name in
+                crate_references(&text, "crate::").into_iter().chain(crate_references(&text, &to_crate))
+            {
                 if name != module {
                     targets.insert(name);
                 }
@@ -40,13 +48,17 @@ fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
     graph
 }
 
-/// The first segments after `crate::`, and the names in `use crate::{...}` groups.
-fn crate_references(text: &str) -> Vec<String> {
+/// The first segments after `prefix` (`crate::`, or the `super::` chain that means the crate),
+/// and the names in `use crate::{...}` groups. A prefix inside a longer `super::` chain is not one.
+fn crate_references(text: &str, prefix: &str) -> Vec<String> {
     let ident =
         |s: &str| -> String { s.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect() };
     let mut names = Vec::new();
-    for (at, _) in text.match_indices("crate::") {
-        let rest = &text[at + "crate::".len()..];
+    for (at, _) in text.match_indices(prefix) {
+        if text[..at].ends_with("::") || text[at + prefix.len()..].starts_with("super::") {
+            continue;
+        }
+        let rest = &text[at + prefix.len()..];
         if let Some(group) = rest.strip_prefix('{') {
             let group = &group[..group.find('}').unwrap_or(group.len())];
             names.extend(group.split(',').map(|part| ident(part.trim())));
@@ -133,7 +145,10 @@ fn the_circle_finder_finds_a_circle() {
             .collect();
     assert_eq!(circles(&graph), vec![vec!["a".to_owned(), "b".to_owned(), "c".to_owned()]]);
     assert_eq!(
-        crate_references("use crate::{keys::Shard, model};\nlet x = crate::store::Store::new();"),
+        crate_references("use crate::{keys::Shard, model};\nlet x = crate::store::Store::new();", "crate::"),
         vec!["keys", "model", "store"]
     );
+    let nested = "use super::super::{roots, plan};\nuse super::parse;\nlet r = super::super::super::x::y();";
+    assert_eq!(crate_references(nested, "super::super::"), vec!["roots", "plan"]);
+    assert_eq!(crate_references("use super::readiness::Severity;", "super::"), vec!["readiness"]);
 }

@@ -11,6 +11,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::reports::{TestOutcome, TestResult};
+/// Named in the tools file, so defined with it; a run record keeps it.
+pub use crate::operator_config::Severity;
 
 /// How one check of a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -33,17 +35,6 @@ impl CheckStatus {
     pub fn is_failure(self) -> bool {
         matches!(self, Self::Failed | Self::Timeout | Self::Error)
     }
-}
-
-/// How much a check's result matters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Severity {
-    /// The project is not ready unless it passes.
-    #[default]
-    Critical,
-    /// Reported, never blocking.
-    Warning,
 }
 
 /// One check of a run.

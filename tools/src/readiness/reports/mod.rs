@@ -10,6 +10,8 @@ mod cargo;
 mod junit;
 mod pytest;
 
+/// Named in the tools file, so defined with it.
+pub use crate::operator_config::ReportFormat;
 pub use cargo::parse_cargo_test;
 pub use junit::parse_junit;
 pub use pytest::parse_pytest;
@@ -42,18 +44,6 @@ pub struct TestResult {
     /// Why it failed or was skipped, capped at [`MESSAGE_CAP`] characters; `None` for a pass.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
-}
-
-/// The kinds of report a readiness check can name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ReportFormat {
-    /// A JUnit XML file the command writes.
-    Junit,
-    /// `cargo test`'s output.
-    Cargo,
-    /// pytest's output with `-v` (and `-rA` for every test's line in the short summary).
-    Pytest,
 }
 
 /// A report that could not be read.
