@@ -9,8 +9,9 @@ async fn bad_requests_get_clear_errors_and_write_nothing() {
     let redis = RedisServer::start().expect("redis");
     let conveyor = Conveyor::up(&redis.url(), &["--fixtures", "--max-body-bytes", "4096"]).expect("conveyor");
     let mcp = Mcp::new(conveyor.mcp_url());
-    // Let the worker publish its tools.
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    mcp.wait_for_tool("greet", std::time::Duration::from_secs(20))
+        .await
+        .expect("the worker publishes its tools");
 
     let reply = mcp.post_raw(&[], "{not json").await.expect("reply");
     assert_eq!(reply.status, 400);

@@ -253,8 +253,10 @@ async fn a_task_settles_once_and_expires_after_its_ttl() {
         CancelOutcome::AlreadyTerminal("completed".into())
     );
 
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    assert!(h.store.get_task(&id).await.expect("get").is_none(), "the task expired after its TTL");
+    conveyor_tests::eventually(Duration::from_secs(5), "the task to expire after its TTL", async || {
+        h.store.get_task(&id).await.expect("get").is_none().then_some(())
+    })
+    .await;
     assert!(h.store.get_nodes(&id).await.expect("nodes").is_empty(), "its nodes expired with it");
 }
 
