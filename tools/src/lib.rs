@@ -13,12 +13,15 @@
 //! - [`adrs`]: reading ADRs in the formats found in the wild and the rules `validate_adrs` applies.
 //! - [`readiness`]: `deployment_readiness`: operators' checks, test reports, run history.
 //! - [`troubleshoot`]: from a failure to related code, ADRs and failing tests, and a test plan.
+//! - [`bootstrap`]: `adr_bootstrap_validation` (deployment scripts from ADRs) and
+//!   `bootstrap_validation_loop` (run them where the operator allows, learn, propose ADR updates).
 //! - [`configured`]: the operator's own tools, declared in the tools file ([`operator_config`]).
 //! - [`process`]: child processes for operators' commands (no shell, allowlisted environment,
 //!   capped output, the process group killed on timeout or cancellation).
 
 pub mod adr_templates;
 pub mod adrs;
+pub mod bootstrap;
 pub mod configured;
 pub mod operator_config;
 pub mod plan_adr;
@@ -53,6 +56,7 @@ pub fn register(registry: &mut ToolRegistry, settings: &Settings) {
     }
     plan_adr::register(registry, &settings.roots);
     readiness::tool::register(registry, &settings.roots, &settings.operator);
+    bootstrap::register(registry, &settings.roots, &settings.operator);
     configured::register(registry, &settings.roots, &settings.operator);
 }
 

@@ -1,6 +1,8 @@
 //! The operator's tools file: one TOML file that declares tools run as child processes (each an
-//! MCP tool whose arguments fill an argv template) and readiness profiles (named lists of checks,
-//! each a command run in a root whose exit status, and optionally test report, is recorded).
+//! MCP tool whose arguments fill an argv template), readiness profiles (named lists of checks,
+//! each a command run in a root whose exit status, and optionally test report, is recorded), and
+//! bootstrap profiles (where `bootstrap_validation_loop` may run what a root's ADRs say, and
+//! whether it may write the ADRs back).
 //!
 //! Everything is checked when the file is read, so that a typo fails the worker's start with a
 //! message naming the tool, profile or check and the field, rather than failing a call later.
@@ -18,6 +20,7 @@
 //!   the messages that name what is wrong.
 //! - `argv`: `{name}` placeholders in a tool's argv, read when the file is checked and filled
 //!   for each call.
+//! - `bootstrap`: the checks of a `[bootstrap.NAME]` profile.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -26,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 mod argv;
+mod bootstrap;
 mod raw;
 mod validate;
 
@@ -170,12 +174,41 @@ pub struct ConfiguredCheck {
     pub max_output_bytes: u64,
 }
 
+/// Where a bootstrap profile runs a root's scripts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Workspace {
+    /// A fresh copy of the root per iteration, under this directory; the root is never touched.
+    Scratch(std::path::PathBuf),
+    /// The root itself: what the scripts create stays.
+    Root,
+}
+
+/// A bootstrap profile: the root whose ADRs `bootstrap_validation_loop` may turn into scripts
+/// and run, where they run, and whether the ADRs may be written back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BootstrapProfile {
+    pub name: String,
+    pub description: Option<String>,
+    pub root: String,
+    pub workspace: Workspace,
+    /// The longest a bootstrap script or one check may run.
+    pub timeout_s: u64,
+    pub env: Vec<String>,
+    /// Whether approved ADR updates may be written into the root.
+    pub writable: bool,
+    /// Executions kept.
+    pub history: usize,
+    pub max_output_bytes: u64,
+}
+
 /// What the tools file declares.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct OperatorConfig {
     pub tools: Vec<ConfiguredTool>,
     /// By profile name.
     pub profiles: BTreeMap<String, Profile>,
+    /// Bootstrap profiles, by name.
+    pub bootstrap: BTreeMap<String, BootstrapProfile>,
 }
 
 /// A tools file that cannot be used. Each message starts with the file it came from.

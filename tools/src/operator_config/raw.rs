@@ -14,6 +14,24 @@ pub(super) struct RawFile {
     pub(super) tool: Vec<RawTool>,
     #[serde(default)]
     pub(super) readiness: BTreeMap<String, RawProfile>,
+    #[serde(default)]
+    pub(super) bootstrap: BTreeMap<String, RawBootstrap>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawBootstrap {
+    pub(super) description: Option<String>,
+    pub(super) root: Option<String>,
+    pub(super) workspace: Option<String>,
+    pub(super) scratch_dir: Option<String>,
+    pub(super) timeout_s: Option<u64>,
+    #[serde(default)]
+    pub(super) env: Vec<String>,
+    #[serde(default)]
+    pub(super) writable: bool,
+    pub(super) history: Option<u64>,
+    pub(super) max_output_bytes: Option<u64>,
 }
 
 #[derive(Deserialize)]

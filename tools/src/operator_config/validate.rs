@@ -40,7 +40,12 @@ pub(super) fn check_file(raw: RawFile) -> Result<OperatorConfig, Problem> {
         let profile = check_profile(name, raw_profile)?;
         profiles.insert(profile.name.clone(), profile);
     }
-    Ok(OperatorConfig { tools, profiles })
+    let mut bootstrap = BTreeMap::new();
+    for (name, raw_profile) in raw.bootstrap {
+        let profile = super::bootstrap::check_bootstrap(name, raw_profile)?;
+        bootstrap.insert(profile.name.clone(), profile);
+    }
+    Ok(OperatorConfig { tools, profiles, bootstrap })
 }
 
 /// One refused value: what it belongs to, the field, and what is wrong with it.
@@ -51,7 +56,11 @@ pub(super) struct Problem {
 }
 
 impl Problem {
-    fn new(subject: impl Into<String>, field: impl Into<String>, problem: impl Into<String>) -> Self {
+    pub(super) fn new(
+        subject: impl Into<String>,
+        field: impl Into<String>,
+        problem: impl Into<String>,
+    ) -> Self {
         Self { subject: subject.into(), field: field.into(), problem: problem.into() }
     }
 }
@@ -69,7 +78,7 @@ fn subject_check(profile: &str, name: &str, index: usize) -> String {
 }
 
 /// Tool, profile, root and queue names: what MCP clients accept in a tool name.
-fn name_problem(name: &str) -> Option<String> {
+pub(super) fn name_problem(name: &str) -> Option<String> {
     let ok = !name.is_empty()
         && name.chars().count() <= MAX_NAME_CHARS
         && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
@@ -336,7 +345,7 @@ fn check_argv(argv: &[String]) -> Result<(), String> {
 }
 
 /// A path inside a root: relative, and never climbing out of it.
-fn check_relative_path(path: &str) -> Result<(), String> {
+pub(super) fn check_relative_path(path: &str) -> Result<(), String> {
     if path.is_empty() {
         return Err("is empty; use \".\" for the root itself".into());
     }
@@ -354,7 +363,7 @@ fn check_relative_path(path: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn check_timeout(value: Option<u64>, default: u64) -> Result<u64, String> {
+pub(super) fn check_timeout(value: Option<u64>, default: u64) -> Result<u64, String> {
     match value {
         None => Ok(default),
         Some(s) if (1..=MAX_TIMEOUT_S).contains(&s) => Ok(s),
@@ -362,7 +371,7 @@ fn check_timeout(value: Option<u64>, default: u64) -> Result<u64, String> {
     }
 }
 
-fn check_output_bytes(value: Option<u64>, default: u64) -> Result<u64, String> {
+pub(super) fn check_output_bytes(value: Option<u64>, default: u64) -> Result<u64, String> {
     match value {
         None => Ok(default),
         Some(n) if (1..=MAX_OUTPUT_BYTES).contains(&n) => Ok(n),
@@ -370,7 +379,7 @@ fn check_output_bytes(value: Option<u64>, default: u64) -> Result<u64, String> {
     }
 }
 
-fn check_env(names: &[String]) -> Result<(), String> {
+pub(super) fn check_env(names: &[String]) -> Result<(), String> {
     let mut seen = BTreeSet::new();
     for name in names {
         let mut chars = name.chars();

@@ -1,0 +1,279 @@
+//! The nodes of one iteration that write, ask and run: `generate-k`, `approve-k`, `run-k` and
+//! `check-k-i`.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::Duration;
+
+use conveyor_shared::input::{self, InputRequired};
+use conveyor_shared::model::{ToolOutcome, result};
+use serde_json::{Value, json};
+
+use super::super::generate::{Inputs, scripts_result};
+use super::super::missing::{MissingFile, missing_files};
+use super::super::scripts::{Plan, Planned, last_step};
+use super::super::secrets::mask;
+use super::super::workspace::Place;
+use super::{Context, TOOL};
+use crate::cancelled;
+use crate::operator_config::{BootstrapProfile, Workspace};
+use crate::process::{self, Ending, Finished};
+
+/// Output kept in a node's result, per stream.
+const SHOWN_OUTPUT_BYTES: usize = 4 * 1024;
+/// Steps and checks listed in the approval question, each.
+const LISTED: usize = 15;
+
+/// A node that has nothing to do: a round after the loop ended, or one the person did not approve.
+fn skipped(iteration: u64, why: &str) -> ToolOutcome {
+    ToolOutcome::Result(result::structured(
+        format!("iteration {iteration}: skipped ({why})"),
+        json!({"skipped": true, "iteration": iteration, "why": why}),
+    ))
+}
+
+/// The files earlier executions of the profile learned a fix for: create them from their
+/// templates.
+async fn known_fixes(cx: &Context, profile: &BootstrapProfile) -> BTreeSet<String> {
+    let runs = cx.ctx.runs(TOOL, &profile.name, profile.history).await.unwrap_or_default();
+    runs.iter()
+        .filter_map(|run| run.get("learnings").and_then(Value::as_array))
+        .flatten()
+        .filter_map(|learning| learning.get("fixCreates").and_then(Value::as_str).map(str::to_owned))
+        .collect()
+}
+
+pub(super) async fn generate(cx: Context) -> ToolOutcome {
+    let (profile, root) = match cx.profile() {
+        Ok(found) => found,
+        Err(outcome) => return outcome,
+    };
+    let iteration = cx.iteration();
+    if cx.arg("previous").get("done").and_then(Value::as_bool).unwrap_or(false) {
+        return skipped(iteration, "the loop ended in an earlier iteration");
+    }
+    let inputs = match Inputs::from(&cx.ctx.arguments) {
+        Ok(inputs) => inputs,
+        Err(outcome) => return outcome,
+    };
+    let known = known_fixes(&cx, profile).await;
+    let missing = missing_files(&root.path, &inputs.requirements);
+    let fixes: Vec<&MissingFile> =
+        missing.iter().filter(|m| known.contains(&m.path) && m.template.is_some()).collect();
+    let plan = Plan::new(&inputs.requirements, &inputs.platforms, &fixes, &[]);
+    let adr_path = cx.ctx.str_arg("adrPath").unwrap_or_default().to_owned();
+    let heading = format!(
+        "iteration {iteration} of Conveyor's {TOOL} for profile `{}`, from {} ADRs under {adr_path} of root `{}` (task {})",
+        profile.name,
+        inputs.requirements.adrs.len(),
+        root.name,
+        cx.ctx.task_id
+    );
+    let mut outcome = scripts_result(&cx.ctx, &root.name, &adr_path, &inputs, &plan, &missing, &heading, 0);
+    if let ToolOutcome::Result(value) = &mut outcome {
+        let fixed: Vec<&str> = fixes.iter().map(|f| f.path.as_str()).collect();
+        value["structuredContent"]["iteration"] = json!(iteration);
+        value["structuredContent"]["skipped"] = json!(false);
+        value["structuredContent"]["fixes"] = json!(fixed);
+    }
+    outcome
+}
+
+fn listed(items: &[Planned]) -> String {
+    let mut out = String::new();
+    for item in items.iter().take(LISTED) {
+        let from = item.source.as_ref().map(|s| format!(" ({}, {})", s.adr, s.section)).unwrap_or_default();
+        out.push_str(&format!("  {}. {}{from}\n", item.id, item.command.lines().next().unwrap_or_default()));
+    }
+    if items.len() > LISTED {
+        out.push_str(&format!("  … and {} more\n", items.len() - LISTED));
+    }
+    out
+}
+
+pub(super) async fn approve(cx: Context) -> ToolOutcome {
+    let (profile, root) = match cx.profile() {
+        Ok(found) => found,
+        Err(outcome) => return outcome,
+    };
+    let iteration = cx.iteration();
+    let plan = cx.arg("plan");
+    if plan.get("skipped").and_then(Value::as_bool).unwrap_or(false) {
+        return skipped(iteration, "the loop ended in an earlier iteration");
+    }
+    let Some(reply) = cx.ctx.input("approve") else {
+        let steps: Vec<Planned> = serde_json::from_value(plan["steps"].clone()).unwrap_or_default();
+        let checks: Vec<Planned> = serde_json::from_value(plan["checks"].clone()).unwrap_or_default();
+        let place = match &profile.workspace {
+            Workspace::Root => format!("in root `{}` itself (what the steps create stays)", root.name),
+            Workspace::Scratch(_) => format!("in a scratch copy of root `{}`", root.name),
+        };
+        let message = format!(
+            "Bootstrap validation, iteration {iteration} of {}, profile `{}`: run {} steps, then {} checks, {place}, each with a timeout of {} s?\n\nSteps:\n{}\nChecks:\n{}\nThe scripts are at {} and {}.",
+            cx.arg("maxIterations").as_u64().unwrap_or(1),
+            profile.name,
+            steps.len(),
+            checks.len(),
+            profile.timeout_s,
+            if steps.is_empty() { "  (none)\n".to_owned() } else { listed(&steps) },
+            if checks.is_empty() { "  (none)\n".to_owned() } else { listed(&checks) },
+            plan["scripts"]["bootstrap"].as_str().unwrap_or_default(),
+            plan["scripts"]["validate"].as_str().unwrap_or_default()
+        );
+        let schema = json!({
+            "type": "object",
+            "properties": {"approve": {"type": "boolean", "title": "Run them", "description": "Run this iteration's steps and checks", "default": false}},
+            "required": ["approve"]
+        });
+        return ToolOutcome::InputRequired(
+            InputRequired::new().ask("approve", input::elicit_form(message, schema)),
+        );
+    };
+    let action = reply.get("action").and_then(Value::as_str).unwrap_or("nothing");
+    let yes = action == "accept" && reply.pointer("/content/approve").and_then(Value::as_bool) == Some(true);
+    let why = if yes {
+        "approved".to_owned()
+    } else if action == "accept" {
+        "the person did not approve the plan".to_owned()
+    } else {
+        format!("the person answered `{action}`")
+    };
+    ToolOutcome::Result(result::structured(
+        format!("iteration {iteration}: {why}"),
+        json!({"approved": yes, "iteration": iteration, "why": why}),
+    ))
+}
+
+/// Runs `script` (or one check's command) with bash in `dir`, under the profile's limits.
+async fn run_bash(
+    cx: &Context,
+    profile: &BootstrapProfile,
+    dir: &Path,
+    script: &str,
+    name: &str,
+) -> Finished {
+    let command = process::Command {
+        argv: vec!["bash".into(), "-c".into(), script.to_owned(), name.to_owned()],
+        cwd: dir.to_path_buf(),
+        env: profile.env.clone(),
+        timeout: Duration::from_secs(profile.timeout_s),
+        max_output_bytes: usize::try_from(profile.max_output_bytes).unwrap_or(usize::MAX),
+        traceparent: cx.ctx.traceparent.clone(),
+    };
+    process::run(&command, &cx.ctx.cancel).await
+}
+
+/// How a command ended, with its output's end, secrets masked.
+fn ended(run: &Finished, timeout_s: u64) -> Value {
+    json!({
+        "passed": run.succeeded(),
+        "exitCode": run.exit_code,
+        "timedOut": run.ending == Ending::TimedOut,
+        "durationMs": run.duration_ms,
+        "summary": run.describe(Duration::from_secs(timeout_s)),
+        "stdout": mask(&tail(&run.stdout.text, SHOWN_OUTPUT_BYTES)),
+        "stderr": mask(&tail(&run.stderr.text, SHOWN_OUTPUT_BYTES))
+    })
+}
+
+fn tail(text: &str, bytes: usize) -> String {
+    let mut start = text.len().saturating_sub(bytes);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    text[start..].to_owned()
+}
+
+pub(super) async fn run_bootstrap(cx: Context) -> ToolOutcome {
+    let (profile, root) = match cx.profile() {
+        Ok(found) => found,
+        Err(outcome) => return outcome,
+    };
+    let iteration = cx.iteration();
+    if !cx.approved() {
+        return skipped(iteration, "not approved");
+    }
+    let steps: Vec<Planned> = serde_json::from_value(cx.arg("steps").clone()).unwrap_or_default();
+    cx.ctx
+        .progress(
+            0.0,
+            None,
+            Some(&format!("Iteration {iteration}: running the bootstrap ({} steps)", steps.len())),
+        )
+        .await;
+    let place = Place::of(profile, &root.path, &cx.ctx.task_id, iteration);
+    let (copy_place, copy_root) = (place.clone(), root.path.clone());
+    let copied = tokio::task::spawn_blocking(move || copy_place.copy_fresh(&copy_root)).await;
+    if let Err(e) = copied.map_err(|e| e.to_string()).and_then(|r| r) {
+        let structured = json!({"passed": false, "iteration": iteration, "summary": format!("the workspace could not be made: {e}"), "stdout": "", "stderr": ""});
+        return ToolOutcome::Result(result::structured(format!("iteration {iteration}: {e}"), structured));
+    }
+    let script = cx.arg("script").as_str().unwrap_or_default().to_owned();
+    let run = run_bash(&cx, profile, &place.dir, &script, "bootstrap.sh").await;
+    if run.ending == Ending::Cancelled {
+        return cancelled();
+    }
+    place.mark_ready();
+    let mut structured = ended(&run, profile.timeout_s);
+    structured["iteration"] = json!(iteration);
+    if !run.succeeded() {
+        let failed = last_step(&run.stdout.text).and_then(|n| steps.get(n.checked_sub(1)?));
+        structured["failedStep"] = json!(failed.map(|s| s.id.clone()));
+    }
+    let text =
+        format!("iteration {iteration}: bootstrap {}", structured["summary"].as_str().unwrap_or_default());
+    ToolOutcome::Result(result::structured(text, structured))
+}
+
+pub(super) async fn check(cx: Context) -> ToolOutcome {
+    let (profile, root) = match cx.profile() {
+        Ok(found) => found,
+        Err(outcome) => return outcome,
+    };
+    let iteration = cx.iteration();
+    let check: Planned = match serde_json::from_value(cx.arg("check").clone()) {
+        Ok(check) => check,
+        Err(e) => return crate::invalid(format!("bootstrap_loop_check: the check is not readable: {e}")),
+    };
+    if !cx.approved() {
+        return skipped(iteration, "not approved");
+    }
+    cx.ctx.progress(0.0, None, Some(&format!("Iteration {iteration}: checking {}", check.requirement))).await;
+    let place = Place::of(profile, &root.path, &cx.ctx.task_id, iteration);
+    if !place.is_ready() {
+        // This worker has no copy: make one and bootstrap it the same way.
+        let (copy_place, copy_root, node) = (place.clone(), root.path.clone(), cx.ctx.node_id.clone());
+        match tokio::task::spawn_blocking(move || copy_place.private_copy(&copy_root, &node)).await {
+            Ok(Ok(private)) => {
+                let script = cx.arg("script").as_str().unwrap_or_default().to_owned();
+                let run = run_bash(&cx, profile, &private.dir, &script, "bootstrap.sh").await;
+                if run.ending == Ending::Cancelled {
+                    return cancelled();
+                }
+                place.adopt(private);
+            }
+            Ok(Err(e)) => return check_result(iteration, &check, json!({"passed": false, "summary": e})),
+            Err(e) => {
+                return check_result(iteration, &check, json!({"passed": false, "summary": e.to_string()}));
+            }
+        }
+    }
+    let run = run_bash(&cx, profile, &place.dir, &check.command, &check.id).await;
+    if run.ending == Ending::Cancelled {
+        return cancelled();
+    }
+    check_result(iteration, &check, ended(&run, profile.timeout_s))
+}
+
+fn check_result(iteration: u64, check: &Planned, mut structured: Value) -> ToolOutcome {
+    structured["id"] = json!(check.id);
+    structured["iteration"] = json!(iteration);
+    let passed = structured["passed"].as_bool().unwrap_or(false);
+    let text = format!(
+        "iteration {iteration}, {}: {} ({})",
+        check.id,
+        if passed { "passed" } else { "failed" },
+        structured["summary"].as_str().unwrap_or_default()
+    );
+    ToolOutcome::Result(result::structured(text, structured))
+}
