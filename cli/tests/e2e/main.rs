@@ -6,6 +6,7 @@
 mod asking;
 mod auth;
 mod bad_input;
+mod bootstrap;
 mod chaos;
 mod cli;
 mod cluster;

@@ -13,6 +13,8 @@ use super::secrets::{mask, names_a_secret};
 const MAX_TEMPLATE_BYTES: u64 = 64 * 1024;
 /// Where a file's example is kept, beside it: `{path}{suffix}`.
 const EXAMPLE_SUFFIXES: &[&str] = &[".example", ".sample", ".template", ".dist", ".tmpl"];
+/// Folders that hold what a build makes: a file under them is an output, not a requirement.
+const OUTPUT_FOLDERS: &[&str] = &["build", "dist", "target", "out", "node_modules", ".venv", "venv", "coverage"];
 /// Or `{stem}.{infix}.{ext}`.
 const EXAMPLE_INFIXES: &[&str] = &["example", "sample", "template"];
 
@@ -90,13 +92,15 @@ pub fn quote(word: &str) -> String {
 }
 
 /// The files `requirements` names that `root` lacks, in the order first named. ADR files, and
-/// files a step creates (`cp a b`, `> b`, `touch b`), are not missing.
+/// files a step creates (`cp a b`, `> b`, `touch b`), and files under a build's output folders
+/// (`build/`, `dist/`, `target/`, ...), are not missing.
 pub fn missing_files(root: &Path, requirements: &Requirements) -> Vec<MissingFile> {
     let mut missing: Vec<MissingFile> = Vec::new();
     for mention in &requirements.files {
         if root.join(&mention.path).exists()
             || requirements.adrs.iter().any(|a| a.path == mention.path)
             || created_by_a_step(&mention.path, requirements)
+            || OUTPUT_FOLDERS.contains(&mention.path.split('/').next().unwrap_or_default())
         {
             continue;
         }

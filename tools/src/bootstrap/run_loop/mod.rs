@@ -229,16 +229,16 @@ async fn plan_loop(config: &OperatorConfig, roots: &Roots, ctx: &ToolContext) ->
         }
         nodes.push(json!({"id": generate, "tool": "step/bootstrap_loop_generate", "arguments": generate_args, "dependsOn": previous.iter().collect::<Vec<_>>()}));
         nodes.push(json!({"id": approve, "tool": "step/bootstrap_loop_approve", "arguments": with(json!({"iteration": k, "plan": from(&generate, "/structuredContent")})), "dependsOn": [generate]}));
-        let script = from(&generate, "/content/1/resource/text");
+        let script = from(&generate, "/structuredContent/bootstrapScript");
         let approval = from(&approve, "/structuredContent");
         nodes.push(json!({
-            "id": run, "tool": "step/bootstrap_loop_run", "timeoutMs": node_timeout, "dependsOn": [approve],
+            "id": run, "tool": "step/bootstrap_loop_run", "timeoutMs": node_timeout, "dependsOn": [generate, approve],
             "arguments": with(json!({"iteration": k, "approval": approval, "script": script, "steps": from(&generate, "/structuredContent/steps")}))
         }));
         let check_ids: Vec<String> = (1..=checks.len()).map(|i| format!("check-{k}-{i}")).collect();
         for (id, check) in check_ids.iter().zip(&checks) {
             nodes.push(json!({
-                "id": id, "tool": "step/bootstrap_loop_check", "timeoutMs": node_timeout * 2, "dependsOn": [run],
+                "id": id, "tool": "step/bootstrap_loop_check", "timeoutMs": node_timeout * 2, "dependsOn": [generate, approve, run],
                 "arguments": with(json!({"iteration": k, "check": check, "approval": approval, "script": script}))
             }));
         }
@@ -252,8 +252,9 @@ async fn plan_loop(config: &OperatorConfig, roots: &Roots, ctx: &ToolContext) ->
         if let Some(previous) = &previous {
             learn_args["previous"] = from(previous, "/structuredContent");
         }
-        let mut depends = vec![run.clone()];
+        let mut depends = vec![generate.clone(), approve.clone(), run.clone()];
         depends.extend(check_ids.iter().cloned());
+        depends.extend(previous.iter().cloned());
         nodes.push(json!({"id": learn, "tool": "step/bootstrap_loop_learn", "arguments": learn_args, "dependsOn": depends}));
     }
     let learned: Vec<Value> =

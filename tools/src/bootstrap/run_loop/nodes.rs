@@ -50,7 +50,12 @@ pub(super) async fn generate(cx: Context) -> ToolOutcome {
     };
     let iteration = cx.iteration();
     if cx.arg("previous").get("done").and_then(Value::as_bool).unwrap_or(false) {
-        return skipped(iteration, "the loop ended in an earlier iteration");
+        // The shape of a plan, so that every later node's references resolve.
+        let why = "the loop ended in an earlier iteration";
+        return ToolOutcome::Result(result::structured(
+            format!("iteration {iteration}: skipped ({why})"),
+            json!({"skipped": true, "iteration": iteration, "why": why, "steps": [], "checks": [], "missingFiles": [], "fixes": [], "bootstrapScript": ""}),
+        ));
     }
     let inputs = match Inputs::from(&cx.ctx.arguments) {
         Ok(inputs) => inputs,
@@ -75,6 +80,8 @@ pub(super) async fn generate(cx: Context) -> ToolOutcome {
         value["structuredContent"]["iteration"] = json!(iteration);
         value["structuredContent"]["skipped"] = json!(false);
         value["structuredContent"]["fixes"] = json!(fixed);
+        // The script the run and check nodes take; the resource holds it for the person.
+        value["structuredContent"]["bootstrapScript"] = value["content"][1]["resource"]["text"].clone();
     }
     outcome
 }

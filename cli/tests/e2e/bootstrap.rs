@@ -1,0 +1,296 @@
+//! `adr_bootstrap_validation` and `bootstrap_validation_loop` end to end, on real `conveyor`
+//! processes and a real Redis, over a sample project whose ADRs require a config file the root
+//! lacks (an example of it sits beside), a build step, and a check that fails until that file
+//! exists and prints a secret on its way.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use conveyor_tests::mcp::{Reply, get_2026, settle, tasks_client_capabilities};
+use conveyor_tests::process::free_port;
+use conveyor_tests::{Conveyor, Mcp, RedisServer};
+use serde_json::{Value, json};
+
+/// The secret the check prints; it must never leave the worker unmasked.
+const SECRET: &str = "sk-test-0123456789abcdef0123";
+
+const SETTINGS_ADR: &str = "---\nstatus: accepted\ndate: 2026-11-02\n---\n\n# Settings in one file\n\n## Context and Problem Statement\n\nThe service reads its settings from `config/app.toml`. Start from `config/app.example.toml`.\n\n## Decision Outcome\n\nChosen option: one TOML file.\n\n### Implementation\n\n```sh\n./scripts/build.sh\n```\n\n### Confirmation\n\n```sh\n./scripts/check-config.sh\n```\n";
+
+const LOGS_ADR: &str = "# 2. Logs under build/\n\n## Status\n\nAccepted\n\n## Context\n\nBuilds write a marker.\n\n## Decision\n\nThe build writes `build/out.txt`.\n\n## Consequences\n\nNone.\n\n## Validation\n\n```bash\ntest -s build/out.txt\n```\n";
+
+/// A directory under the system's temporary directory (outside this repository's ignore files),
+/// removed when dropped.
+struct Sample(PathBuf);
+
+impl Drop for Sample {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn write(dir: &Path, relative: &str, text: &str) {
+    let path = dir.join(relative);
+    std::fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
+    std::fs::write(&path, text).expect("write");
+}
+
+fn executable(dir: &Path, relative: &str, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    write(dir, relative, text);
+    std::fs::set_permissions(dir.join(relative), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
+/// The sample project, and the check's command (`check`), which the cancel test makes hang.
+fn sample(name: &str, check: &str) -> Sample {
+    let dir = std::env::temp_dir().join(format!(
+        "conveyor-bootstrap-{name}-{}-{}",
+        std::process::id(),
+        free_port()
+    ));
+    write(&dir, "docs/adr/0001-settings.md", SETTINGS_ADR);
+    write(&dir, "docs/adr/0002-logs.md", LOGS_ADR);
+    write(&dir, "config/app.example.toml", "port = 8080\n");
+    executable(&dir, "scripts/build.sh", "#!/bin/sh\nmkdir -p build\necho built > build/out.txt\n");
+    executable(&dir, "scripts/check-config.sh", check);
+    Sample(dir)
+}
+
+fn check_config() -> String {
+    format!("#!/bin/sh\necho \"connecting with API_TOKEN={SECRET}\"\ncat config/app.toml\n")
+}
+
+/// The tools file: one scratch profile of root `sample`, its copies under `scratch`.
+fn tools_file(dir: &Path, scratch: &Path, extra: &str) -> PathBuf {
+    let file = dir.join("tools.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[bootstrap.sample]\nroot = \"sample\"\nscratch_dir = \"{}\"\ntimeout_s = 60\n{extra}",
+            scratch.display()
+        ),
+    )
+    .expect("tools file");
+    file
+}
+
+fn asking_client() -> Value {
+    let mut capabilities = tasks_client_capabilities();
+    capabilities["elicitation"] = json!({});
+    capabilities
+}
+
+async fn call(mcp: &Mcp, tool: &str, arguments: Value, capabilities: Value) -> Reply {
+    mcp.call_2026("tools/call", json!({"name": tool, "arguments": arguments}), capabilities)
+        .await
+        .expect("tools/call")
+}
+
+async fn start(mcp: &Mcp, tool: &str, arguments: Value) -> String {
+    let reply = call(mcp, tool, arguments, asking_client()).await;
+    reply.result()["taskId"].as_str().unwrap_or_else(|| panic!("no task: {}", reply.raw)).to_owned()
+}
+
+/// Answers every approval the task asks with `approve`, until it ends; returns the final
+/// `tasks/get` and the approval messages in order.
+async fn drive(mcp: &Mcp, task: &str, approve: bool, within: Duration) -> (Value, Vec<String>) {
+    let deadline = Instant::now() + within;
+    let mut asked = Vec::new();
+    loop {
+        let got = get_2026(mcp, task, &asking_client()).await;
+        match got["status"].as_str().unwrap_or_default() {
+            "completed" | "failed" | "cancelled" => return (got, asked),
+            "input_required" => {
+                let requests = got["inputRequests"].as_object().cloned().unwrap_or_default();
+                let mut responses = serde_json::Map::new();
+                for (key, request) in requests {
+                    asked.push(request["params"]["message"].as_str().unwrap_or_default().to_owned());
+                    let field = if key.ends_with("apply") { "apply" } else { "approve" };
+                    responses.insert(key, json!({"action": "accept", "content": {field: approve}}));
+                }
+                let reply = mcp
+                    .call_2026(
+                        "tasks/update",
+                        json!({"taskId": task, "inputResponses": responses}),
+                        asking_client(),
+                    )
+                    .await
+                    .expect("tasks/update");
+                assert!(reply.error_code().is_none(), "{}", reply.raw);
+            }
+            _ => {}
+        }
+        assert!(Instant::now() < deadline, "the loop did not end within {within:?}: {got}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+struct Stack {
+    redis: RedisServer,
+    up: Conveyor,
+    mcp: Mcp,
+    sample: Sample,
+    scratch: PathBuf,
+}
+
+async fn stack(name: &str, check: &str, extra: &str) -> Stack {
+    let sample = sample(name, check);
+    let scratch = sample.0.with_extension("scratch");
+    std::fs::create_dir_all(&scratch).expect("scratch");
+    let tools = tools_file(&scratch, &scratch, extra);
+    let redis = RedisServer::start().expect("redis");
+    let root = format!("sample={}", sample.0.display());
+    let up = Conveyor::up(&redis.url(), &["--root", &root, "--tools-file", &tools.display().to_string()])
+        .expect("conveyor up");
+    let mcp = Mcp::new(up.mcp_url());
+    for tool in ["adr_bootstrap_validation", "bootstrap_validation_loop"] {
+        if let Err(e) = mcp.wait_for_tool(tool, Duration::from_secs(30)).await {
+            panic!("{e}; log:\n{}", up.log_text());
+        }
+    }
+    Stack { redis, up, mcp, sample, scratch }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.scratch);
+    }
+}
+
+#[tokio::test]
+async fn adr_bootstrap_validation_writes_both_scripts_from_the_adrs_and_lists_the_missing_config() {
+    let s = stack("generate", &check_config(), "").await;
+    let task = start(&s.mcp, "adr_bootstrap_validation", json!({"root": "sample"})).await;
+    let done = settle(&s.mcp, &task, Duration::from_secs(60)).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let result = &done["result"];
+    let structured = &result["structuredContent"];
+    let commands = |list: &str| -> Vec<String> {
+        structured[list]
+            .as_array()
+            .expect("a list")
+            .iter()
+            .map(|i| i["command"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    assert_eq!(commands("steps"), ["./scripts/build.sh"]);
+    assert_eq!(commands("checks"), ["./scripts/check-config.sh", "test -s build/out.txt"]);
+    assert_eq!(structured["checks"][1]["source"]["section"], "Validation", "{structured}");
+    let missing = structured["missingFiles"].as_array().expect("missing files");
+    let paths: Vec<&str> = missing.iter().filter_map(|m| m["path"].as_str()).collect();
+    assert_eq!(
+        paths,
+        ["config/app.toml"],
+        "build/out.txt is a build's output, the rest exist: {structured}"
+    );
+    assert_eq!(missing[0]["severity"], "warning", "only prose names it: {structured}");
+    assert_eq!(missing[0]["requiredBy"][0]["adrPath"], "docs/adr/0001-settings.md");
+    assert_eq!(missing[0]["template"]["source"]["path"], "config/app.example.toml");
+
+    // Both scripts are resources of the task, and each line of work cites its ADR.
+    let uri = format!("conveyor://tasks/{task}/bootstrap.sh");
+    assert_eq!(result["content"][1]["resource"]["uri"], uri.as_str());
+    let read = s.mcp.call_2025("resources/read", json!({"uri": uri})).await.expect("resources/read");
+    let script =
+        read.result()["contents"][0]["text"].as_str().unwrap_or_else(|| panic!("{}", read.raw)).to_owned();
+    assert!(script.contains("# Step 1 of 1. From ADR 1: Settings in one file (docs/adr/0001-settings.md:19, section \"Implementation\")."), "{script}");
+    let validate = result["content"][2]["resource"]["text"].as_str().expect("validate_bootstrap.sh");
+    assert!(validate.contains("# Check 2 of 2. From ADR 2: Logs under build/ (docs/adr/0002-logs.md:22, section \"Validation\")."), "{validate}");
+
+    // The scripts do what they say, run by hand at a copy of the root.
+    let copy = s.scratch.join("by-hand");
+    for (relative, text) in [("bootstrap.sh", script.as_str()), ("validate_bootstrap.sh", validate)] {
+        write(&copy, relative, text);
+    }
+    for file in ["scripts/build.sh", "scripts/check-config.sh"] {
+        executable(&copy, file, &std::fs::read_to_string(s.sample.0.join(file)).expect("read"));
+    }
+    let run = |script: &str| {
+        std::process::Command::new("bash").arg(script).current_dir(&copy).output().expect("bash")
+    };
+    assert!(run("bootstrap.sh").status.success());
+    let checked = run("validate_bootstrap.sh");
+    let out = String::from_utf8_lossy(&checked.stdout);
+    assert!(
+        !checked.status.success() && out.contains("FAIL check-1") && out.contains("PASS check-2"),
+        "{out}"
+    );
+}
+
+#[tokio::test]
+async fn the_loop_fails_then_learns_the_fix_passes_and_proposes_the_adr_update() {
+    let s = stack("loop", &check_config(), "").await;
+    let task =
+        start(&s.mcp, "bootstrap_validation_loop", json!({"profile": "sample", "maxIterations": 3})).await;
+    let (done, asked) = drive(&s.mcp, &task, true, Duration::from_secs(120)).await;
+    assert_eq!(done["status"], "completed", "{done}\n{}", s.up.log_text());
+    let raw = done.to_string();
+    assert!(!raw.contains(SECRET), "the secret leaked into the result: {raw}");
+    let report = &done["result"]["structuredContent"];
+    assert_eq!(
+        (report["success"].as_bool(), report["iterations"].as_u64()),
+        (Some(true), Some(2)),
+        "{report}"
+    );
+    assert_eq!(asked.len(), 2, "one approval per iteration run: {asked:?}");
+    assert!(
+        asked[0].contains("iteration 1 of 3") && asked[0].contains("./scripts/check-config.sh"),
+        "{}",
+        asked[0]
+    );
+
+    // Iteration 1: the check failed, classified and masked, and cites its ADR.
+    let first = &report["executions"][0];
+    assert_eq!(first["passed"], false, "{first}");
+    let failed: Vec<&Value> =
+        first["checks"].as_array().expect("checks").iter().filter(|c| c["passed"] == false).collect();
+    assert_eq!(failed.len(), 1, "{first}");
+    assert_eq!(failed[0]["adr"], "ADR 1: Settings in one file");
+    let learning = &report["learnings"][0];
+    assert_eq!(learning["category"], "missingFile", "{learning}");
+    assert_eq!(learning["adrPath"], "docs/adr/0001-settings.md");
+    assert_eq!(learning["seenBefore"], false);
+    let evidence = learning["evidence"].to_string();
+    assert!(evidence.contains("config/app.toml: No such file or directory"), "{evidence}");
+    // Iteration 2 took the known fix and passed.
+    let second = &report["executions"][1];
+    assert_eq!(second["passed"], true, "{second}");
+    assert_eq!(second["fixesApplied"], json!(["config/app.toml"]));
+    // The update names the right ADR and section, as a diff.
+    let updates = report["adrUpdates"].as_array().expect("updates");
+    assert_eq!(updates.len(), 1, "{report}");
+    assert_eq!(
+        (updates[0]["adrPath"].as_str(), updates[0]["section"].as_str()),
+        (Some("docs/adr/0001-settings.md"), Some("Confirmation"))
+    );
+    let diff = updates[0]["diff"].as_str().expect("diff");
+    assert!(diff.starts_with("--- a/docs/adr/0001-settings.md\n+++ b/docs/adr/0001-settings.md\n"), "{diff}");
+    assert!(diff.contains("+- `./scripts/check-config.sh` failed (missingFile): Create config/app.toml from config/app.example.toml. With that done first, it passed."), "{diff}");
+    assert_eq!(updates[0]["applied"], false);
+    // The root was never touched, and the scratch copies are gone.
+    assert!(!s.sample.0.join("config/app.toml").exists() && !s.sample.0.join("build").exists());
+    assert_eq!(
+        std::fs::read_to_string(s.sample.0.join("docs/adr/0001-settings.md")).expect("adr"),
+        SETTINGS_ADR
+    );
+    assert!(std::fs::read_dir(s.scratch.join("conveyor-bootstrap")).map(|d| d.count()).unwrap_or(0) == 0);
+
+    // Every execution is kept in Redis, unmasked secrets nowhere.
+    let mut conn = s.redis.connection().expect("conn");
+    let keys: Vec<String> =
+        redis::cmd("KEYS").arg("*bootstrap_validation_loop*").query(&mut conn).expect("keys");
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let kept: Vec<String> = redis::cmd("LRANGE").arg(&keys[0]).arg(0).arg(-1).query(&mut conn).expect("runs");
+    assert_eq!(kept.len(), 2);
+    assert!(kept.iter().all(|run| !run.contains(SECRET)));
+
+    // The next task starts from what was learned: it passes at once, with the fix.
+    let again = start(&s.mcp, "bootstrap_validation_loop", json!({"profile": "sample"})).await;
+    let (done, _) = drive(&s.mcp, &again, true, Duration::from_secs(120)).await;
+    let report = &done["result"]["structuredContent"];
+    assert_eq!(
+        (report["success"].as_bool(), report["iterations"].as_u64()),
+        (Some(true), Some(1)),
+        "{report}"
+    );
+    assert_eq!(report["executions"][0]["fixesApplied"], json!(["config/app.toml"]));
+}
