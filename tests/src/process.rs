@@ -597,3 +597,27 @@ impl Drop for Conveyor {
         self.kill();
     }
 }
+
+/// The ids of the processes whose command line matches `pattern` (`pgrep -f`).
+pub fn processes(pattern: &str) -> Vec<String> {
+    let output = std::process::Command::new("pgrep").args(["-f", pattern]).output().expect("pgrep runs");
+    String::from_utf8_lossy(&output.stdout).split_whitespace().map(str::to_owned).collect()
+}
+
+/// Waits until no process matches `pattern`.
+pub async fn wait_gone(pattern: &str, within: std::time::Duration) {
+    let deadline = std::time::Instant::now() + within;
+    while !processes(pattern).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "processes matching {pattern:?} outlived their node: {:?}",
+            processes(pattern)
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// A `sleep` argument no other process has: 600 seconds and a fraction unique to this test.
+pub fn sleep_marker() -> String {
+    format!("600.{}{}", std::process::id(), free_port())
+}

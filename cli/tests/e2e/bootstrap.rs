@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use conveyor_tests::mcp::{Reply, get_2026, settle, tasks_client_capabilities};
-use conveyor_tests::process::free_port;
+use conveyor_tests::process::{free_port, processes, sleep_marker, wait_gone};
 use conveyor_tests::{Conveyor, Mcp, RedisServer};
 use serde_json::{Value, json};
 
@@ -177,11 +177,7 @@ async fn adr_bootstrap_validation_writes_both_scripts_from_the_adrs_and_lists_th
     assert_eq!(structured["checks"][1]["source"]["section"], "Validation", "{structured}");
     let missing = structured["missingFiles"].as_array().expect("missing files");
     let paths: Vec<&str> = missing.iter().filter_map(|m| m["path"].as_str()).collect();
-    assert_eq!(
-        paths,
-        ["config/app.toml"],
-        "build/out.txt is a build's output, the rest exist: {structured}"
-    );
+    assert_eq!(paths, ["config/app.toml"], "build/out.txt is a build's output, the rest exist: {structured}");
     assert_eq!(missing[0]["severity"], "warning", "only prose names it: {structured}");
     assert_eq!(missing[0]["requiredBy"][0]["adrPath"], "docs/adr/0001-settings.md");
     assert_eq!(missing[0]["template"]["source"]["path"], "config/app.example.toml");
@@ -293,4 +289,186 @@ async fn the_loop_fails_then_learns_the_fix_passes_and_proposes_the_adr_update()
         "{report}"
     );
     assert_eq!(report["executions"][0]["fixesApplied"], json!(["config/app.toml"]));
+}
+
+/// Waits for the task to ask, and approves what it asks.
+async fn approve_next(mcp: &Mcp, task: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let got = get_2026(mcp, task, &asking_client()).await;
+        if got["status"] == "input_required" {
+            let keys: Vec<String> =
+                got["inputRequests"].as_object().expect("requests").keys().cloned().collect();
+            let responses: serde_json::Map<String, Value> = keys
+                .into_iter()
+                .map(|k| (k, json!({"action": "accept", "content": {"approve": true}})))
+                .collect();
+            let reply = mcp
+                .call_2026(
+                    "tasks/update",
+                    json!({"taskId": task, "inputResponses": responses}),
+                    asking_client(),
+                )
+                .await
+                .expect("tasks/update");
+            assert!(reply.error_code().is_none(), "{}", reply.raw);
+            return;
+        }
+        assert!(Instant::now() < deadline, "the task never asked: {got}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn cancelling_the_loop_kills_the_running_check_and_what_it_started() {
+    let (child, grandchild) = (sleep_marker(), sleep_marker());
+    let s = stack("cancel", &format!("#!/bin/sh\nsleep {grandchild} &\nsleep {child}\n"), "").await;
+    let task = start(&s.mcp, "bootstrap_validation_loop", json!({"profile": "sample"})).await;
+    approve_next(&s.mcp, &task).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while processes(&format!("sleep {child}")).is_empty()
+        || processes(&format!("sleep {grandchild}")).is_empty()
+    {
+        assert!(Instant::now() < deadline, "the check never started:\n{}", s.up.log_text());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let cancelled = s
+        .mcp
+        .call_2026("tasks/cancel", json!({"taskId": task}), asking_client())
+        .await
+        .expect("tasks/cancel");
+    assert!(cancelled.error_code().is_none(), "{}", cancelled.raw);
+    wait_gone(&format!("sleep {child}"), Duration::from_secs(10)).await;
+    wait_gone(&format!("sleep {grandchild}"), Duration::from_secs(10)).await;
+    assert_eq!(get_2026(&s.mcp, &task, &asking_client()).await["status"], "cancelled");
+    s.redis
+        .wait_node_status(&task, "check-1-1", "cancelled", Duration::from_secs(10))
+        .await
+        .expect("cancelled");
+    assert_ne!(s.redis.node_field(&task, "learn-1", "status").as_deref(), Some("completed"));
+}
+
+#[tokio::test]
+async fn a_person_who_declines_stops_the_loop_before_anything_runs() {
+    let s = stack("decline", &check_config(), "").await;
+    let task = start(&s.mcp, "bootstrap_validation_loop", json!({"profile": "sample"})).await;
+    let (done, asked) = drive(&s.mcp, &task, false, Duration::from_secs(60)).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    let report = &done["result"]["structuredContent"];
+    assert_eq!(
+        (report["success"].as_bool(), report["iterations"].as_u64()),
+        (Some(false), Some(0)),
+        "{report}"
+    );
+    assert!(report["stopped"].as_str().unwrap_or_default().contains("did not approve"), "{report}");
+    assert_eq!(s.redis.node_field(&task, "run-1", "status").as_deref(), Some("completed"));
+    assert!(std::fs::read_dir(s.scratch.join("conveyor-bootstrap")).map(|d| d.count()).unwrap_or(0) == 0);
+    let mut conn = s.redis.connection().expect("conn");
+    let keys: Vec<String> =
+        redis::cmd("KEYS").arg("*bootstrap_validation_loop*").query(&mut conn).expect("keys");
+    assert!(keys.is_empty(), "nothing ran, so nothing is remembered: {keys:?}");
+}
+
+#[tokio::test]
+async fn a_client_without_elicitation_is_refused_at_once() {
+    let s = stack("refuse", &check_config(), "").await;
+    let reply =
+        call(&s.mcp, "bootstrap_validation_loop", json!({"profile": "sample"}), tasks_client_capabilities())
+            .await;
+    let message =
+        reply.message["error"]["message"].as_str().unwrap_or_else(|| panic!("refused: {}", reply.raw));
+    assert!(message.contains("elicitation"), "{message}");
+    // A profile the operator did not define, or a root that is not the profile's, is refused too.
+    for (arguments, expected) in [
+        (json!({"profile": "prod"}), "prod"),
+        (json!({"profile": "sample", "root": "other"}), "root"),
+        (json!({"profile": "sample", "maxIterations": 9}), "maxIterations"),
+    ] {
+        let reply = call(&s.mcp, "bootstrap_validation_loop", arguments.clone(), asking_client()).await;
+        let refused = match reply.result()["taskId"].as_str() {
+            Some(task) => settle(&s.mcp, task, Duration::from_secs(30)).await["error"]["message"].to_string(),
+            None => reply.raw.clone(),
+        };
+        assert!(refused.contains(expected), "{arguments}: {refused}");
+    }
+}
+
+#[tokio::test]
+async fn on_a_writable_profile_approved_updates_are_written_into_the_adr() {
+    let s = stack("apply", &check_config(), "writable = true\n").await;
+    let task = start(
+        &s.mcp,
+        "bootstrap_validation_loop",
+        json!({"profile": "sample", "maxIterations": 2, "updateAdrs": true}),
+    )
+    .await;
+    let (done, asked) = drive(&s.mcp, &task, true, Duration::from_secs(120)).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(asked.len(), 3, "two iterations and the update: {asked:?}");
+    assert!(asked[2].contains("docs/adr/0001-settings.md (section \"Confirmation\")"), "{}", asked[2]);
+    let update = &done["result"]["structuredContent"]["adrUpdates"][0];
+    assert_eq!(update["applied"], true, "{update}");
+    let written = std::fs::read_to_string(s.sample.0.join("docs/adr/0001-settings.md")).expect("adr");
+    let confirmation = written.find("### Confirmation").expect("kept");
+    let learned = written.find("Learned by bootstrap validation on").expect("appended");
+    assert!(learned > confirmation, "{written}");
+    assert!(written.contains("Create config/app.toml from config/app.example.toml"), "{written}");
+}
+
+#[tokio::test]
+async fn a_check_whose_worker_is_killed_is_taken_over_and_the_loop_goes_on() {
+    // The first run of the check marks that it started and hangs; a run that finds the mark goes
+    // on, and fails or passes on the config file like the sample's check.
+    let hang = sleep_marker();
+    let sample = sample("takeover", "");
+    let mark = sample.0.with_extension("started");
+    executable(
+        &sample.0,
+        "scripts/check-config.sh",
+        &format!(
+            "#!/bin/sh\nif [ ! -e {mark} ]; then touch {mark}; sleep {hang}; fi\ncat config/app.toml\n",
+            mark = mark.display()
+        ),
+    );
+    let scratch = sample.0.with_extension("scratch");
+    std::fs::create_dir_all(&scratch).expect("scratch");
+    let tools = tools_file(&scratch, &scratch, "").display().to_string();
+    let root = format!("sample={}", sample.0.display());
+    let redis = RedisServer::start().expect("redis");
+    let gateway = Conveyor::gateway(&redis.url(), &[]).expect("gateway");
+    let mcp = Mcp::new(gateway.mcp_url());
+    let args = ["--root", root.as_str(), "--tools-file", tools.as_str(), "--lease-ms", "1500"];
+    let mut doomed = Conveyor::worker(&redis.url(), &args).expect("worker");
+    mcp.wait_for_tool("bootstrap_validation_loop", Duration::from_secs(30)).await.expect("listed");
+
+    let task =
+        start(&mcp, "bootstrap_validation_loop", json!({"profile": "sample", "maxIterations": 2})).await;
+    approve_next(&mcp, &task).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while processes(&format!("sleep {hang}")).is_empty() {
+        assert!(Instant::now() < deadline, "the check never started:\n{}", doomed.log_text());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _rescuer = Conveyor::worker(&redis.url(), &args).expect("worker");
+    doomed.signal("KILL");
+    assert!(doomed.wait_exit(Duration::from_secs(5)), "the worker died");
+    // The orphaned sleep of the killed worker's check is not the test's subject.
+    let _ = std::process::Command::new("pkill").args(["-f", &format!("sleep {hang}")]).status();
+
+    let (done, _) = drive(&mcp, &task, true, Duration::from_secs(120)).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let report = &done["result"]["structuredContent"];
+    assert_eq!(
+        (report["success"].as_bool(), report["iterations"].as_u64()),
+        (Some(true), Some(2)),
+        "{report}"
+    );
+    assert_eq!(report["learnings"][0]["category"], "missingFile", "{report}");
+    let attempts: u32 =
+        redis.node_field(&task, "check-1-1", "attempt").and_then(|a| a.parse().ok()).unwrap_or(0);
+    assert!(attempts >= 2, "the check ran again on the rescuer: attempt {attempts}");
+    drop(sample);
+    let _ = std::fs::remove_dir_all(&scratch);
+    let _ = std::fs::remove_file(&mark);
 }

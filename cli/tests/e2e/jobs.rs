@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use conveyor_tests::mcp::{Reply, get_2026, settle, tasks_client_capabilities, wait_status};
-use conveyor_tests::process::{free_port, scratch_dir, workspace_root};
+use conveyor_tests::process::{free_port, processes, scratch_dir, sleep_marker, wait_gone, workspace_root};
 use conveyor_tests::{Conveyor, Mcp, RedisServer};
 use serde_json::{Value, json};
 
@@ -552,30 +552,6 @@ async fn validate_adrs_finds_every_planted_defect_and_nothing_else() {
     let mut broken = report.clone();
     broken["adrs"][0]["format"] = json!("haiku");
     assert!(!validator.is_valid(&broken), "the schema checks something");
-}
-
-/// The ids of the processes whose command line matches `pattern` (`pgrep -f`).
-fn processes(pattern: &str) -> Vec<String> {
-    let output = std::process::Command::new("pgrep").args(["-f", pattern]).output().expect("pgrep runs");
-    String::from_utf8_lossy(&output.stdout).split_whitespace().map(str::to_owned).collect()
-}
-
-/// Waits until no process matches `pattern`.
-async fn wait_gone(pattern: &str, within: Duration) {
-    let deadline = Instant::now() + within;
-    while !processes(pattern).is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "processes matching {pattern:?} outlived their check: {:?}",
-            processes(pattern)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// A `sleep` argument no other process has: 600 seconds and a fraction unique to this test.
-fn sleep_marker() -> String {
-    format!("600.{}{}", std::process::id(), free_port())
 }
 
 /// The history Redis keeps for a readiness profile, newest first.

@@ -14,7 +14,8 @@ const MAX_TEMPLATE_BYTES: u64 = 64 * 1024;
 /// Where a file's example is kept, beside it: `{path}{suffix}`.
 const EXAMPLE_SUFFIXES: &[&str] = &[".example", ".sample", ".template", ".dist", ".tmpl"];
 /// Folders that hold what a build makes: a file under them is an output, not a requirement.
-const OUTPUT_FOLDERS: &[&str] = &["build", "dist", "target", "out", "node_modules", ".venv", "venv", "coverage"];
+const OUTPUT_FOLDERS: &[&str] =
+    &["build", "dist", "target", "out", "node_modules", ".venv", "venv", "coverage"];
 /// Or `{stem}.{infix}.{ext}`.
 const EXAMPLE_INFIXES: &[&str] = &["example", "sample", "template"];
 
