@@ -472,3 +472,24 @@ async fn a_check_whose_worker_is_killed_is_taken_over_and_the_loop_goes_on() {
     let _ = std::fs::remove_dir_all(&scratch);
     let _ = std::fs::remove_file(&mark);
 }
+
+#[tokio::test]
+async fn the_python_sdk_runs_both_tools_and_approves_each_iteration() -> anyhow::Result<()> {
+    let python = conveyor_tests::python::python_with(&conveyor_tests::python::MCP_1).await?;
+    let s = stack("python", &check_config(), "").await;
+    let run = conveyor_tests::python::script(&python, "bootstrap_client.py")
+        .arg(s.up.mcp_url())
+        .arg("sample")
+        .arg("sample")
+        .arg(SECRET)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(180), run).await??;
+    anyhow::ensure!(
+        output.status.success(),
+        "bootstrap_client.py failed\n{}\n--- conveyor log ---\n{}",
+        conveyor_tests::process::output_text(&output),
+        s.up.log_text()
+    );
+    print!("{}", String::from_utf8_lossy(&output.stdout));
+    Ok(())
+}

@@ -286,9 +286,27 @@ pub(crate) async fn visible_task(
     Ok(visible(caller, method, task_id, store.get_task(task_id).await?))
 }
 
+/// [`visible_task`], synchronous calls included: for what a call's result names (its embedded
+/// documents), which its caller reads whether the call was a task or not.
+pub(crate) async fn visible_task_or_call(
+    store: &conveyor_shared::Store,
+    caller: &Caller,
+    method: &str,
+    task_id: &str,
+) -> Result<Option<TaskRecord>, conveyor_shared::StoreError> {
+    Ok(owned(caller, method, task_id, store.get_task(task_id).await?))
+}
+
 fn visible(caller: &Caller, method: &str, task_id: &str, task: Option<TaskRecord>) -> Option<TaskRecord> {
     match task {
         Some(task) if task.mode == TaskMode::Sync => None,
+        task => owned(caller, method, task_id, task),
+    }
+}
+
+/// The task if the caller may see its owner's tasks; a refusal is audited.
+fn owned(caller: &Caller, method: &str, task_id: &str, task: Option<TaskRecord>) -> Option<TaskRecord> {
+    match task {
         Some(task) if caller.may_see(&task.owner) => Some(task),
         Some(_) => {
             audit_denied(caller, method, task_id, "the task belongs to another principal");

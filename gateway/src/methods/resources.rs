@@ -254,13 +254,15 @@ fn cacheable_for(task: &TaskRecord) -> u64 {
 }
 
 /// A resource a finished task's result embeds under `uri`, for the task's owner (or an operator).
+/// A synchronous call's result names its documents the same way, so they are read the same way,
+/// although the call is no task to its client otherwise.
 async fn task_embedded(
     state: &AppState,
     ctx: &RequestCtx,
     uri: &str,
     task_id: &str,
 ) -> Result<Value, RpcFailure> {
-    let task = super::visible_task(&state.store, &ctx.caller, &ctx.method, task_id)
+    let task = super::visible_task_or_call(&state.store, &ctx.caller, &ctx.method, task_id)
         .await?
         .ok_or_else(|| not_found(uri))?;
     let embedded = task

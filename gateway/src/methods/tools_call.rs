@@ -101,17 +101,17 @@ impl CallParams {
     fn client_tasks(&self) -> bool {
         self.declared.get("extensions").and_then(|e| e.get(TASKS_EXTENSION_ID)).is_some()
     }
+}
 
-    /// The top-level capabilities in `required` that the client does not declare.
-    fn undeclared(&self, required: &Value) -> Option<Value> {
-        let missing: Map<String, Value> = required
-            .as_object()?
-            .iter()
-            .filter(|(name, _)| !self.declared.contains_key(name.as_str()))
-            .map(|(name, value)| (name.clone(), value.clone()))
-            .collect();
-        (!missing.is_empty()).then_some(Value::Object(missing))
-    }
+/// The top-level capabilities in `required` that `declared` lacks.
+fn undeclared(required: &Value, declared: &Map<String, Value>) -> Option<Value> {
+    let missing: Map<String, Value> = required
+        .as_object()?
+        .iter()
+        .filter(|(name, _)| !declared.contains_key(name.as_str()))
+        .map(|(name, value)| (name.clone(), value.clone()))
+        .collect();
+    (!missing.is_empty()).then_some(Value::Object(missing))
 }
 
 /// `tools/call` in four steps: parse the params, decide how the call runs, create its task, reply.
@@ -211,9 +211,16 @@ async fn decide(
             }
         }
     };
-    if ctx.wire == Wire::V2026
-        && let Some(required) = &tool.required_client_capabilities
-        && let Some(missing) = call.undeclared(required)
+    // What the client declared: in the request on 2026-07-28; in the signed session on
+    // 2025-11-25, when the request names one (without, nothing is known, and the tool's own
+    // request for input fails with -32021 if the client cannot answer it).
+    let declared = match (ctx.wire, &ctx.session) {
+        (Wire::V2026, _) => Some(&call.declared),
+        (Wire::V2025, Some(_)) => ctx.client_capabilities.as_object(),
+        (Wire::V2025, None) => None,
+    };
+    if let (Some(required), Some(declared)) = (&tool.required_client_capabilities, declared)
+        && let Some(missing) = undeclared(required, declared)
     {
         return Err(missing_capability(
             format!("Tool `{name}` needs client capabilities this client does not declare: {missing}"),
