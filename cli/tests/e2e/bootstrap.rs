@@ -493,3 +493,62 @@ async fn the_python_sdk_runs_both_tools_and_approves_each_iteration() -> anyhow:
     print!("{}", String::from_utf8_lossy(&output.stdout));
     Ok(())
 }
+
+#[tokio::test]
+async fn a_sampling_clients_model_drafts_the_steps_no_rule_finds_and_each_says_so() {
+    let s = stack("draft", &check_config(), "").await;
+    write(
+        &s.sample.0,
+        "docs/adr/0003-tooling.md",
+        "# 3. One setup command\n\n## Status\n\nAccepted\n\n## Context\n\nNew machines.\n\n## Decision\n\nA make target.\n\n## Consequences\n\nNone.\n\n## Setup\n\nRun the setup target of the Makefile once per machine.\n",
+    );
+    let mut capabilities = tasks_client_capabilities();
+    capabilities["sampling"] = json!({});
+    let reply =
+        call(&s.mcp, "adr_bootstrap_validation", json!({"root": "sample"}), capabilities.clone()).await;
+    let task = reply.result()["taskId"].as_str().unwrap_or_else(|| panic!("{}", reply.raw)).to_owned();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let asked = loop {
+        let got = get_2026(&s.mcp, &task, &capabilities).await;
+        if got["status"] == "input_required" {
+            break got;
+        }
+        assert!(Instant::now() < deadline, "never asked the model: {got}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let (key, request) = asked["inputRequests"].as_object().and_then(|r| r.iter().next()).expect("a request");
+    assert_eq!(request["method"], "sampling/createMessage", "{request}");
+    let prompt = request["params"]["messages"][0]["content"]["text"].as_str().expect("a prompt");
+    assert!(
+        prompt.contains("[1] ADR 3: One setup command (docs/adr/0003-tooling.md), section \"Setup\""),
+        "{prompt}"
+    );
+    let answer = json!({"role": "assistant", "model": "test", "content": {"type": "text", "text": "1: make setup\n2: not a section"}});
+    let reply = s
+        .mcp
+        .call_2026(
+            "tasks/update",
+            json!({"taskId": task, "inputResponses": {key: answer}}),
+            capabilities.clone(),
+        )
+        .await
+        .expect("tasks/update");
+    assert!(reply.error_code().is_none(), "{}", reply.raw);
+    let done = settle(&s.mcp, &task, Duration::from_secs(60)).await;
+    let structured = &done["result"]["structuredContent"];
+    assert_eq!(structured["drafted"], 1, "{done}");
+    let drafted = structured["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .find(|s| s["origin"] == "drafted")
+        .expect("a drafted step");
+    assert_eq!(drafted["command"], "make setup");
+    let script = done["result"]["content"][1]["resource"]["text"].as_str().expect("bootstrap.sh");
+    assert!(
+        script.contains(
+            "Drafted by the client's model from ADR 3: One setup command (docs/adr/0003-tooling.md:"
+        ),
+        "{script}"
+    );
+}
