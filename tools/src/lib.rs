@@ -10,6 +10,8 @@
 //! - [`roots`]: the directories tools may read (`--root NAME=PATH`), offered as resources.
 //! - [`research`]: ranked evidence for a question about a root, scanned in shards.
 //! - [`plan_adr`]: the seven-phase guided ADR workflow, asking a person at each phase.
+//! - [`adr_todo`]: `adr_todo`, the checklist of actions accepted ADRs imply, items the code
+//!   already shows checked off with `path:line`.
 //! - [`adrs`]: reading ADRs in the formats found in the wild and the rules `validate_adrs` applies.
 //! - [`readiness`]: `deployment_readiness`: operators' checks, test reports, run history.
 //! - [`troubleshoot`]: from a failure to related code, ADRs and failing tests, and a test plan.
@@ -20,6 +22,7 @@
 //!   capped output, the process group killed on timeout or cancellation).
 
 pub mod adr_templates;
+pub mod adr_todo;
 pub mod adrs;
 pub mod bootstrap;
 pub mod configured;
@@ -52,7 +55,9 @@ pub fn register(registry: &mut ToolRegistry, settings: &Settings) {
     if !settings.roots.is_empty() {
         research::register(registry, &settings.roots);
         adrs::tool::register(registry, &settings.roots);
+        adr_todo::register(registry, &settings.roots);
         troubleshoot::register(registry, &settings.roots, &settings.operator);
+        troubleshoot::memory::register(registry, &settings.roots);
     }
     plan_adr::register(registry, &settings.roots);
     readiness::tool::register(registry, &settings.roots, &settings.operator);

@@ -3,7 +3,9 @@
 //! that need a person ask through elicitation (the node parks while it waits; no worker is held);
 //! the research phase scans a root in shards like `research`, with the problem as its question.
 //! The last phase writes a MADR document: the task's result, and a resource embedded in it,
-//! readable by the task's owner at `conveyor://tasks/{taskId}/adr.md`.
+//! readable by the task's owner at `conveyor://tasks/{taskId}/adr.md`, and the implementation
+//! steps as a TODO checklist at `conveyor://tasks/{taskId}/TODO.md` (a step whose named things the
+//! research phase found in the code checked off, with `path:line`).
 //!
 //! Progress moves by phase: every phase weighs the same, so the task reports 0, 14, 28, 42, 57,
 //! 71, 85 and 100 %.
@@ -15,6 +17,8 @@ use serde_json::{Map, Value, json};
 use super::research;
 use super::roots::{Roots, root_schema};
 use super::{invalid, plan};
+use crate::adr_todo::TodoItem;
+use crate::bootstrap::requirements::Source;
 use conveyor_worker::tool::{FnTool, ToolContext, ToolRegistry};
 
 pub const TOOL: &str = "plan_adr";
@@ -369,12 +373,52 @@ fn write_adr(ctx: &ToolContext, context: &Value) -> ToolOutcome {
         ));
     }
     let uri = format!("conveyor://tasks/{}/adr.md", ctx.task_id);
+    let (todo, items) = todo_list(&uri, &title, context);
+    let todo_uri = format!("conveyor://tasks/{}/TODO.md", ctx.task_id);
     ToolOutcome::Result(json!({
         "content": [
             {"type": "text", "text": md},
-            {"type": "resource", "resource": {"uri": uri, "mimeType": "text/markdown", "text": md}}
+            {"type": "resource", "resource": {"uri": uri, "mimeType": "text/markdown", "text": md}},
+            {"type": "resource", "resource": {"uri": todo_uri, "mimeType": "text/markdown", "text": todo}}
         ],
-        "structuredContent": {"title": title, "status": "proposed", "markdown": md, "uri": uri, "chosenOption": chosen},
+        "structuredContent": {"title": title, "status": "proposed", "markdown": md, "uri": uri, "chosenOption": chosen, "todo": {"markdown": todo, "uri": todo_uri, "items": items}},
         "isError": false
     }))
+}
+
+/// The implementation phase's steps as a checklist citing the new record's Implementation Plan;
+/// a step whose named things (in backticks) the research phase found in the code is checked off
+/// with that `path:line`.
+fn todo_list(uri: &str, title: &str, context: &Value) -> (String, Vec<TodoItem>) {
+    let steps: Vec<String> = context
+        .pointer("/implementation/steps")
+        .and_then(|v| serde_json::from_value(v.clone()).ok())
+        .unwrap_or_default();
+    let evidence: Vec<Value> =
+        context.pointer("/research/evidence").and_then(Value::as_array).cloned().unwrap_or_default();
+    let mut items = Vec::new();
+    for step in steps {
+        let source = Source {
+            adr_path: uri.to_owned(),
+            adr: title.to_owned(),
+            section: "Implementation Plan".to_owned(),
+            line: 0,
+        };
+        let mut item = TodoItem::new(step, source);
+        let found: Vec<String> = item
+            .terms()
+            .iter()
+            .filter_map(|term| {
+                evidence
+                    .iter()
+                    .find(|e| e["snippet"].as_str().is_some_and(|s| s.contains(term.as_str())))
+                    .and_then(|e| Some(format!("{}:{}", e.get("path")?.as_str()?, e.get("line")?)))
+            })
+            .collect();
+        if !item.terms().is_empty() && found.len() == item.terms().len() {
+            item.mark(found);
+        }
+        items.push(item);
+    }
+    (crate::adr_todo::checklist(&format!("TODO: {title}"), &items), items)
 }

@@ -13,6 +13,7 @@ mod cluster;
 mod conformance;
 mod custom_tool;
 mod dag;
+mod decisions;
 mod deploy;
 mod faults;
 mod hostile;

@@ -108,6 +108,25 @@ pub struct ProseSection {
     pub source: Source,
 }
 
+/// A list item of a section about setting up or confirming a decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Action {
+    pub text: String,
+    pub purpose: Purpose,
+    #[serde(flatten)]
+    pub source: Source,
+}
+
+/// An inline code span and where it stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Span {
+    pub text: String,
+    #[serde(flatten)]
+    pub source: Source,
+}
+
 /// One record, as the result lists it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -130,6 +149,13 @@ pub struct Requirements {
     pub files: Vec<FileMention>,
     pub shown: Vec<ShownFile>,
     pub prose: Vec<ProseSection>,
+    /// The list items of sections about putting a decision into effect or confirming it: the
+    /// actions a record implies, in words.
+    #[serde(default)]
+    pub actions: Vec<Action>,
+    /// Every inline code span of the records in force, where it stands: names a decision uses.
+    #[serde(default)]
+    pub spans: Vec<Span>,
     /// Environment variables the records name (`DATABASE_URL`, `$PORT`), sorted.
     pub variables: Vec<String>,
 }
@@ -247,6 +273,8 @@ fn read_body(doc: &AdrDoc, path: &str, text: &str, out: &mut Requirements) {
         paragraph_path: None,
     };
     let mut heading: Option<String> = None;
+    // List items open, innermost last: their text and line.
+    let mut items: Vec<(String, u32)> = Vec::new();
     let mut code: Option<(String, Range<usize>, String)> = None;
     for (event, range) in Parser::new_ext(&body, Options::ENABLE_TABLES).into_offset_iter() {
         match event {
@@ -273,6 +301,15 @@ fn read_body(doc: &AdrDoc, path: &str, text: &str, out: &mut Requirements) {
                 }
                 walk.last_path = None;
             }
+            Event::Start(Tag::Item) => items.push((String::new(), walk.lines.of(range.start))),
+            Event::End(TagEnd::Item) => {
+                if let (Some((text, line)), Some(purpose)) = (items.pop(), walk.purpose) {
+                    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+                    if !text.is_empty() {
+                        out.actions.push(Action { text, purpose, source: walk.source(line) });
+                    }
+                }
+            }
             Event::Start(Tag::Paragraph) => walk.paragraph_path = None,
             Event::End(TagEnd::Paragraph) => walk.last_path = walk.paragraph_path.take(),
             Event::Text(t) => {
@@ -283,6 +320,9 @@ fn read_body(doc: &AdrDoc, path: &str, text: &str, out: &mut Requirements) {
                 } else {
                     walk.section_text.push_str(&t);
                     walk.section_text.push(' ');
+                    if let Some((item, _)) = items.last_mut() {
+                        item.push_str(&t);
+                    }
                 }
             }
             Event::Code(span) => {
@@ -291,6 +331,11 @@ fn read_body(doc: &AdrDoc, path: &str, text: &str, out: &mut Requirements) {
                     continue;
                 }
                 walk.section_text.push_str(&format!("`{span}` "));
+                if let Some((item, _)) = items.last_mut() {
+                    item.push_str(&format!("`{span}`"));
+                }
+                out.spans
+                    .push(Span { text: span.to_string(), source: walk.source(walk.lines.of(range.start)) });
                 variables(&span, &mut out.variables);
                 if let Some(file) = file_path(&span) {
                     let line = walk.lines.of(range.start);
@@ -298,7 +343,12 @@ fn read_body(doc: &AdrDoc, path: &str, text: &str, out: &mut Requirements) {
                     walk.mention(file, line, false, out);
                 }
             }
-            Event::SoftBreak | Event::HardBreak => walk.section_text.push('\n'),
+            Event::SoftBreak | Event::HardBreak => {
+                walk.section_text.push('\n');
+                if let Some((item, _)) = items.last_mut() {
+                    item.push(' ');
+                }
+            }
             _ => {}
         }
     }

@@ -2,6 +2,11 @@
 //! and the decisions (ADRs) that bear on it (research nodes over the root and over its ADR
 //! folders), the failing tests the readiness history knows, and returns a test plan that cites
 //! each of them. When the client samples, its model adds a hypothesis from the same evidence.
+//!
+//! Each run is a session kept in Redis ([`memory`]): `troubleshoot_feedback` says which of its
+//! steps helped, and a later run over a similar failure puts those steps first.
+
+pub mod memory;
 
 use std::sync::Arc;
 
@@ -53,7 +58,7 @@ pub fn register(registry: &mut ToolRegistry, roots: &Roots, config: &Arc<Operato
         .on_queue(research::QUEUE),
     );
     registry.register(
-        FnTool::step(json!({"name": "troubleshoot_plan", "description": "A test plan from what was found.", "inputSchema": {"type": "object"}}), |ctx| async move { test_plan(&ctx) })
+        FnTool::step(json!({"name": "troubleshoot_plan", "description": "A test plan from what was found.", "inputSchema": {"type": "object"}}), |ctx| async move { test_plan(&ctx).await })
             .on_queue(research::QUEUE),
     );
 }
@@ -82,6 +87,8 @@ fn definition(roots: &Roots) -> Value {
                 "adrs": {"type": "array"},
                 "failingTests": {"type": "array"},
                 "plan": {"type": "array"},
+                "session": {"type": "string", "description": "This run, for troubleshoot_feedback"},
+                "earlierSessions": {"type": "array", "description": "Sessions of similar failures whose helpful steps come first"},
                 "hypothesis": {"type": "string"}
             },
             "required": ["failure", "code", "adrs", "failingTests", "plan"]
@@ -91,7 +98,7 @@ fn definition(roots: &Roots) -> Value {
 }
 
 /// Words every failure log is full of, which say nothing about where the fault is.
-const LOG_NOISE: &[&str] = &[
+pub(crate) const LOG_NOISE: &[&str] = &[
     "thread",
     "panicked",
     "test",
@@ -336,7 +343,7 @@ fn first_line(item: &Value) -> String {
     research::index::cited_line(snippet, line).to_owned()
 }
 
-fn test_plan(ctx: &ToolContext) -> ToolOutcome {
+async fn test_plan(ctx: &ToolContext) -> ToolOutcome {
     let failure = ctx.str_arg("failure").unwrap_or_default().to_owned();
     let list = |name: &str| ctx.arguments.get(name).and_then(Value::as_array).cloned().unwrap_or_default();
     // Decisions are cited as decisions, not as code.
@@ -403,7 +410,12 @@ fn test_plan(ctx: &ToolContext) -> ToolOutcome {
         },
         "cites": []
     }));
+    let root = ctx.str_arg("root").unwrap_or_default().to_owned();
+    let helped = memory::helped_before(ctx, &root, &memory::signature(&failure)).await;
+    let earlier = memory::rank(&mut steps, &helped);
     let mut structured = json!({
+        "session": ctx.task_id,
+        "earlierSessions": earlier,
         "failure": failure,
         "locations": located,
         "code": code,
@@ -432,17 +444,32 @@ fn test_plan(ctx: &ToolContext) -> ToolOutcome {
             }
         }
     }
+    // Kept once the plan is final: a run that still waits for the model keeps nothing yet.
+    if let Err(e) = memory::keep_session(ctx, &root, &failure, &steps).await {
+        tracing::warn!(task = %ctx.task_id, error = %e, "could not keep the troubleshooting session");
+    }
     ToolOutcome::Result(result::structured(plan_text(&structured), structured))
 }
 
 fn plan_text(structured: &Value) -> String {
-    let mut out = String::from("Test plan\n");
+    let mut out = format!("Test plan (session {})\n", structured["session"].as_str().unwrap_or_default());
+    for earlier in structured["earlierSessions"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "Steps that helped with a similar failure come first (session {}, {}).\n",
+            earlier["session"].as_str().unwrap_or_default(),
+            earlier["outcome"].as_str().unwrap_or_default()
+        ));
+    }
     for (i, step) in structured["plan"].as_array().into_iter().flatten().enumerate() {
         out.push_str(&format!(
-            "{}. [{}] {}\n",
+            "{}. [{}] {}{}\n",
             i + 1,
             step["step"].as_str().unwrap_or_default(),
-            step["action"].as_str().unwrap_or_default()
+            step["action"].as_str().unwrap_or_default(),
+            step["helpedBefore"]["session"]
+                .as_str()
+                .map(|s| format!(" (helped before, session {s})"))
+                .unwrap_or_default()
         ));
     }
     let section = |title: &str, items: &Value, out: &mut String| {
