@@ -3,7 +3,9 @@
 //! decision into effect or confirming it, each command of such a section, and for a record with
 //! neither, the decision itself. Every item cites its record, line and section. An item whose
 //! named things (inline code: paths, identifiers) the root's code already holds is checked, with
-//! the `path:line` where each was found.
+//! the `path:line` where each was found, in code (Markdown and text files are no evidence). For
+//! a confirming command that runs a named test (`cargo test`, `pytest`, `go test`, `npm test`),
+//! the named thing is that test.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -165,8 +167,12 @@ pub fn mark_done(root: &Root, adr_path: &str, items: &mut [TodoItem]) {
         wanted.insert(term.clone(), found.then(|| format!("{term}:1")));
     }
     let adr_folder = root.path.join(adr_path);
+    // Code, not prose: what a document says is no evidence that the code does it.
+    let prose = |f: &PathBuf| {
+        f.extension().is_some_and(|e| matches!(e.to_str(), Some("md" | "markdown" | "txt" | "rst" | "adoc")))
+    };
     let files: Vec<PathBuf> =
-        root.files(&root.path).filter(|f| !f.starts_with(&adr_folder)).take(MAX_FILES).collect();
+        root.files(&root.path).filter(|f| !f.starts_with(&adr_folder) && !prose(f)).take(MAX_FILES).collect();
     for file in files {
         if wanted.values().all(Option::is_some) {
             break;
