@@ -59,7 +59,8 @@ METRICS = set(COUNTERS) | set(GAUGES) | {h + s for h in HISTOGRAMS for s in ("_b
 # The queue of each built-in tool (tools/src: research::QUEUE, adrs::tool::QUEUE,
 # readiness::tool::QUEUE; plan_adr and troubleshoot share research's).
 TOOL_QUEUES = {"research": "research", "plan_adr": "research", "troubleshoot": "research",
-               "validate_adrs": "adrs", "deployment_readiness": "readiness"}
+               "troubleshoot_feedback": "research", "validate_adrs": "adrs", "adr_todo": "adrs",
+               "deployment_readiness": "readiness"}
 
 CRD_SCHEMAS = {
     ("keda.sh/v1alpha1", "ScaledObject"): "keda.sh_scaledobject_v1alpha1.json",

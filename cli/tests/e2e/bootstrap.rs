@@ -280,7 +280,8 @@ async fn the_loop_fails_then_learns_the_fix_passes_and_proposes_the_adr_update()
     assert!(kept.iter().all(|run| !run.contains(SECRET)));
 
     // The next task starts from what was learned: it passes at once, with the fix.
-    let again = start(&s.mcp, "bootstrap_validation_loop", json!({"profile": "sample"})).await;
+    // Named by its root alone: the only profile of that root runs.
+    let again = start(&s.mcp, "bootstrap_validation_loop", json!({"root": "sample"})).await;
     let (done, _) = drive(&s.mcp, &again, true, Duration::from_secs(120)).await;
     let report = &done["result"]["structuredContent"];
     assert_eq!(

@@ -20,8 +20,8 @@ use serde_json::{Value, json};
 /// The demo token of deploy/conveyor/tokens.toml (docs/deploy.md).
 const DEMO_TOKEN: &str = "cvt_demo_compose_token_replace_me";
 /// docker-compose.yml's worker pools.
-const RESEARCH_POOL: &str = "research,plan_adr,troubleshoot";
-const CHECKS_POOL: &str = "validate_adrs,deployment_readiness";
+const RESEARCH_POOL: &str = "research,plan_adr,troubleshoot,troubleshoot_feedback";
+const CHECKS_POOL: &str = "validate_adrs,adr_todo,deployment_readiness";
 
 fn validate(tree: &Path) -> Output {
     Command::new("bash")

@@ -130,6 +130,37 @@ fn profile_and_root<'a>(
     Ok((profile, root))
 }
 
+/// The profile a call names, or else the only one for the root it names (or the only one).
+fn chosen_profile(
+    config: &OperatorConfig,
+    profile: Option<&str>,
+    root: Option<&str>,
+) -> Result<String, ToolOutcome> {
+    if let Some(profile) = profile {
+        return Ok(profile.to_owned());
+    }
+    let fitting: Vec<&String> =
+        config.bootstrap.values().filter(|p| root.is_none_or(|r| p.root == r)).map(|p| &p.name).collect();
+    match fitting.as_slice() {
+        [only] => Ok((*only).clone()),
+        [] => Err(invalid(format!(
+            "no bootstrap profile runs in root `{}`: the operator's tools file defines {}",
+            root.unwrap_or_default(),
+            config
+                .bootstrap
+                .values()
+                .map(|p| format!("`{}` (root `{}`)", p.name, p.root))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+        many => Err(invalid(format!(
+            "name a profile: {} bootstrap profiles fit ({})",
+            many.len(),
+            many.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+        ))),
+    }
+}
+
 fn definition(roots: &Roots, config: &OperatorConfig) -> Value {
     let profiles: Vec<&String> = config.bootstrap.keys().collect();
     let described: Vec<String> = config
@@ -158,13 +189,12 @@ fn definition(roots: &Roots, config: &OperatorConfig) -> Value {
         "inputSchema": {
             "type": "object",
             "properties": {
-                "profile": {"type": "string", "enum": profiles, "description": "The operator's bootstrap profile: which root, where the scripts run, whether ADRs may be written"},
-                "root": {"type": "string", "enum": root_names, "description": "The profile's root (optional; it must match the profile's)"},
+                "profile": {"type": "string", "enum": profiles, "description": "The operator's bootstrap profile: which root, where the scripts run, whether ADRs may be written. Optional when only one profile runs in the root named"},
+                "root": {"type": "string", "enum": root_names, "description": "The root whose ADRs to run; it must be the profile's"},
                 "adrPath": {"type": "string", "default": super::DEFAULT_ADR_PATH, "description": "The folder of ADRs, relative to the root"},
                 "maxIterations": {"type": "integer", "minimum": 1, "maximum": MAX_ITERATIONS, "default": DEFAULT_ITERATIONS},
                 "updateAdrs": {"type": "boolean", "default": false, "description": "Offer to write what was learned into the ADRs (asks first; only on a writable profile)"}
             },
-            "required": ["profile"],
             "additionalProperties": false
         },
         "outputSchema": report::output_schema(),
@@ -173,7 +203,11 @@ fn definition(roots: &Roots, config: &OperatorConfig) -> Value {
 }
 
 async fn plan_loop(config: &OperatorConfig, roots: &Roots, ctx: &ToolContext) -> ToolOutcome {
-    let (profile, root) = match profile_and_root(config, roots, ctx.str_arg("profile").unwrap_or_default()) {
+    let name = match chosen_profile(config, ctx.str_arg("profile"), ctx.str_arg("root")) {
+        Ok(name) => name,
+        Err(outcome) => return outcome,
+    };
+    let (profile, root) = match profile_and_root(config, roots, &name) {
         Ok(found) => found,
         Err(outcome) => return outcome,
     };
