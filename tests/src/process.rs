@@ -604,6 +604,15 @@ pub fn processes(pattern: &str) -> Vec<String> {
     String::from_utf8_lossy(&output.stdout).split_whitespace().map(str::to_owned).collect()
 }
 
+/// Waits until a process matches each of `patterns`; `log` is shown if none does in time.
+pub async fn wait_started(patterns: &[&str], within: std::time::Duration, log: impl Fn() -> String) {
+    let deadline = std::time::Instant::now() + within;
+    while patterns.iter().any(|p| processes(p).is_empty()) {
+        assert!(std::time::Instant::now() < deadline, "{patterns:?} never started:\n{}", log());
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 /// Waits until no process matches `pattern`.
 pub async fn wait_gone(pattern: &str, within: std::time::Duration) {
     let deadline = std::time::Instant::now() + within;

@@ -75,8 +75,19 @@ impl TodoItem {
     }
 }
 
-/// The names in backticks of `text`: paths as written, identifiers by their last segment.
+/// The names in backticks of `text` (paths as written, identifiers by their last segment), and
+/// the paths with a folder it names bare (`src/utils/task-manager.ts`).
 fn terms_of(text: &str) -> Vec<String> {
+    let bare = text
+        .split('`')
+        .step_by(2)
+        .flat_map(str::split_whitespace)
+        .map(|w| {
+            w.trim_matches(|c: char| matches!(c, '(' | ')' | ',' | ';' | ':' | '"' | '\''))
+                .trim_end_matches('.')
+        })
+        .filter(|w| w.contains('/'))
+        .filter_map(crate::bootstrap::requirements::file_path);
     text.split('`')
         .skip(1)
         .step_by(2)
@@ -93,6 +104,7 @@ fn terms_of(text: &str) -> Vec<String> {
             (last.chars().count() >= 4 && last.chars().all(|c| c.is_alphanumeric() || c == '_'))
                 .then(|| last.to_owned())
         })
+        .chain(bare)
         .take(TERMS_PER_ITEM)
         .collect()
 }

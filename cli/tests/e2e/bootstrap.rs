@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use conveyor_tests::mcp::{Reply, get_2026, settle, tasks_client_capabilities};
-use conveyor_tests::process::{free_port, processes, sleep_marker, wait_gone};
+use conveyor_tests::process::{free_port, sleep_marker, wait_gone, wait_started};
 use conveyor_tests::{Conveyor, Mcp, RedisServer};
 use serde_json::{Value, json};
 
@@ -90,6 +90,15 @@ async fn start(mcp: &Mcp, tool: &str, arguments: Value) -> String {
     reply.result()["taskId"].as_str().unwrap_or_else(|| panic!("no task: {}", reply.raw)).to_owned()
 }
 
+/// Sends the person's answers to the task's pending requests.
+async fn answer(mcp: &Mcp, task: &str, responses: serde_json::Map<String, Value>) {
+    let reply = mcp
+        .call_2026("tasks/update", json!({"taskId": task, "inputResponses": responses}), asking_client())
+        .await
+        .expect("tasks/update");
+    assert!(reply.error_code().is_none(), "{}", reply.raw);
+}
+
 /// Answers every approval the task asks with `approve`, until it ends; returns the final
 /// `tasks/get` and the approval messages in order.
 async fn drive(mcp: &Mcp, task: &str, approve: bool, within: Duration) -> (Value, Vec<String>) {
@@ -107,15 +116,7 @@ async fn drive(mcp: &Mcp, task: &str, approve: bool, within: Duration) -> (Value
                     let field = if key.ends_with("apply") { "apply" } else { "approve" };
                     responses.insert(key, json!({"action": "accept", "content": {field: approve}}));
                 }
-                let reply = mcp
-                    .call_2026(
-                        "tasks/update",
-                        json!({"taskId": task, "inputResponses": responses}),
-                        asking_client(),
-                    )
-                    .await
-                    .expect("tasks/update");
-                assert!(reply.error_code().is_none(), "{}", reply.raw);
+                answer(mcp, task, responses).await;
             }
             _ => {}
         }
@@ -304,15 +305,7 @@ async fn approve_next(mcp: &Mcp, task: &str) {
                 .into_iter()
                 .map(|k| (k, json!({"action": "accept", "content": {"approve": true}})))
                 .collect();
-            let reply = mcp
-                .call_2026(
-                    "tasks/update",
-                    json!({"taskId": task, "inputResponses": responses}),
-                    asking_client(),
-                )
-                .await
-                .expect("tasks/update");
-            assert!(reply.error_code().is_none(), "{}", reply.raw);
+            answer(mcp, task, responses).await;
             return;
         }
         assert!(Instant::now() < deadline, "the task never asked: {got}");
@@ -326,13 +319,8 @@ async fn cancelling_the_loop_kills_the_running_check_and_what_it_started() {
     let s = stack("cancel", &format!("#!/bin/sh\nsleep {grandchild} &\nsleep {child}\n"), "").await;
     let task = start(&s.mcp, "bootstrap_validation_loop", json!({"profile": "sample"})).await;
     approve_next(&s.mcp, &task).await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while processes(&format!("sleep {child}")).is_empty()
-        || processes(&format!("sleep {grandchild}")).is_empty()
-    {
-        assert!(Instant::now() < deadline, "the check never started:\n{}", s.up.log_text());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (child_sleep, grandchild_sleep) = (format!("sleep {child}"), format!("sleep {grandchild}"));
+    wait_started(&[&child_sleep, &grandchild_sleep], Duration::from_secs(30), || s.up.log_text()).await;
     let cancelled = s
         .mcp
         .call_2026("tasks/cancel", json!({"taskId": task}), asking_client())
@@ -446,11 +434,7 @@ async fn a_check_whose_worker_is_killed_is_taken_over_and_the_loop_goes_on() {
     let task =
         start(&mcp, "bootstrap_validation_loop", json!({"profile": "sample", "maxIterations": 2})).await;
     approve_next(&mcp, &task).await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while processes(&format!("sleep {hang}")).is_empty() {
-        assert!(Instant::now() < deadline, "the check never started:\n{}", doomed.log_text());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_started(&[&format!("sleep {hang}")], Duration::from_secs(30), || doomed.log_text()).await;
     let _rescuer = Conveyor::worker(&redis.url(), &args).expect("worker");
     doomed.signal("KILL");
     assert!(doomed.wait_exit(Duration::from_secs(5)), "the worker died");

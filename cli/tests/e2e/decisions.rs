@@ -121,3 +121,31 @@ async fn a_similar_failure_sees_the_steps_that_helped_before_first() {
         assert!(message.contains(expected), "{message}");
     }
 }
+
+#[tokio::test]
+async fn adr_todo_reads_the_seed_record_in_plain_text_and_finds_its_first_step_in_the_code() {
+    let redis = RedisServer::start().expect("redis");
+    let root = format!("seed={}", workspace_root().join("tests/fixtures/seed-project").display());
+    let up = Conveyor::up(&redis.url(), &["--root", &root]).expect("conveyor up");
+    let mcp = Mcp::new(up.mcp_url());
+    mcp.wait_for_tool("adr_todo", Duration::from_secs(30)).await.expect("listed");
+    let result = run(&mcp, "adr_todo", json!({"root": "seed"})).await;
+    let todo = &result["structuredContent"];
+    let markdown = todo["markdown"].as_str().expect("markdown");
+    let items = todo["items"].as_array().expect("items");
+    assert!(items.len() >= 20, "one item per bullet of the implementation plan: {markdown}");
+    let task_manager = items
+        .iter()
+        .find(|i| i["text"].as_str().is_some_and(|t| t.starts_with("Create TaskManager class")))
+        .unwrap_or_else(|| panic!("{markdown}"));
+    assert_eq!(task_manager["section"], "Step 1: Infrastructure (Week 1) ✅ COMPLETE", "{task_manager}");
+    assert_eq!(task_manager["adrPath"], "docs/adr/ADR-020-mcp-tasks-integration.txt");
+    assert_eq!(task_manager["done"], true, "{task_manager}");
+    assert_eq!(task_manager["evidence"], json!(["src/utils/task-manager.ts:1"]));
+    let persistence = items
+        .iter()
+        .find(|i| i["text"].as_str().is_some_and(|t| t.contains("src/utils/task-persistence.ts")))
+        .expect("the persistence item");
+    assert_eq!(persistence["done"], false, "the code lacks it: {persistence}");
+    assert!(markdown.contains("- [x] Create TaskManager class in src/utils/task-manager.ts"), "{markdown}");
+}

@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use conveyor_tests::mcp::{Reply, get_2026, settle, tasks_client_capabilities, wait_status};
-use conveyor_tests::process::{free_port, processes, scratch_dir, sleep_marker, wait_gone, workspace_root};
+use conveyor_tests::process::{
+    free_port, scratch_dir, sleep_marker, wait_gone, wait_started, workspace_root,
+};
 use conveyor_tests::{Conveyor, Mcp, RedisServer};
 use serde_json::{Value, json};
 
@@ -871,13 +873,8 @@ async fn a_cancelled_readiness_run_kills_its_check_and_is_not_kept() {
     assert_eq!(history(&s.redis, "nightly").len(), 1);
 
     let doomed = run("hang").await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while processes(&format!("sleep {child}")).is_empty()
-        || processes(&format!("sleep {grandchild}")).is_empty()
-    {
-        assert!(Instant::now() < deadline, "the check never started:\n{}", s.up.log_text());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (child_sleep, grandchild_sleep) = (format!("sleep {child}"), format!("sleep {grandchild}"));
+    wait_started(&[&child_sleep, &grandchild_sleep], Duration::from_secs(30), || s.up.log_text()).await;
     let cancelled = s
         .mcp
         .call_2026("tasks/cancel", json!({"taskId": doomed}), tasks_client_capabilities())

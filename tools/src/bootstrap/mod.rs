@@ -69,7 +69,7 @@ pub fn read_requirements(root: &Root, adr_path: &str) -> Result<Requirements, To
     let mut records: Vec<(String, std::path::PathBuf)> = files
         .into_iter()
         .map(|f| (root.relative(&f), f))
-        .filter(|(relative, _)| is_adr_path(relative))
+        .filter(|(relative, _)| is_adr_path(relative) || is_plain_text_record(relative))
         .collect();
     records.sort();
     if records.is_empty() {
@@ -87,10 +87,20 @@ pub fn read_requirements(root: &Root, adr_path: &str) -> Result<Requirements, To
     }
     for (relative, file) in records {
         if let Some(text) = read_text(&file) {
+            let text = if is_plain_text_record(&relative) {
+                requirements::plain_text_as_markdown(&text)
+            } else {
+                text
+            };
             requirements.add(&relative, &text);
         }
     }
     Ok(requirements)
+}
+
+/// A numbered plain-text record (`ADR-020-tasks.txt`), read as Markdown.
+fn is_plain_text_record(path: &str) -> bool {
+    path.ends_with(".txt") && crate::adrs::parse::number_from_file_name(path).is_some()
 }
 
 /// The ADR folder a call names, or the default.

@@ -216,6 +216,73 @@ fn adr_label(doc: &AdrDoc, path: &str) -> String {
     }
 }
 
+/// Section names a plain-text record writes alone on a line.
+const PLAIN_SECTIONS: &[&str] = &[
+    "status",
+    "date",
+    "context",
+    "decision",
+    "consequences",
+    "implementation plan",
+    "implementation",
+    "alternatives considered",
+    "references",
+    "notes",
+    "confirmation",
+    "validation",
+    "deployment",
+    "positive",
+    "negative",
+    "neutral",
+    "decision drivers",
+    "considered options",
+    "decision outcome",
+];
+
+/// A plain-text record (no Markdown headings, as some tools export them) as Markdown, line for
+/// line: its first line is the title, a known section name alone between blank lines is a
+/// section, another short line alone between blank lines is a sub-section, and `•` bullets are
+/// list items. A record with Markdown headings is returned as it is.
+pub fn plain_text_as_markdown(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    if lines.iter().any(|l| l.starts_with('#')) {
+        return text.to_owned();
+    }
+    let blank = |i: Option<usize>| i.and_then(|i| lines.get(i)).is_none_or(|l| l.trim().is_empty());
+    let mut out = String::new();
+    // A status or date value alone on its line (`Status` / `Accepted`) is text, never a heading.
+    let mut under_heading = false;
+    for (i, line) in lines.iter().enumerate() {
+        let trimmed = line.trim();
+        let alone = !trimmed.is_empty() && blank(i.checked_sub(1)) && blank(Some(i + 1));
+        let converted = if trimmed.is_empty() {
+            (*line).to_owned()
+        } else if i == 0 {
+            format!("# {trimmed}")
+        } else if alone && PLAIN_SECTIONS.contains(&trimmed.to_lowercase().as_str()) {
+            format!("## {trimmed}")
+        } else if alone
+            && !under_heading
+            && trimmed.chars().count() <= 80
+            && !trimmed.ends_with(['.', ':', ';', ','])
+            && trimmed.starts_with(|c: char| c.is_uppercase())
+            && !line.starts_with(char::is_whitespace)
+        {
+            format!("### {trimmed}")
+        } else if let Some(item) = trimmed.strip_prefix("• ") {
+            format!("* {item}")
+        } else {
+            (*line).to_owned()
+        };
+        if !trimmed.is_empty() {
+            under_heading = matches!(trimmed.to_lowercase().as_str(), "status" | "date");
+        }
+        out.push_str(&converted);
+        out.push('\n');
+    }
+    out
+}
+
 /// Offsets of line starts, for 1-based line numbers.
 struct Lines(Vec<usize>);
 
@@ -273,19 +340,34 @@ fn read_body(doc: &AdrDoc, path: &str, text: &str, out: &mut Requirements) {
         paragraph_path: None,
     };
     let mut heading: Option<String> = None;
+    // The headings above the current one, with what their sections are for.
+    let mut enclosing: Vec<(u8, Option<Purpose>)> = Vec::new();
+    let mut heading_level = 0u8;
     // List items open, innermost last: their text and line.
     let mut items: Vec<(String, u32)> = Vec::new();
     let mut code: Option<(String, Range<usize>, String)> = None;
     for (event, range) in Parser::new_ext(&body, Options::ENABLE_TABLES).into_offset_iter() {
         match event {
-            Event::Start(Tag::Heading { .. }) => {
+            Event::Start(Tag::Heading { level, .. }) => {
                 walk.close_section(out);
                 heading = Some(String::new());
                 walk.section_line = walk.lines.of(range.start);
+                let level = level as u8;
+                while enclosing.last().is_some_and(|(l, _)| *l >= level) {
+                    enclosing.pop();
+                }
+                heading_level = level;
             }
             Event::End(TagEnd::Heading(_)) => {
                 let title = heading.take().unwrap_or_default();
-                walk.purpose = purpose_of(&title);
+                // A sub-section of a section about setting up (`### Step 1`) is about it too.
+                // The record's title says what it decides, not what its sections are for.
+                walk.purpose = if heading_level == 1 {
+                    None
+                } else {
+                    purpose_of(&title).or_else(|| enclosing.last().and_then(|(_, p)| *p))
+                };
+                enclosing.push((heading_level, walk.purpose));
                 walk.section = title.trim().to_owned();
             }
             Event::Start(Tag::CodeBlock(kind)) => {
@@ -578,6 +660,32 @@ mod tests {
         let mut r = Requirements::default();
         r.add("0004-t.md", text);
         assert_eq!(r.variables, ["API_TOKEN", "APP_PORT", "DATABASE_URL", "LOG_LEVEL"]);
+    }
+
+    #[test]
+    fn a_title_that_names_a_build_makes_no_section_a_setup_section() {
+        let mut r = Requirements::default();
+        r.add("0002-logs.md", "# 2. Logs under build/\n\n## Status\n\nAccepted\n\n## Context\n\nWords.\n");
+        assert!(r.prose.is_empty() && r.actions.is_empty(), "{:?}", r.prose);
+    }
+
+    #[test]
+    fn a_plain_text_record_reads_like_markdown() {
+        let text = "ADR-020: Tasks\n\nStatus\n\nAccepted (Phase 1 Complete)\n\nImplementation Plan\n\nStep 1: Infrastructure (Week 1)\n\n• Create TaskManager in src/utils/task-manager.ts\n• Add handlers\n";
+        let markdown = plain_text_as_markdown(text);
+        assert_eq!(markdown.lines().count(), text.lines().count(), "line for line");
+        let mut r = Requirements::default();
+        r.add("docs/adr/ADR-020-tasks.md", &markdown);
+        assert_eq!(r.adrs[0].status.as_deref(), Some("Accepted (Phase 1 Complete)"));
+        let actions: Vec<(&str, &str, u32)> =
+            r.actions.iter().map(|a| (a.text.as_str(), a.source.section.as_str(), a.source.line)).collect();
+        assert_eq!(
+            actions,
+            [
+                ("Create TaskManager in src/utils/task-manager.ts", "Step 1: Infrastructure (Week 1)", 11),
+                ("Add handlers", "Step 1: Infrastructure (Week 1)", 12)
+            ]
+        );
     }
 
     #[test]

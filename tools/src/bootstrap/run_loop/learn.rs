@@ -20,7 +20,7 @@ pub(super) async fn learn(cx: Context) -> ToolOutcome {
     };
     let iteration = cx.iteration();
     let plan = cx.arg("plan");
-    if plan.get("skipped").and_then(Value::as_bool).unwrap_or(false) {
+    if cx.round_skipped() {
         // The loop ended before this round: hand the last round's word on.
         let previous = cx.arg("previous").clone();
         return ToolOutcome::Result(result::structured(format!("iteration {iteration}: skipped"), previous));

@@ -105,6 +105,11 @@ impl Context {
         self.ctx.arguments.get(name).unwrap_or(&Value::Null)
     }
 
+    /// Whether this round's plan says the loop ended before it.
+    pub fn round_skipped(&self) -> bool {
+        self.arg("plan").get("skipped").and_then(Value::as_bool).unwrap_or(false)
+    }
+
     pub fn approved(&self) -> bool {
         self.arg("approval").get("approved").and_then(Value::as_bool).unwrap_or(false)
     }

@@ -105,7 +105,7 @@ pub(super) async fn approve(cx: Context) -> ToolOutcome {
     };
     let iteration = cx.iteration();
     let plan = cx.arg("plan");
-    if plan.get("skipped").and_then(Value::as_bool).unwrap_or(false) {
+    if cx.round_skipped() {
         return skipped(iteration, "the loop ended in an earlier iteration");
     }
     let Some(reply) = cx.ctx.input("approve") else {
