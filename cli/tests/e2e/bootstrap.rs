@@ -252,6 +252,9 @@ async fn the_loop_fails_then_learns_the_fix_passes_and_proposes_the_adr_update()
     let second = &report["executions"][1];
     assert_eq!(second["passed"], true, "{second}");
     assert_eq!(second["fixesApplied"], json!(["config/app.toml"]));
+    // Each execution records its environment: whether each program it starts was there.
+    assert_eq!(first["environment"]["programs"]["./scripts/check-config.sh"], true, "{first}");
+    assert_eq!(first["environment"]["workspace"], "scratch copy");
     // The update names the right ADR and section, as a diff.
     let updates = report["adrUpdates"].as_array().expect("updates");
     assert_eq!(updates.len(), 1, "{report}");

@@ -98,6 +98,7 @@ pub(super) async fn learn(cx: Context) -> ToolOutcome {
         "root": root.name,
         "passed": passed,
         "bootstrap": {"passed": bootstrap_passed, "failedStep": run.get("failedStep"), "summary": run["summary"], "durationMs": run["durationMs"]},
+        "environment": run["environment"],
         "checks": checks,
         "fixesApplied": fixes,
         "learnings": learnings

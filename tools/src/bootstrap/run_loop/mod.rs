@@ -272,7 +272,7 @@ async fn plan_loop(config: &OperatorConfig, roots: &Roots, ctx: &ToolContext) ->
         let approval = from(&approve, "/structuredContent");
         nodes.push(json!({
             "id": run, "tool": "step/bootstrap_loop_run", "timeoutMs": node_timeout, "dependsOn": [generate, approve],
-            "arguments": with(json!({"iteration": k, "approval": approval, "script": script, "steps": from(&generate, "/structuredContent/steps")}))
+            "arguments": with(json!({"iteration": k, "approval": approval, "script": script, "steps": from(&generate, "/structuredContent/steps"), "checks": from(&generate, "/structuredContent/checks")}))
         }));
         let check_ids: Vec<String> = (1..=checks.len()).map(|i| format!("check-{k}-{i}")).collect();
         for (id, check) in check_ids.iter().zip(&checks) {

@@ -223,6 +223,8 @@ pub(super) async fn run_bootstrap(cx: Context) -> ToolOutcome {
     place.mark_ready();
     let mut structured = ended(&run, profile.timeout_s);
     structured["iteration"] = json!(iteration);
+    let checks: Vec<Planned> = serde_json::from_value(cx.arg("checks").clone()).unwrap_or_default();
+    structured["environment"] = environment(&place, steps.iter().chain(&checks));
     if !run.succeeded() {
         let failed = last_step(&run.stdout.text).and_then(|n| steps.get(n.checked_sub(1)?));
         structured["failedStep"] = json!(failed.map(|s| s.id.clone()));
@@ -230,6 +232,37 @@ pub(super) async fn run_bootstrap(cx: Context) -> ToolOutcome {
     let text =
         format!("iteration {iteration}: bootstrap {}", structured["summary"].as_str().unwrap_or_default());
     ToolOutcome::Result(result::structured(text, structured))
+}
+
+/// Shell words that are no program to look for.
+const BUILTINS: &[&str] = &[
+    "cd", "echo", "test", "[", "export", "set", "true", "false", "if", "for", "while", "source", ".", "exit",
+    "printf",
+];
+
+/// What the run's environment was: the system, where it ran, and whether each program the steps
+/// and checks start is there (on the worker's `PATH`, or in the workspace for `./x`).
+fn environment<'a>(place: &Place, items: impl Iterator<Item = &'a Planned>) -> Value {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut programs = serde_json::Map::new();
+    for item in items {
+        let Some(program) = item.command.split_whitespace().find(|w| !w.contains('=')) else { continue };
+        if BUILTINS.contains(&program) || programs.contains_key(program) {
+            continue;
+        }
+        let found = if program.contains('/') {
+            place.dir.join(program).is_file()
+        } else {
+            std::env::split_paths(&path).any(|dir| dir.join(program).is_file())
+        };
+        programs.insert(program.to_owned(), json!(found));
+    }
+    json!({
+        "os": std::env::consts::OS,
+        "arch": std::env::consts::ARCH,
+        "workspace": if place.is_scratch() { "scratch copy" } else { "root" },
+        "programs": programs
+    })
 }
 
 pub(super) async fn check(cx: Context) -> ToolOutcome {
