@@ -44,6 +44,8 @@ pub const TOOL: &str = "bootstrap_validation_loop";
 /// Iterations when the call names none, and the most it may name.
 const DEFAULT_ITERATIONS: u64 = 3;
 const MAX_ITERATIONS: u64 = 5;
+/// Checks one iteration runs at most: each is a node, held while it runs.
+const MAX_CHECKS: usize = 50;
 /// Slack a running node gets beyond its command's timeout, to kill the command and report.
 const NODE_SLACK_MS: u64 = 30_000;
 
@@ -245,6 +247,12 @@ async fn plan_loop(config: &OperatorConfig, roots: &Roots, ctx: &ToolContext) ->
             requirements.adrs.len(),
             root.name
         )));
+    }
+    if checks.len() > MAX_CHECKS {
+        return invalid(format!(
+            "the ADRs under `{adr_path}` and the root's platforms give {} checks; one iteration runs at most {MAX_CHECKS}: name a narrower adrPath",
+            checks.len()
+        ));
     }
     let node_timeout = profile.timeout_s * 1000 + NODE_SLACK_MS;
     let base = json!({"profile": profile.name, "adrPath": adr_path, "maxIterations": iterations});
