@@ -6,6 +6,7 @@ sample project whose ADRs require a config file the root lacks and whose check p
 - `bootstrap_validation_loop`, as a task, asks the person (the SDK's elicitation callback) to
   approve each iteration; the first fails with a masked, classified learning, the second takes the
   known fix and passes, and the ADR update names the ADR and its section;
+- a person who declines stops the loop before anything runs;
 - a session without an elicitation callback is refused with an error that says so, and goes on.
 
 Usage: bootstrap_client.py MCP_URL ROOT_NAME PROFILE SECRET
@@ -34,13 +35,16 @@ READ_TIMEOUT = timedelta(seconds=90)
 
 
 class Person:
-    """Approves every iteration, and keeps the questions."""
+    """Answers every approval with `action` (approving when it accepts), and keeps the questions."""
 
-    def __init__(self) -> None:
+    def __init__(self, action: str = "accept") -> None:
+        self.action = action
         self.messages: list[str] = []
 
     async def elicit(self, context: RequestContext[ClientSession, Any], params: ElicitRequestParams) -> ElicitResult | ErrorData:
         self.messages.append(params.message)
+        if self.action != "accept":
+            return ElicitResult(action=self.action)  # type: ignore[arg-type]
         return ElicitResult(action="accept", content={"approve": True})
 
 
@@ -86,6 +90,18 @@ async def run_loop(session: ClientSession, person: Person, profile: str, secret:
     print(f"ok   bootstrap_validation_loop: failed, learned {learning['category']}, passed with the fix; update at {update['uri']}")
 
 
+async def declined(session: ClientSession, person: Person, profile: str) -> None:
+    person.action = "decline"
+    person.messages.clear()
+    created = await session.experimental.call_tool_as_task("bootstrap_validation_loop", {"profile": profile})
+    result = await session.experimental.get_task_result(created.task.taskId, CallToolResult)
+    report = result.structuredContent or {}
+    assert report.get("success") is False and report.get("iterations") == 0, f"report: {report!r}"
+    assert "decline" in (report.get("stopped") or ""), f"the report does not say why it stopped: {report!r}"
+    assert len(person.messages) == 1, f"asked again after a decline: {person.messages!r}"
+    print(f"ok   a declined iteration runs nothing: {report['stopped']!r}")
+
+
 async def refused_without_elicitation(url: str, profile: str) -> None:
     async with streamable_http_client(url) as (read, write, _):
         async with ClientSession(read, write, read_timeout_seconds=READ_TIMEOUT) as session:
@@ -112,6 +128,7 @@ async def main_async(url: str, root: str, profile: str, secret: str) -> int:
             await session.initialize()
             await generate(session, root)
             await run_loop(session, person, profile, secret)
+            await declined(session, person, profile)
     await refused_without_elicitation(url, profile)
     print(f"all bootstrap checks passed with mcp 1.30.0 in {time.monotonic() - started:.1f} s", flush=True)
     return 0

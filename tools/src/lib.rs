@@ -65,6 +65,11 @@ pub fn register(registry: &mut ToolRegistry, settings: &Settings) {
     configured::register(registry, &settings.roots, &settings.operator);
 }
 
+/// The definition of a step (a node tool clients never see): its name and what it does.
+pub(crate) fn step_definition(name: &str, description: &str) -> Value {
+    json!({"name": name, "description": description, "inputSchema": {"type": "object"}})
+}
+
 /// The outcome of a node that stopped because it was cancelled.
 pub(crate) fn cancelled() -> ToolOutcome {
     ToolOutcome::Error(RpcError { code: -32800, message: "cancelled".to_owned(), data: None })

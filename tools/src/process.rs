@@ -57,6 +57,18 @@ pub struct Captured {
     pub truncated: bool,
 }
 
+impl Captured {
+    /// The last `bytes` of what was kept, on a character boundary: what a result shows a person.
+    pub fn tail(&self, bytes: usize) -> String {
+        let text = &self.text;
+        let mut start = text.len().saturating_sub(bytes);
+        while !text.is_char_boundary(start) {
+            start += 1;
+        }
+        text[start..].to_owned()
+    }
+}
+
 /// What a run produced.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]

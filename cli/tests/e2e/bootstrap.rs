@@ -324,6 +324,12 @@ async fn cancelling_the_loop_kills_the_running_check_and_what_it_started() {
     approve_next(&s.mcp, &task).await;
     let (child_sleep, grandchild_sleep) = (format!("sleep {child}"), format!("sleep {grandchild}"));
     wait_started(&[&child_sleep, &grandchild_sleep], Duration::from_secs(30), || s.up.log_text()).await;
+    // While its nodes run, the task says how far the graph is.
+    let running = get_2026(&s.mcp, &task, &asking_client()).await;
+    assert_eq!(running["status"], "working", "{running}");
+    // (A check that starts sets its own message until the next node settles.)
+    let message = running["statusMessage"].as_str().unwrap_or_default();
+    assert!(message.ends_with("nodes settled") || message.starts_with("Iteration 1: checking "), "{running}");
     let cancelled = s
         .mcp
         .call_2026("tasks/cancel", json!({"taskId": task}), asking_client())

@@ -14,7 +14,7 @@ use super::parse::{self, AdrDoc};
 use super::rules::{self, Finding};
 use crate::research::{index::read_text, sampled_text};
 use crate::roots::{Root, Roots, root_schema};
-use crate::{invalid, plan};
+use crate::{invalid, plan, step_definition};
 use conveyor_worker::tool::{FnTool, ToolContext, ToolRegistry};
 
 pub const TOOL: &str = "validate_adrs";
@@ -40,30 +40,30 @@ pub fn register(registry: &mut ToolRegistry, roots: &Roots) {
     );
     let reader = roots.clone();
     registry.register(
-        FnTool::step(step("adrs_batch", "Reads and checks one batch of ADR files."), move |ctx| {
+        FnTool::step(step_definition("adrs_batch", "Reads and checks one batch of ADR files."), move |ctx| {
             let roots = reader.clone();
             async move { batch(&roots, &ctx).await }
         })
         .on_queue(QUEUE),
     );
     registry.register(
-        FnTool::step(step("adrs_check", "Checks ADRs against each other and reports."), |ctx| async move {
-            cross_check(&ctx)
-        })
+        FnTool::step(
+            step_definition("adrs_check", "Checks ADRs against each other and reports."),
+            |ctx| async move { cross_check(&ctx) },
+        )
         .on_queue(QUEUE),
     );
     let reviewer = roots.clone();
     registry.register(
-        FnTool::step(step("adrs_review", "Asks the client's model to review each ADR."), move |ctx| {
-            let roots = reviewer.clone();
-            async move { review(&roots, &ctx).await }
-        })
+        FnTool::step(
+            step_definition("adrs_review", "Asks the client's model to review each ADR."),
+            move |ctx| {
+                let roots = reviewer.clone();
+                async move { review(&roots, &ctx).await }
+            },
+        )
         .on_queue(QUEUE),
     );
-}
-
-fn step(name: &str, description: &str) -> Value {
-    json!({"name": name, "description": description, "inputSchema": {"type": "object"}})
 }
 
 fn definition(roots: &Roots) -> Value {

@@ -14,7 +14,7 @@ use super::missing::{MissingFile, missing_files};
 use super::platforms::{Platform, detect};
 use super::requirements::{ProseSection, Requirements};
 use super::scripts::{Draft, Plan};
-use super::{QUEUE, adr_path_arg, read_requirements, step};
+use super::{QUEUE, adr_path_arg, read_requirements};
 use crate::plan;
 use crate::research::sampled_text;
 use crate::roots::{Roots, root_schema};
@@ -38,33 +38,39 @@ pub fn register(registry: &mut ToolRegistry, roots: &Roots) {
     );
     let reader = roots.clone();
     registry.register(
-        FnTool::step(step("bootstrap_read", "Reads what a root's ADRs require."), move |ctx| {
-            let roots = reader.clone();
-            async move { read(&roots, &ctx).await }
-        })
+        FnTool::step(
+            crate::step_definition("bootstrap_read", "Reads what a root's ADRs require."),
+            move |ctx| {
+                let roots = reader.clone();
+                async move { read(&roots, &ctx).await }
+            },
+        )
         .on_queue(QUEUE),
     );
     let detector = roots.clone();
     registry.register(
-        FnTool::step(step("bootstrap_detect", "Finds the platforms of a root."), move |ctx| {
-            let roots = detector.clone();
-            async move {
-                match roots.of(&ctx) {
-                    Ok(root) => {
-                        let platforms = detect(&root.path);
-                        let text = format!("{} platforms", platforms.len());
-                        ToolOutcome::Result(result::structured(text, json!({"platforms": platforms})))
+        FnTool::step(
+            crate::step_definition("bootstrap_detect", "Finds the platforms of a root."),
+            move |ctx| {
+                let roots = detector.clone();
+                async move {
+                    match roots.of(&ctx) {
+                        Ok(root) => {
+                            let platforms = detect(&root.path);
+                            let text = format!("{} platforms", platforms.len());
+                            ToolOutcome::Result(result::structured(text, json!({"platforms": platforms})))
+                        }
+                        Err(e) => e.into_outcome(),
                     }
-                    Err(e) => e.into_outcome(),
                 }
-            }
-        })
+            },
+        )
         .on_queue(QUEUE),
     );
     let writer = roots.clone();
     registry.register(
         FnTool::step(
-            step("bootstrap_generate", "Writes the bootstrap and validation scripts."),
+            crate::step_definition("bootstrap_generate", "Writes the bootstrap and validation scripts."),
             move |ctx| {
                 let roots = writer.clone();
                 async move { write_scripts(&roots, &ctx) }

@@ -18,7 +18,7 @@
 use std::sync::Arc;
 
 use conveyor_shared::model::ToolOutcome;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::adrs::parse::is_adr_path;
 use crate::invalid;
@@ -55,11 +55,6 @@ pub fn register(registry: &mut ToolRegistry, roots: &Roots, config: &Arc<Operato
     if !config.bootstrap.is_empty() {
         run_loop::register(registry, roots, config);
     }
-}
-
-/// A step's definition: clients never see it.
-fn step(name: &str, description: &str) -> Value {
-    json!({"name": name, "description": description, "inputSchema": {"type": "object"}})
 }
 
 /// What the ADRs under `adr_path` of `root` require.

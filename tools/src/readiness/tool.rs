@@ -183,8 +183,8 @@ async fn run_check(config: &OperatorConfig, roots: &Roots, ctx: &ToolContext) ->
         summary.push_str(&format!("; {note}"));
     }
     let output = json!({
-        "stdout": tail(&run.stdout.text, SHOWN_OUTPUT_BYTES),
-        "stderr": tail(&run.stderr.text, SHOWN_OUTPUT_BYTES),
+        "stdout": run.stdout.tail(SHOWN_OUTPUT_BYTES),
+        "stderr": run.stderr.tail(SHOWN_OUTPUT_BYTES),
         "exitCode": run.exit_code,
         "truncated": run.stdout.truncated || run.stderr.truncated
     });
@@ -231,15 +231,6 @@ fn read_report(check: &ConfiguredCheck, roots: &Roots, stdout: &str) -> Result<V
             reports::parse(format, stdout).map_err(|e| format!("the test report is not valid: {e}"))
         }
     }
-}
-
-/// The last `bytes` of `text`, on a character boundary.
-fn tail(text: &str, bytes: usize) -> String {
-    let mut start = text.len().saturating_sub(bytes);
-    while !text.is_char_boundary(start) {
-        start += 1;
-    }
-    text[start..].to_owned()
 }
 
 async fn report(config: &OperatorConfig, ctx: &ToolContext) -> ToolOutcome {

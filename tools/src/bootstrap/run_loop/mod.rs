@@ -34,7 +34,7 @@ use serde_json::{Value, json};
 
 use super::platforms::detect;
 use super::scripts::Plan;
-use super::{QUEUE, adr_path_arg, read_requirements, step};
+use super::{QUEUE, adr_path_arg, read_requirements};
 use crate::operator_config::{BootstrapProfile, OperatorConfig, Workspace};
 use crate::roots::{Root, Roots};
 use crate::{invalid, plan};
@@ -74,7 +74,7 @@ pub fn register(registry: &mut ToolRegistry, roots: &Roots, config: &Arc<Operato
     for (name, description, handler) in steps {
         let (config, roots) = (config.clone(), roots.clone());
         registry.register(
-            FnTool::step(step(name, description), move |ctx| {
+            FnTool::step(crate::step_definition(name, description), move |ctx| {
                 handler(Context { ctx, config: config.clone(), roots: roots.clone() })
             })
             .on_queue(QUEUE),

@@ -178,17 +178,9 @@ fn ended(run: &Finished, timeout_s: u64) -> Value {
         "timedOut": run.ending == Ending::TimedOut,
         "durationMs": run.duration_ms,
         "summary": run.describe(Duration::from_secs(timeout_s)),
-        "stdout": mask(&tail(&run.stdout.text, SHOWN_OUTPUT_BYTES)),
-        "stderr": mask(&tail(&run.stderr.text, SHOWN_OUTPUT_BYTES))
+        "stdout": mask(&run.stdout.tail(SHOWN_OUTPUT_BYTES)),
+        "stderr": mask(&run.stderr.tail(SHOWN_OUTPUT_BYTES))
     })
-}
-
-fn tail(text: &str, bytes: usize) -> String {
-    let mut start = text.len().saturating_sub(bytes);
-    while !text.is_char_boundary(start) {
-        start += 1;
-    }
-    text[start..].to_owned()
 }
 
 pub(super) async fn run_bootstrap(cx: Context) -> ToolOutcome {
