@@ -336,6 +336,13 @@ pub struct GatewayArgs {
     /// part, and one task's nodes must fit in one part. 0: no limit.
     #[arg(long, env = "CONVEYOR_MAX_NODES_PER_PRINCIPAL", default_value_t = 50_000)]
     pub max_nodes_per_principal: u64,
+    /// Most bytes one principal may keep in Redis, over every shard: its tasks' calls, node
+    /// outputs, results and answers until their TTL runs out, and its memories. Over it, a new
+    /// call is refused at once, saying when the oldest task gives its bytes back; a node that
+    /// would pass it fails. Each shard holds an equal share, and one task must fit in one share.
+    /// 0: no limit.
+    #[arg(long, env = "CONVEYOR_MAX_STORED_BYTES_PER_PRINCIPAL", default_value_t = 256 * 1024 * 1024)]
+    pub max_stored_bytes_per_principal: u64,
     /// Most bytes one task may store in Redis in all (its arguments, every node's output, its
     /// result); a node that would pass it fails with an error naming the limit. 0: no limit.
     #[arg(long, env = "CONVEYOR_MAX_TASK_BYTES", default_value_t = 64 * 1024 * 1024)]

@@ -172,6 +172,7 @@ fn config(args: &GatewayArgs) -> Config {
             max_queued_per_tool: args.max_queued_per_tool,
             max_live_per_principal: args.max_live_tasks_per_principal,
             max_nodes_per_principal: args.max_nodes_per_principal,
+            max_stored_bytes_per_principal: args.max_stored_bytes_per_principal,
         },
         max_task_bytes: args.max_task_bytes,
     }

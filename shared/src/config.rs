@@ -60,8 +60,8 @@ pub struct Config {
     /// Largest arguments of one DAG node, in bytes of JSON (`CONVEYOR_MAX_DAG_NODE_BYTES`).
     pub max_dag_node_bytes: usize,
     /// Overload limits on new tasks (`CONVEYOR_MAX_QUEUED`, `CONVEYOR_MAX_QUEUED_PER_TOOL`,
-    /// `CONVEYOR_MAX_LIVE_TASKS_PER_PRINCIPAL`, `CONVEYOR_MAX_NODES_PER_PRINCIPAL`; 0 means no
-    /// limit).
+    /// `CONVEYOR_MAX_LIVE_TASKS_PER_PRINCIPAL`, `CONVEYOR_MAX_NODES_PER_PRINCIPAL`,
+    /// `CONVEYOR_MAX_STORED_BYTES_PER_PRINCIPAL`; 0 means no limit).
     pub limits: crate::store::Limits,
     /// The bytes one task may store in Redis in all: arguments, node outputs, result
     /// (`CONVEYOR_MAX_TASK_BYTES`; 0: no limit).
@@ -97,6 +97,7 @@ impl Default for Config {
                 max_queued_per_tool: 0,
                 max_live_per_principal: 1_000,
                 max_nodes_per_principal: 50_000,
+                max_stored_bytes_per_principal: 256 * 1024 * 1024,
             },
             max_task_bytes: 64 * 1024 * 1024,
         }
@@ -171,6 +172,15 @@ impl Config {
         if self.header_timeout.is_zero() || self.body_timeout.is_zero() || self.max_connections == 0 {
             return Err("CONVEYOR_HEADER_TIMEOUT_MS, CONVEYOR_BODY_TIMEOUT_MS and CONVEYOR_MAX_CONNECTIONS must be above zero".to_owned());
         }
+        let stored = self.limits.max_stored_bytes_per_principal;
+        if stored != 0 && stored / u64::from(self.shards.max(1)) < self.max_argument_bytes as u64 {
+            return Err(format!(
+                "the stored-bytes budget per principal (CONVEYOR_MAX_STORED_BYTES_PER_PRINCIPAL = {stored}) is shared by the {} shards, and each share must hold one call's largest arguments (CONVEYOR_MAX_ARGUMENT_BYTES = {}): raise it to at least {}",
+                self.shards,
+                self.max_argument_bytes,
+                self.max_argument_bytes as u64 * u64::from(self.shards.max(1))
+            ));
+        }
         if self.max_dag_nodes == 0 {
             return Err("the DAG node limit (CONVEYOR_MAX_DAG_NODES) must be at least 1".to_owned());
         }
@@ -228,6 +238,15 @@ mod tests {
         assert!(bad.validate().expect_err("zero max").contains("CONVEYOR_TASK_TTL_MAX_MS"));
         let bad = Config { max_body_bytes: 10, ..Config::default() };
         assert!(bad.validate().expect_err("tiny body limit").contains("CONVEYOR_MAX_BODY_BYTES"));
+        let mut bad = Config::default();
+        bad.limits.max_stored_bytes_per_principal = 2 * 1024 * 1024;
+        let refused = bad.validate().expect_err("a share below one call's arguments");
+        assert!(
+            refused.contains("CONVEYOR_MAX_STORED_BYTES_PER_PRINCIPAL") && refused.contains("4194304"),
+            "{refused}"
+        );
+        bad.limits.max_stored_bytes_per_principal = 0;
+        assert!(bad.validate().is_ok(), "0 is no limit");
     }
 
     #[test]

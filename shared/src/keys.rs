@@ -64,7 +64,10 @@ impl Shard {
     }
 
     /// Hash of load counters: `queued`, `queued:<tool>`, `live:<owner>`, `nodes:<owner>` (what an
-    /// owner's live tasks hold beyond one node each), `held` (nodes set aside in [`Shard::held`]).
+    /// owner's live tasks hold beyond one node each), `held` (nodes set aside in [`Shard::held`]),
+    /// `kept:<owner>` (the bytes an owner keeps in the shard: its tasks' calls, outputs, results
+    /// and answers until their keys expire, and its memories), and `keptMax` (the shard's share of
+    /// the stored-bytes budget of each principal, as the gateways were last configured).
     pub fn load(self) -> String {
         format!("{}:load", self.tag())
     }
@@ -77,6 +80,14 @@ impl Shard {
     /// Sorted set of unsettled tasks (`<taskId>`), scored by the time their TTL runs out.
     pub fn expiring(self) -> String {
         format!("{}:expiring", self.tag())
+    }
+
+    /// Sorted set of settled tasks whose stored bytes their owners still hold, scored by the time
+    /// their keys expire (creation plus TTL); members are `<taskId>\t<bytes>\t<owner>`, so that the
+    /// shard's maintenance gives the bytes back to `kept:<owner>` of the load hash without reading
+    /// the task, whose keys are gone by then.
+    pub fn kept(self) -> String {
+        format!("{}:kept", self.tag())
     }
 
     /// Stream of nodes whose attempts are spent, for operators (`conveyor redis dlq`).
@@ -208,6 +219,7 @@ mod tests {
             s.load(),
             s.retries(),
             s.expiring(),
+            s.kept(),
             s.dead_letters(),
             s.owner_tasks("alice"),
             s.idempotency("alice", "k"),

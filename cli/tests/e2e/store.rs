@@ -1596,3 +1596,139 @@ async fn a_run_recorded_again_after_its_reply_was_lost_is_kept_once() {
     let runs = h.store.runs("deployment_readiness", "prod", 10).await.expect("runs");
     assert_eq!(runs, vec![second, first], "each run once");
 }
+
+/// What `owner` keeps in every shard, by the load counters (`kept:<owner>`).
+fn kept(h: &Harness, owner: &str) -> i64 {
+    h.total_load().get(&format!("kept:{owner}")).copied().unwrap_or(0)
+}
+
+/// The `bytes` field of a task: what it stores, as its scripts counted it.
+fn task_bytes(h: &Harness, task_id: &str) -> i64 {
+    h.conn().hget::<_, _, Option<i64>>(task_key(task_id), "bytes").expect("hget").unwrap_or(0)
+}
+
+#[tokio::test]
+async fn what_a_principal_stores_is_counted_and_given_back_when_its_keys_expire() {
+    let mut h = setup().await;
+    let s = Shard(1);
+    let limits = Limits { max_stored_bytes_per_principal: 4 * 100_000, ..Limits::default() };
+    let single = NewTask { ttl_ms: 400, ..new_task(s) };
+    assert_eq!(h.store.create_task(&single, &limits).await.expect("create"), Created::Created);
+    let call_bytes = task_bytes(&h, &single.task_id);
+    assert!(call_bytes > 20, "the call record counts from the start: {call_bytes}");
+    assert_eq!(kept(&h, "alice"), call_bytes);
+
+    let attempt = h.start(&single.task_id).await;
+    let output = ToolOutcome::Result(result::text("r".repeat(3_000)));
+    h.store.complete(&attempt, Some(&output), false, 0).await.expect("complete");
+    let stored = task_bytes(&h, &single.task_id);
+    assert!(stored > call_bytes + 3_000, "the result counts too: {stored}");
+    assert_eq!(kept(&h, "alice"), stored, "the owner keeps exactly what its task stores");
+
+    // A graph: its nodes' arguments, outputs and result; a cancelled task keeps what it stored.
+    let graph = json!({"nodes": [
+        {"id": "a", "tool": "slow_compute", "arguments": {"pad": "p".repeat(500)}},
+        {"id": "b", "tool": "slow_compute", "dependsOn": ["a"]}
+    ]});
+    let dag = NewTask { ttl_ms: 400, ..dag_task(s, graph) };
+    assert_eq!(h.store.create_task(&dag, &limits).await.expect("create"), Created::Created);
+    let a = h.start_node(&dag.task_id, "a").await;
+    h.store.complete(&a, Some(&ok(&"o".repeat(2_000))), false, 0).await.expect("a");
+    let b = h.start_node(&dag.task_id, "b").await;
+    h.store.complete(&b, Some(&ok("done")), false, 0).await.expect("b");
+    let finalize = h.item(&dag.task_id, keys::FINALIZE_NODE).await;
+    h.store
+        .settle_dag(&finalize, &json!({"content": [], "isError": false}), "done", false)
+        .await
+        .expect("settle");
+    let cancelled = NewTask { ttl_ms: 400, ..new_task(s) };
+    assert_eq!(h.store.create_task(&cancelled, &limits).await.expect("create"), Created::Created);
+    h.store.cancel_task(&cancelled.task_id, "alice", "x").await.expect("cancel");
+    let all = stored + task_bytes(&h, &dag.task_id) + task_bytes(&h, &cancelled.task_id);
+    assert!(task_bytes(&h, &dag.task_id) > 2_500, "the graph's output and result count");
+    assert_eq!(kept(&h, "alice"), all, "every task's bytes, exactly");
+    assert_eq!(kept(&h, "bob"), 0, "another principal keeps nothing of it");
+
+    // Their TTL runs out: the keys go, and with them what the owner keeps.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let MaintainOutcome { next_due_in, .. } =
+        h.store.maintain(s, 100, Duration::from_secs(5)).await.expect("maintain");
+    assert_eq!(kept(&h, "alice"), 0, "{:?}", h.load(s));
+    assert!(!h.load(s).contains_key("kept:alice"), "a spent counter leaves the hash");
+    assert_eq!(h.conn().zcard::<_, usize>(s.kept()).expect("zcard"), 0);
+    assert_eq!(next_due_in, None, "nothing else is due");
+}
+
+#[tokio::test]
+async fn an_unsettled_task_that_expires_gives_back_its_bytes() {
+    let mut h = setup().await;
+    let s = Shard(2);
+    let limits = Limits { max_stored_bytes_per_principal: 4 * 100_000, ..Limits::default() };
+    let task = NewTask { ttl_ms: 300, ..new_task(s) };
+    assert_eq!(h.store.create_task(&task, &limits).await.expect("create"), Created::Created);
+    let _running = h.start(&task.task_id).await;
+    assert!(kept(&h, "alice") > 0);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let (_, expired) = h.due(s).await;
+    for id in &expired {
+        assert!(h.store.expire_task(s, id).await.expect("expire"));
+    }
+    assert_eq!(kept(&h, "alice"), 0, "{:?}", h.load(s));
+}
+
+#[tokio::test]
+async fn a_principal_over_its_stored_bytes_is_refused_saying_when_the_oldest_frees() {
+    let mut h = setup().await;
+    // 4 shards of 5,000 bytes each: four calls of about 4,000 bytes fit, one a shard.
+    let limits = Limits { max_stored_bytes_per_principal: 20_000, ..Limits::default() };
+    let padded = |owner: &str, shard: Shard| NewTask {
+        owner: owner.to_owned(),
+        ttl_ms: 30_000,
+        call: CallRecord {
+            wire: "2026-07-28".to_owned(),
+            arguments: json!({"pad": "p".repeat(4_000)}),
+            ..CallRecord::default()
+        },
+        ..new_task(shard)
+    };
+    let mut admitted = Vec::new();
+    let mut refusal = None;
+    for i in 0..6u16 {
+        let mut task = padded("alice", Shard(i % 4));
+        match h.store.create_task_spread(&mut task, &limits, |_, _| {}).await.expect("create") {
+            Created::Created => admitted.push(task.task_id),
+            Created::OverLimit(hit) => {
+                refusal = Some(hit);
+                break;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(admitted.len(), 4, "one call a shard fits: {admitted:?}");
+    let hit = refusal.expect("the fifth is refused");
+    assert_eq!((hit.limit.as_str(), hit.max), ("stored_bytes_per_principal", 20_000), "{hit:?}");
+    assert_eq!(hit.current as i64, kept(&h, "alice"), "it names what the principal keeps: {hit:?}");
+    let frees = hit.frees_in_ms.expect("when the oldest frees");
+    assert!(frees > 20_000 && frees <= 30_000, "{frees}");
+    // Another principal is not touched by it.
+    let mut bob = padded("bob", Shard(0));
+    assert_eq!(
+        h.store.create_task_spread(&mut bob, &limits, |_, _| {}).await.expect("bob"),
+        Created::Created
+    );
+
+    // A node whose result would pass its principal's share fails for good, saying so; nothing of
+    // the result is stored.
+    let attempt = h.start(&admitted[0]).await;
+    let big = ToolOutcome::Result(result::text("x".repeat(3_000)));
+    assert_eq!(
+        h.store.complete(&attempt, Some(&big), false, 0).await.expect("complete"),
+        CompleteOutcome::Settled
+    );
+    let task = h.store.get_task(&admitted[0]).await.expect("get").expect("exists");
+    assert_eq!(task.status, TaskStatus::Failed, "{task:?}");
+    let error = task.error.expect("an error");
+    assert_eq!(error.data.as_ref().expect("data")["limit"], "stored_bytes_per_principal", "{error:?}");
+    assert!(task_bytes(&h, &admitted[0]) < 5_000, "the result was not stored");
+    assert_eq!(kept(&h, "alice"), admitted.iter().map(|id| task_bytes(&h, id)).sum::<i64>());
+}

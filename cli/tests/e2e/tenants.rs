@@ -782,3 +782,80 @@ async fn the_python_sdk_meets_the_limits_and_its_session_goes_on() {
     );
     print!("{}", String::from_utf8_lossy(&output.stdout));
 }
+
+/// A call of alice's that stores `bytes` in its result, as a task: how it ended, or the refusal.
+async fn store_blob(mcp: &Mcp, bytes: u64) -> Result<String, Value> {
+    let reply = mcp
+        .call_2025(
+            "tools/call",
+            json!({"name": "blob", "arguments": {"bytes": bytes}, "task": {"ttl": 600_000}}),
+        )
+        .await
+        .expect("tools/call");
+    if !reply.message["error"].is_null() {
+        return Err(reply.message["error"].clone());
+    }
+    let id = reply.result()["task"]["taskId"].as_str().expect("a task").to_owned();
+    Ok(ended(mcp, &id, Duration::from_secs(30)).await.to_string())
+}
+
+#[tokio::test]
+async fn a_principal_that_keeps_storing_is_stopped_at_its_budget_and_another_keeps_working() {
+    let redis = RedisServer::start().expect("redis");
+    // 64 MiB over the 4 shards: 16 MiB a shard.
+    let budget: u64 = 64 * 1024 * 1024;
+    let conveyor = up(
+        &redis,
+        "tenants-stored",
+        &["alice", "bob"],
+        &["--max-stored-bytes-per-principal", &budget.to_string()],
+    );
+    let alice = client(&conveyor, "alice");
+    let bob = client(&conveyor, "bob");
+    alice.wait_for_tool("blob", Duration::from_secs(20)).await.expect("tools");
+    let (_, redis_before) = redis_memory(&redis);
+
+    let (mut completed, mut failed_at_limit, mut refusal) = (0, 0, None);
+    for _ in 0..60 {
+        match store_blob(&alice, 3 * 1024 * 1024).await {
+            Ok(task) if task.contains("\"completed\"") => completed += 1,
+            Ok(task) => {
+                assert!(task.contains("stored_bytes_per_principal"), "a failure names the budget: {task}");
+                failed_at_limit += 1;
+            }
+            Err(error) => {
+                refusal = Some(error);
+                break;
+            }
+        }
+    }
+    let (_, redis_after) = redis_memory(&redis);
+    println!(
+        "alice storing 3 MiB results in a loop under a 64 MiB budget: {completed} kept, {failed_at_limit} failed at the budget, \
+         then {}; Redis used memory {:.1} -> {:.1} MiB",
+        refusal.as_ref().map_or("no refusal".to_owned(), Value::to_string),
+        mib(redis_before),
+        mib(redis_after)
+    );
+    assert!((16..=20).contains(&completed), "about the budget's worth is kept: {completed}");
+    assert!(failed_at_limit > 0, "calls past a shard's share fail, naming the budget");
+    assert!(
+        redis_after.saturating_sub(redis_before) < budget + 16 * 1024 * 1024,
+        "Redis grew by {:.1} MiB",
+        mib(redis_after - redis_before)
+    );
+    if let Some(error) = &refusal {
+        assert_eq!(error["code"], OVERLOADED, "{error}");
+        assert_eq!(error["data"]["limit"], "stored_bytes_per_principal", "{error}");
+        assert_eq!(error["data"]["max"], budget, "{error}");
+        assert!(error["data"]["freesInMs"].as_u64().is_some_and(|ms| ms <= 600_000), "{error}");
+    }
+    // Bob stores what he likes; his calls never meet alice's budget.
+    let bobs = store_blob(&bob, 3 * 1024 * 1024).await.expect("bob's call is not refused");
+    assert!(bobs.contains("\"completed\""), "{bobs}");
+    let greeting = bob
+        .call_2025("tools/call", json!({"name": "greet", "arguments": {"name": "bob"}}))
+        .await
+        .expect("greet");
+    assert_eq!(greeting.result()["content"][0]["text"], "Hello, bob!", "{}", greeting.raw);
+}

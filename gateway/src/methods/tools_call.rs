@@ -421,6 +421,9 @@ fn granted_tool(
 const RETRY_AFTER_MS: u64 = 1_000;
 
 fn over_limit(hit: &LimitHit) -> RpcFailure {
+    if hit.limit == "stored_bytes_per_principal" {
+        return over_stored_bytes(hit);
+    }
     let what = match (hit.limit.as_str(), &hit.tool) {
         ("queued_nodes_per_tool", Some(tool)) => format!("{} queued nodes of tool `{tool}`", hit.max),
         ("live_tasks_per_principal", _) => format!("{} unfinished tasks per principal", hit.max),
@@ -438,6 +441,26 @@ fn over_limit(hit: &LimitHit) -> RpcFailure {
         Some(json!({
             "limit": hit.limit, "current": hit.current, "max": hit.max, "needed": hit.needed, "tool": hit.tool,
             "retryAfterMs": RETRY_AFTER_MS
+        })),
+    )
+}
+
+/// A call of a principal that keeps as many bytes in Redis as it may: it waits for its oldest
+/// tasks to run out of TTL (or stores less).
+fn over_stored_bytes(hit: &LimitHit) -> RpcFailure {
+    let when = match hit.frees_in_ms {
+        Some(ms) => format!("the oldest of your tasks gives its bytes back in about {} s", ms.div_ceil(1000)),
+        None => "your running tasks give their bytes back when their TTL runs out".to_owned(),
+    };
+    RpcFailure::new(
+        codes::OVERLOADED,
+        format!(
+            "Overloaded: you keep {} bytes in Redis, and this call needs {} more; the budget of stored bytes per principal is {} (stored_bytes_per_principal); nothing was started. {when}; shorter TTLs keep less.",
+            hit.current, hit.needed, hit.max
+        ),
+        Some(json!({
+            "limit": hit.limit, "current": hit.current, "max": hit.max, "needed": hit.needed,
+            "freesInMs": hit.frees_in_ms, "retryAfterMs": hit.frees_in_ms.unwrap_or(RETRY_AFTER_MS).max(RETRY_AFTER_MS)
         })),
     )
 }

@@ -5,6 +5,7 @@
 -- is pending any more; until then `inputRequests` shows only what is still pending.
 --
 -- Answers travel and are stored as JSON texts this script never decodes (see pending_requests).
+-- They count as bytes the task's owner keeps, until the task's keys expire.
 --
 -- KEYS[1] task hash (it holds the nodes)   KEYS[2] load hash
 -- KEYS[3 ..] the work stream of each of the task's queues, in the order of the task's `queues`
@@ -40,6 +41,7 @@ for key, text in pairs(r.responses) do
   local node = owners[key]
   if node and (named[key] == nil or named[key] == rounds[key]) then
     redis.call('HSET', task, 'answer/' .. key, text)
+    store_bytes(task, KEYS[2], r.owner, #text)
     redis.call('HDEL', task, 'ask/' .. key)
     owners[key] = nil
     rounds[key] = nil

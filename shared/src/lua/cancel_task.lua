@@ -2,7 +2,7 @@
 -- tell its waiters and every worker of the shard. A terminal task never changes; the caller
 -- learns its status instead.
 --
--- KEYS[1] task hash (it holds the nodes)   KEYS[2] load hash   KEYS[3] expiring zset
+-- KEYS[1] task hash (it holds the nodes)   KEYS[2] load hash   KEYS[3] expiring zset   KEYS[4] kept zset
 -- ARGV[1] the record (MessagePack): task, owner ("" skips the check), message, cancelChannel, token (this
 --   request's: a cancel sent again after its reply was lost finds its own token on the task it
 --   cancelled, and answers "cancelled" again rather than "terminal")
@@ -11,7 +11,7 @@
 local r = cmsgpack.unpack(ARGV[1])
 local now = redis_now()
 local t = redis.call('HMGET', KEYS[1], 'status', 'owner', 'ttlMs', 'createdAt', 'tool', 'traceparent', 'nodeCount',
-  'cancelToken')
+  'cancelToken', 'bytes')
 if not t[1] or (r.owner ~= '' and t[2] ~= r.owner) then
   return cjson.encode({outcome = 'missing'})
 end
@@ -23,8 +23,8 @@ if not is_live(t[1]) then
   return cjson.encode({outcome = 'terminal', status = t[1]})
 end
 drop_queued(KEYS[1], KEYS[2], 'cancelled')
-settle({task = KEYS[1], load = KEYS[2], expiring = KEYS[3]}, r.task,
-  {owner = t[2], createdAt = t[4], ttlMs = t[3], nodeCount = t[7]}, 'cancelled', nil, nil, r.message, now, 0,
+settle({task = KEYS[1], load = KEYS[2], expiring = KEYS[3], kept = KEYS[4]}, r.task,
+  {owner = t[2], createdAt = t[4], ttlMs = t[3], nodeCount = t[7], bytes = t[9]}, 'cancelled', nil, nil, r.message, now, 0,
   {'cancelToken', r.token})
 redis.call('SPUBLISH', r.cancelChannel, r.task)
 return cjson.encode({outcome = 'cancelled', settled = 'cancelled', tool = t[5], task = r.task, trace = t[6]})

@@ -11,6 +11,7 @@
 -- is queued on the built-in queue so that a worker assembles the task's result.
 --
 -- KEYS[1] load hash   KEYS[2] retry zset   KEYS[3] expiring zset   KEYS[4] dead-letter stream
+-- KEYS[5] kept zset (settled tasks whose bytes their owners keep)
 -- then for each completion, from its `k`: its task hash (it holds the nodes), the work stream of
 -- each of the task's Q queues in the order of the task's `queues`, then the held list of each
 -- (start_nodes)
@@ -40,7 +41,7 @@ local function complete(r)
   for i = 1, 2 * r.queueCount do
     KEYS[5 + i] = SHARD_KEYS[r.k + i]
   end
-  local keys = {task = KEYS[1], load = KEYS[2], expiring = KEYS[4]}
+  local keys = {task = KEYS[1], load = KEYS[2], expiring = KEYS[4], kept = SHARD_KEYS[5]}
   local node = r.node
   local n = node_state(KEYS[1], node, {'status', 'kind', 'ttlMs', 'nodeCount', 'owner', 'createdAt',
     'traceparent', 'waiters', 'tool', nf(node, 'untried'), 'maxBytes', 'bytes', 'progressBase'})
@@ -57,7 +58,7 @@ local function complete(r)
   end
   local t = n.task
   local task = {owner = t.owner or '', createdAt = t.createdAt, ttlMs = t.ttlMs, waiters = t.waiters,
-    nodeCount = t.nodeCount}
+    nodeCount = t.nodeCount, bytes = t.bytes}
   local live = is_live(t.status)
   local dag = t.kind == 'dag'
   local payload = r.payload
@@ -70,18 +71,28 @@ local function complete(r)
     r.final = true
   end
   -- A graph's nodes store their outputs in the task, within its byte budget; one that would pass it
-  -- fails for good with an error that says so (a retry would store as much again).
-  local stored_bytes = nil
-  if dag and r.outcome ~= 'cancelled' then
-    local fits, used, budget = fits_budget(t, #payload)
-    if not fits then
-      payload = over_budget(node, #payload, used, budget)
+  -- fails for good with an error that says so (a retry would store as much again). What a live task
+  -- stores also counts against what its principal may keep in Redis, and passing that fails the
+  -- node for good too. A task that is over keeps nothing more.
+  if live and r.outcome ~= 'cancelled' then
+    if dag then
+      local fits, used, budget = fits_budget(t, #payload)
+      if not fits then
+        payload = over_budget(node, #payload, used, budget)
+        failed = true
+        r.final = true
+        r.deadLetter = false
+      end
+    end
+    local room, held, max = kept_room(KEYS[2], task.owner, #payload)
+    if not room then
+      payload = over_kept(node, #payload, held, max)
+      r.message = 'Failed: ' .. cjson.decode(payload).message
       failed = true
+      r.outcome = 'failed'
       r.final = true
       r.deadLetter = false
-      fits, used = fits_budget(t, #payload)
     end
-    stored_bytes = used
   end
 
   -- Attempts that were no try of the tool's spend no retry: rounds of input (the node parked and
@@ -90,6 +101,8 @@ local function complete(r)
   if live and failed and not r.final and tries <= n.retries then
     local delay = n.backoffMs * (2 ^ (tries - 1))
     delay = math.floor(math.min(delay, r.maxBackoffMs) * (0.75 + 0.5 * r.jitter))
+    -- The attempt's error replaces the one before it.
+    store_bytes(KEYS[1], KEYS[2], task.owner, #payload - redis.call('HSTRLEN', KEYS[1], nf(node, 'error')))
     redis.call('HSET', KEYS[1], nf(node, 'status'), 'retry_wait', nf(node, 'error'), payload,
       nf(node, 'finishedAt'), now)
     local queues = cjson.decode(redis.call('HGET', KEYS[1], 'queues') or '[]')
@@ -108,9 +121,26 @@ local function complete(r)
   end
   -- The node's fields, written with the task's when the task settles now (one command).
   local node_fields = {nf(node, 'status'), node_status, nf(node, 'finishedAt'), now}
-  if stored_bytes then
+  -- What the node stores: its error (in place of an earlier attempt's) and a graph node's output.
+  -- A task that is over takes no more bytes: only how the node ended is written.
+  local written = 0
+  local function put(field, value)
+    node_fields[#node_fields + 1] = nf(node, field)
+    node_fields[#node_fields + 1] = value
+    written = written + #value
+  end
+  if live and failed then
+    written = -redis.call('HSTRLEN', KEYS[1], nf(node, 'error'))
+    put('error', payload)
+  end
+  if live and dag and (node_status == 'completed' or (failed and n.onFailure == 'continue')) then
+    put('output', payload)
+  end
+  if written ~= 0 then
+    task.bytes = (tonumber(t.bytes or '0') or 0) + written
     node_fields[#node_fields + 1] = 'bytes'
-    node_fields[#node_fields + 1] = stored_bytes
+    node_fields[#node_fields + 1] = task.bytes
+    store_bytes(nil, KEYS[2], task.owner, written)
   end
   local dead_letter = ''
   -- A reply after this point also says whether a dead letter was written, for the worker's metrics.
@@ -124,8 +154,6 @@ local function complete(r)
     return cjson.encode(fields)
   end
   if failed then
-    node_fields[#node_fields + 1] = nf(node, 'error')
-    node_fields[#node_fields + 1] = payload
     if r.deadLetter then
       -- A graph node's own arguments, or a single call's record (which holds its arguments).
       local args_field, args = 'arguments', n.args
@@ -136,10 +164,6 @@ local function complete(r)
         'task', r.task, 'node', node, 'tool', n.tool, args_field, args,
         'owner', task.owner, 'attempts', r.attempt, 'error', payload, 'at', now)
     end
-  end
-  if dag and (node_status == 'completed' or (failed and n.onFailure == 'continue')) then
-    node_fields[#node_fields + 1] = nf(node, 'output')
-    node_fields[#node_fields + 1] = payload
   end
   if not live or dag then
     redis.call('HSET', KEYS[1], unpack(node_fields))
@@ -194,7 +218,8 @@ local function complete(r)
         node_outcomes(KEYS[1], with_outputs) .. '},"isError":true}'
     end
     local result = failure_result(true)
-    if not fits_budget({maxBytes = t.maxBytes, bytes = stored_bytes}, #result) then
+    if not fits_budget({maxBytes = t.maxBytes, bytes = task.bytes}, #result)
+        or not kept_room(KEYS[2], task.owner, #result) then
       -- Every node's outputs again would pass the budget: the outcomes say how each node ended, and
       -- why the failed ones failed.
       result = failure_result(false)

@@ -11,10 +11,12 @@
 --   (ms of owner index kept), kind ("single" | "dag"), output, queues, nodes (each: id, tool, args
 --   (absent for a single call's node: it runs with the call's), q, deps, dependents, retries,
 --   backoffMs, timeoutMs, onFailure, weight), waiter (inbox channel or ""), idem (bool),
---   fingerprint, idemTtl, limits {queued, perTool, live} (per shard; 0: none), answers (JSON text
+--   fingerprint, idemTtl, limits {queued, perTool, live, nodes, kept} (this shard's shares; -1:
+--   none; kept: of the stored bytes of each principal), answers (JSON text
 --   of answers the call came with, for a single call's node, or ""), escalable (bool: a
 --   synchronous call that its tool may turn into the client's task), callKey (bool: KEYS ends with
---   the call key), maxBytes, bytes, cancelChannel (the shard's: wakes its maintenance when this
+--   the call key), maxBytes, bytes (what the task stores from the start: its call, its nodes'
+--   arguments, its answers), cancelChannel (the shard's: wakes its maintenance when this
 --   task's expiry is the shard's next due item)
 -- A single call's task hash holds only what scripts read (status, times, owner, tool, mode, trace,
 -- queues, waiters) beside the call record and its node; a graph's adds its counts.
@@ -23,9 +25,11 @@
 --   | {"outcome":"conflict","task":id} | {"outcome":"budget","size":n,"max":n} (the arguments alone
 --   pass the task's byte budget)
 --   | {"outcome":"limit","limit":name,"current":n,"max":n,"needed":n,"tool":name,"live":n,"nodes":n,
---   "queued":n} (needed: what this task would add to the count)
+--   "queued":n,"kept":n,"oldest":[ids]?} (needed: what this task would add to the count)
 --   (live, nodes: the owner's live tasks and the nodes they hold in this shard; queued: the
---   shard's queued nodes)
+--   shard's queued nodes; kept: the bytes the owner keeps in this shard; oldest: with
+--   stored_bytes_per_principal, the owner's oldest indexed tasks here, whose TTLs say when their
+--   bytes come back)
 local r = cmsgpack.unpack(ARGV[1])
 local now = redis_now()
 local keys = {task = KEYS[1], load = KEYS[2]}
@@ -62,16 +66,35 @@ end
 -- Each limit is this shard's share of the deployment's (-1: none); the shares add up to the
 -- configured figure, and a gateway refused here tries the other shards before it refuses the call.
 local lim = r.limits
--- The shard's planned maintenance look, read with the load counts when they are read anyway.
-local planned = nil
-if lim.live >= 0 or lim.queued >= 0 or lim.perTool >= 0 or lim.nodes >= 0 then
-  local load = redis.call('HMGET', KEYS[2], 'live:' .. r.owner, 'queued', 'nodes:' .. r.owner, 'wake')
-  planned = load[4]
+-- The load counts, and the shard's planned maintenance look, in one read.
+local load = redis.call('HMGET', KEYS[2], 'live:' .. r.owner, 'queued', 'nodes:' .. r.owner, 'wake',
+  'kept:' .. r.owner, 'keptMax')
+local planned = load[4]
+-- Every transition that stores bytes of the owner's checks them against this share: it follows
+-- what the gateways were last configured with.
+if tostring(lim.kept) ~= (load[6] or '-1') then
+  if lim.kept >= 0 then
+    redis.call('HSET', KEYS[2], 'keptMax', lim.kept)
+  else
+    redis.call('HDEL', KEYS[2], 'keptMax')
+  end
+end
+do
   local live, queued = tonumber(load[1] or '0'), tonumber(load[2] or '0')
   local held = live + tonumber(load[3] or '0')
+  local kept = tonumber(load[5] or '0')
   local function over(limit, current, max, needed, tool)
     return cjson.encode({outcome = 'limit', limit = limit, current = current, max = max, needed = needed,
-      tool = tool or '', live = live, nodes = held, queued = queued})
+      tool = tool or '', live = live, nodes = held, queued = queued, kept = kept})
+  end
+  if lim.kept >= 0 and kept + r.bytes > lim.kept then
+    -- The owner's oldest tasks here, for the caller to tell when their bytes come back.
+    local reply = cjson.decode(over('stored_bytes_per_principal', kept, lim.kept, r.bytes))
+    local oldest = redis.call('ZRANGE', KEYS[4], 0, 9)
+    if #oldest > 0 then
+      reply.oldest = oldest
+    end
+    return cjson.encode(reply)
   end
   if lim.live >= 0 and live + 1 > lim.live then
     return over('live_tasks_per_principal', live, lim.live, 1)
@@ -116,8 +139,11 @@ if r.kind == 'dag' then
   add('nodesSettled', 0)
   add('weightTotal', weight_total)
   add('weightSettled', 0)
-  add('bytes', r.bytes)
 end
+-- What the task stores from the start (its call, its nodes' arguments, the answers it came with)
+-- is its owner's from now until its keys expire.
+add('bytes', r.bytes)
+redis.call('HINCRBY', KEYS[2], 'kept:' .. r.owner, r.bytes)
 if r.maxBytes > 0 then
   add('maxBytes', r.maxBytes)
 end

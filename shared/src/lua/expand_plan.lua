@@ -37,6 +37,14 @@ if not fits then
   return cjson.encode({outcome = 'refused', reason = 'the planned graph takes ' .. planned_bytes ..
     ' bytes, which passes the task\'s budget of ' .. budget .. ' bytes (max_task_bytes)'})
 end
+local room, held, share = kept_room(KEYS[2], t[5] or '', planned_bytes)
+if not room then
+  return cjson.encode({outcome = 'refused', reason = 'the planned graph takes ' .. planned_bytes ..
+    ' bytes, which passes what its principal may keep in Redis (stored_bytes_per_principal: ' .. held ..
+    ' bytes kept where this task lives, whose share of the budget is ' .. share .. ')'})
+end
+-- The plan's bytes are the owner's; the task's `bytes` is written below with its other fields.
+store_bytes(nil, KEYS[2], t[5] or '', planned_bytes)
 local streams = {}
 for i = 1, #r.queues do
   streams[i] = KEYS[2 + i]

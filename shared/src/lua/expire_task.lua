@@ -1,5 +1,6 @@
 -- expire_task: a task's TTL, counted from its creation, has run out. An unsettled task gives back
--- its load (its owner's live count, its queued nodes), its running nodes are told to stop, and
+-- its load (its owner's live count, its queued nodes, the bytes it stores), its running nodes are
+-- told to stop, and
 -- its waiters hear that it is gone. Its keys are deleted and it leaves its owner's index.
 --
 -- KEYS[1] task hash (it holds the nodes)   KEYS[2] load hash   KEYS[3] expiring zset
@@ -9,7 +10,8 @@
 --   | "notYet" | "gone"}
 local r = cmsgpack.unpack(ARGV[1])
 local now = redis_now()
-local t = redis.call('HMGET', KEYS[1], 'status', 'owner', 'createdAt', 'ttlMs', 'tool', 'traceparent', 'nodeCount')
+local t = redis.call('HMGET', KEYS[1], 'status', 'owner', 'createdAt', 'ttlMs', 'tool', 'traceparent', 'nodeCount',
+  'bytes')
 if not t[1] then
   redis.call('ZREM', KEYS[3], r.task)
   redis.call('ZREM', KEYS[4], r.task)
@@ -29,6 +31,8 @@ if is_live(t[1]) then
   count_down(KEYS[2], 'live:' .. t[2], 1)
   hold_nodes(KEYS[2], t[2], 1 - (tonumber(t[7]) or 1))
   drop_queued(KEYS[1], KEYS[2], nil)
+  -- A settled task gives its bytes back through the kept index; an unsettled one does here.
+  store_bytes(nil, KEYS[2], t[2], -(tonumber(t[8] or '0') or 0))
   notify(KEYS[1], cjson.encode({task = r.task, type = 'expired'}))
   redis.call('SPUBLISH', r.cancelChannel, r.task)
 end

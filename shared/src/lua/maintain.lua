@@ -3,23 +3,35 @@
 -- is kept as the shard's planned look (`wake` in its load hash), so that a script that schedules
 -- something sooner wakes the holder (wake_maintenance) and nothing else does: an idle shard costs
 -- no look at all. The holder then runs one per-task script for each item (promote_retry,
--- expire_task).
+-- expire_task). Settled tasks whose keys have expired give their owners' bytes back here, since
+-- their index entries say how many (shard's kept zset).
 --
--- KEYS[1] retry zset   KEYS[2] expiring zset   KEYS[3] the shard's load hash
+-- KEYS[1] retry zset   KEYS[2] expiring zset   KEYS[3] the shard's load hash   KEYS[4] kept zset
 -- ARGV[1] the record (MessagePack): max, everyMs (when set-aside nodes wait, the next look is at most
 --   this far off)
 -- Returns JSON: {"retries": [members], "expired": [task ids], "nextDueInMs": ms or null,
---   "setAside": n (nodes set aside in the shard's held lists)}
+--   "setAside": n (nodes set aside in the shard's held lists), "freed": n (settled tasks whose bytes
+--   went back to their owners)}
 local r = cmsgpack.unpack(ARGV[1])
 local now = redis_now()
 local retries = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, r.max)
 local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, r.max)
+local freed = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, r.max)
+for _, member in ipairs(freed) do
+  local bytes, owner = string.match(member, '^[^\t]*\t(%d+)\t(.*)$')
+  if bytes then
+    count_down(KEYS[3], 'kept:' .. owner, tonumber(bytes))
+  end
+end
+if #freed > 0 then
+  redis.call('ZREM', KEYS[4], unpack(freed))
+end
 local next_due = nil
-if #retries == r.max or #expired == r.max then
+if #retries == r.max or #expired == r.max or #freed == r.max then
   -- More is due than one look takes.
   next_due = now
 else
-  for _, key in ipairs({KEYS[1], KEYS[2]}) do
+  for _, key in ipairs({KEYS[1], KEYS[2], KEYS[4]}) do
     local first = redis.call('ZRANGEBYSCORE', key, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
     if first[2] then
       local due = tonumber(first[2])
@@ -38,7 +50,8 @@ if next_due then
 else
   redis.call('HDEL', KEYS[3], 'wake')
 end
-local reply = {retries = retries, expired = expired, setAside = set_aside, nextDueInMs = cjson.null}
+local reply = {retries = retries, expired = expired, setAside = set_aside, freed = #freed,
+  nextDueInMs = cjson.null}
 if next_due then
   reply.nextDueInMs = next_due - now
 end

@@ -10,7 +10,11 @@
 -- answer that names a round is taken only for the key as that round asked it, so that a replayed
 -- answer never answers a later question under the same key.
 --
+-- What the node asks and the state it parks with count as bytes the task's owner keeps, until the
+-- task's keys expire.
+--
 -- KEYS[1] task hash (it holds the nodes)   KEYS[2] the work stream the attempt's entry is in
+-- KEYS[3] load hash
 -- ARGV[1] the record (MessagePack): task, node, attempt, requests (key -> the request as JSON
 --   text), state (JSON text, or "" for none), message, inlineMax
 -- Returns JSON: {"outcome": "parked" | "dropped" (the task is over; the entry is acknowledged)
@@ -18,7 +22,7 @@
 local r = cmsgpack.unpack(ARGV[1])
 local now = redis_now()
 local node = r.node
-local n = node_state(KEYS[1], node, {'status', 'kind', 'inputKeys', 'waiters', 'inputRounds'})
+local n = node_state(KEYS[1], node, {'status', 'kind', 'inputKeys', 'waiters', 'inputRounds', 'owner'})
 if n.status ~= 'running' or n.attempt ~= r.attempt then
   return cjson.encode({outcome = 'stale'})
 end
@@ -37,7 +41,9 @@ local owners = cjson.decode(t.inputKeys or '{}')
 local rounds = cjson.decode(t.inputRounds or '{}')
 local round = redis.call('HINCRBY', KEYS[1], 'inputRound', 1)
 local asks = {}
+local stored = #r.state
 for key, text in pairs(r.requests) do
+  stored = stored + #text
   local full = prefix .. key
   owners[full] = node
   rounds[full] = round
@@ -45,6 +51,7 @@ for key, text in pairs(r.requests) do
   redis.call('HSET', KEYS[1], 'ask/' .. full, text)
 end
 local rounds_text = cjson.encode(rounds)
+store_bytes(KEYS[1], KEYS[3], t.owner or '', stored)
 redis.call('HDEL', KEYS[1], nf(node, 'worker'))
 -- A round of input is an attempt, but no try of the tool's: it spends no retry.
 redis.call('HINCRBY', KEYS[1], nf(node, 'untried'), 1)

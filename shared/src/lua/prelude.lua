@@ -165,9 +165,48 @@ local function hold_nodes(load, owner, delta)
   end
 end
 
+-- What a principal keeps in the shard (`kept:<owner>` of the load hash, in bytes) against its share
+-- of the deployment's budget of stored bytes (`keptMax`, written by creates; absent: none). Returns
+-- whether `more` bytes still fit, what the principal keeps, and the share (-1: none).
+local function kept_room(load, owner, more)
+  local v = redis.call('HMGET', load, 'kept:' .. owner, 'keptMax')
+  local held = tonumber(v[1] or '0') or 0
+  local max = tonumber(v[2] or '-1') or -1
+  return max < 0 or held + more <= max, held, max
+end
+
+-- `by` bytes more (fewer, when negative) are stored in a task of `owner`: its `bytes` and the
+-- owner's `kept:<owner>` move together, so that what the task gives back when its keys go is what
+-- it took.
+local function store_bytes(task, load, owner, by)
+  if by == 0 then
+    return
+  end
+  -- Without `task`, the caller writes the task's `bytes` itself, with its other fields.
+  if task then
+    redis.call('HINCRBY', task, 'bytes', by)
+  end
+  if by > 0 then
+    redis.call('HINCRBY', load, 'kept:' .. owner, by)
+  else
+    count_down(load, 'kept:' .. owner, -by)
+  end
+end
+
+-- The error of a node whose output would pass what its principal may keep in Redis, as JSON text.
+local function over_kept(node, size, held, max)
+  return cjson.encode({code = -32603,
+    message = 'node ' .. node .. ' would store ' .. size .. ' bytes, which passes what its principal may keep ' ..
+      'in Redis (stored_bytes_per_principal: ' .. held .. ' bytes kept where this task lives, whose share of ' ..
+      'the budget is ' .. max .. '); the principal\'s finished tasks give their bytes back when their TTL runs out',
+    data = {limit = 'stored_bytes_per_principal', max = max, held = held, size = size}})
+end
+
 -- A live task ends: its status never changes again, it leaves its owner's live and node counts
 -- and the expiry index, its keys expire when its TTL (counted from creation) runs out, and its
--- waiters hear of it. `t` holds the task's owner, createdAt, ttlMs, nodeCount and (when read)
+-- waiters hear of it. What it stores (its `bytes`, and `value`) stays counted in its owner's
+-- `kept:<owner>` until then: the shard's kept index (`keys.kept`) tells the maintenance when to
+-- give it back. `t` holds the task's owner, createdAt, ttlMs, nodeCount, bytes and (when read)
 -- waiters; `extra` are more fields to write to the task's hash in the same command (the settling
 -- node's).
 local function settle(keys, task_id, t, status, field, value, message, now, inline_max, extra)
@@ -182,12 +221,22 @@ local function settle(keys, task_id, t, status, field, value, message, now, inli
     fields[#fields + 1] = field
     fields[#fields + 1] = value
   end
+  local kept = tonumber(t.bytes or '0') or 0
+  if field and value then
+    kept = kept + #value
+    fields[#fields + 1] = 'bytes'
+    fields[#fields + 1] = kept
+    redis.call('HINCRBY', keys.load, 'kept:' .. t.owner, #value)
+  end
   redis.call('HSET', keys.task, unpack(fields))
   count_down(keys.load, 'live:' .. t.owner, 1)
   hold_nodes(keys.load, t.owner, 1 - (tonumber(t.nodeCount) or 1))
   redis.call('ZREM', keys.expiring, task_id)
   local expires = tonumber(t.createdAt) + tonumber(t.ttlMs)
   redis.call('PEXPIREAT', keys.task, expires)
+  if kept > 0 then
+    redis.call('ZADD', keys.kept, expires, task_id .. '\t' .. kept .. '\t' .. t.owner)
+  end
   notify(keys.task, status_event(task_id, status, message, field, value, inline_max), t.waiters)
 end
 

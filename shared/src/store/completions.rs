@@ -109,7 +109,8 @@ impl Store {
 
     /// One `complete_node` call for `completions`, all of `shard`.
     async fn send_batch(&self, shard: Shard, completions: &[Completion]) -> Result<Vec<Value>, StoreError> {
-        let mut keys = vec![shard.load(), shard.retries(), shard.expiring(), shard.dead_letters()];
+        let mut keys =
+            vec![shard.load(), shard.retries(), shard.expiring(), shard.dead_letters(), shard.kept()];
         let mut records = Vec::with_capacity(completions.len());
         for completion in completions {
             let mut record = completion.record.clone();

@@ -84,7 +84,7 @@ impl Store {
         max: usize,
         every: Duration,
     ) -> Result<MaintainOutcome, StoreError> {
-        let keys = [shard.retries(), shard.expiring(), shard.load()];
+        let keys = [shard.retries(), shard.expiring(), shard.load(), shard.kept()];
         let record = json!({"max": max, "everyMs": every.as_millis() as u64});
         let reply: MaintainReply = self.script(&scripts::MAINTAIN, &keys, &record).await?;
         Ok(MaintainOutcome {

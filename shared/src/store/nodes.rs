@@ -447,7 +447,7 @@ impl Store {
         // Each request travels as its own JSON text, which the script stores without decoding.
         let requests: serde_json::Map<String, Value> =
             input.requests.iter().map(|(k, v)| (k.clone(), Value::String(v.to_string()))).collect();
-        let keys = [self.task_key_of(attempt), attempt.stream.clone()];
+        let keys = [self.task_key_of(attempt), attempt.stream.clone(), attempt.shard.load()];
         let message = format!(
             "Waiting for input: {}",
             input.requests.keys().map(String::as_str).collect::<Vec<_>>().join(", ")
@@ -657,7 +657,8 @@ impl Store {
         tool_error_fails: bool,
     ) -> Result<bool, StoreError> {
         let shard = item.shard;
-        let keys = [shard.task(&item.task_id), shard.load(), shard.expiring(), item.stream.clone()];
+        let keys =
+            [shard.task(&item.task_id), shard.load(), shard.expiring(), item.stream.clone(), shard.kept()];
         let record = json!({
             "task": item.task_id, "result": result.to_string(),
             "isError": crate::model::result::is_error(result), "message": message, "entry": item.entry_id,

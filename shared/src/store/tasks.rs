@@ -87,6 +87,9 @@ pub struct LimitHit {
     pub needed: u64,
     /// The tool, for the per-tool limit.
     pub tool: Option<String>,
+    /// With `stored_bytes_per_principal`: how long until the oldest of the principal's tasks gives
+    /// its bytes back (its TTL runs out), when it has one that will.
+    pub frees_in_ms: Option<u64>,
     /// This shard's counts of the owner (live tasks, nodes they hold) and of queued nodes, so
     /// that refusals from every shard add up to the deployment's.
     pub counts: LoadCounts,
@@ -101,6 +104,8 @@ pub struct LoadCounts {
     pub nodes: u64,
     #[serde(default)]
     pub queued: u64,
+    #[serde(default)]
+    pub kept: u64,
 }
 
 /// Overload limits a new task is checked against, for the whole deployment; 0 means no limit.
@@ -115,6 +120,9 @@ pub struct Limits {
     /// Nodes one principal's unfinished tasks may hold (a single call holds one): its share of
     /// what the deployment queues.
     pub max_nodes_per_principal: u64,
+    /// Bytes one principal may keep in Redis: its tasks' calls, node outputs, results and answers
+    /// until their TTL runs out, and its memories.
+    pub max_stored_bytes_per_principal: u64,
 }
 
 impl Limits {
@@ -135,6 +143,7 @@ impl Limits {
             "perTool": share(self.max_queued_per_tool),
             "live": share(self.max_live_per_principal),
             "nodes": share(self.max_nodes_per_principal),
+            "kept": share(self.max_stored_bytes_per_principal),
         })
     }
 
@@ -145,6 +154,7 @@ impl Limits {
             "queued_nodes_per_tool" => self.max_queued_per_tool,
             "live_tasks_per_principal" => self.max_live_per_principal,
             "nodes_per_principal" => self.max_nodes_per_principal,
+            "stored_bytes_per_principal" => self.max_stored_bytes_per_principal,
             _ => 0,
         }
     }
@@ -238,6 +248,8 @@ enum CreateReply {
         tool: String,
         #[serde(flatten)]
         counts: LoadCounts,
+        #[serde(default)]
+        oldest: Vec<String>,
     },
 }
 
@@ -433,6 +445,11 @@ impl Store {
         }
         let stored_call = new.stored_call();
         let call_text = stored_call.to_text();
+        let answers =
+            new.input_responses.as_ref().map(|a| Value::Object(a.clone()).to_string()).unwrap_or_default();
+        let stored_bytes = call_text.len()
+            + answers.len()
+            + nodes.iter().filter_map(|n| n.args.as_ref()).map(String::len).sum::<usize>();
         let record = json!({
             "id": new.task_id,
             "owner": new.owner,
@@ -444,7 +461,7 @@ impl Store {
             "index": new.mode == TaskMode::Task || new.escalable,
             "escalable": new.escalable,
             "callKey": new.call_key.is_some(),
-            "answers": new.input_responses.as_ref().map(|a| Value::Object(a.clone()).to_string()).unwrap_or_default(),
+            "answers": answers,
             "message": new.status_message,
             "retention": new.index_retention_ms.max(1),
             "kind": kind,
@@ -457,7 +474,7 @@ impl Store {
             "idemTtl": new.ttl_ms.saturating_add(IDEMPOTENCY_SLACK_MS),
             "limits": limits.for_shard(shard, self.shards()),
             "maxBytes": new.max_bytes,
-            "bytes": call_text.len() + nodes.iter().filter_map(|n| n.args.as_ref()).map(String::len).sum::<usize>(),
+            "bytes": stored_bytes,
             "cancelChannel": shard.cancel_channel(),
         });
         let reply: CreateReply = self.durable_script(&scripts::CREATE_TASK, &keys, &record).await?;
@@ -481,13 +498,15 @@ impl Store {
             CreateReply::Duplicate { task } => Created::Duplicate(task),
             CreateReply::Conflict { task } => Created::Conflict(task),
             CreateReply::Budget { size, max } => Created::OverBudget { size, max },
-            CreateReply::Limit { limit, current, max, needed, tool, counts } => {
+            CreateReply::Limit { limit, current, max, needed, tool, counts, oldest } => {
+                let frees_in_ms = self.frees_in_ms(shard, &oldest).await?;
                 Created::OverLimit(LimitHit {
                     limit,
                     current,
                     max,
                     needed,
                     tool: Some(tool).filter(|t| !t.is_empty()),
+                    frees_in_ms,
                     counts,
                 })
             }
@@ -496,6 +515,25 @@ impl Store {
             crate::metrics::task_created(&new.tool);
         }
         Ok((created, created_at))
+    }
+
+    /// How long until the first of `tasks` (of `shard`) runs out of TTL and gives back what it
+    /// stores; `None` when none of them is still there. Read only for a refused call.
+    async fn frees_in_ms(&self, shard: Shard, tasks: &[String]) -> Result<Option<u64>, StoreError> {
+        if tasks.is_empty() {
+            return Ok(None);
+        }
+        let mut pipe = redis::pipe();
+        for id in tasks {
+            pipe.cmd("HMGET").arg(shard.task(id)).arg("createdAt").arg("ttlMs");
+        }
+        let times: Vec<(Option<u64>, Option<u64>)> = self.pipeline(&pipe).await?;
+        let now = now_ms();
+        Ok(times
+            .into_iter()
+            .filter_map(|(created, ttl)| Some(created?.saturating_add(ttl?)))
+            .min()
+            .map(|at| at.saturating_sub(now)))
     }
 
     /// Creates a task in whichever shard has room under `limits`: first in the shard its id names
@@ -551,6 +589,7 @@ impl Store {
                     "live_tasks_per_principal" => hit.counts.live,
                     "nodes_per_principal" => hit.counts.nodes,
                     "queued_nodes" => hit.counts.queued,
+                    "stored_bytes_per_principal" => hit.counts.kept,
                     _ if hit.limit == first.limit && hit.tool == first.tool => hit.current,
                     _ => 0,
                 })
@@ -561,6 +600,7 @@ impl Store {
                 max: limits.configured(&first.limit),
                 needed: first.needed,
                 tool: first.tool.clone(),
+                frees_in_ms: refusals.iter().filter_map(|hit| hit.frees_in_ms).min(),
                 counts: LoadCounts::default(),
             }));
         };
@@ -682,7 +722,7 @@ impl Store {
         message: &str,
     ) -> Result<CancelOutcome, StoreError> {
         let Some(shard) = self.task_shard(task_id) else { return Ok(CancelOutcome::Missing) };
-        let keys = [shard.task(task_id), shard.load(), shard.expiring()];
+        let keys = [shard.task(task_id), shard.load(), shard.expiring(), shard.kept()];
         let record = json!({
             "task": task_id, "owner": owner, "message": message,
             "cancelChannel": shard.cancel_channel(), "token": format!("{:016x}", rand::random::<u64>()),
