@@ -17,6 +17,7 @@
 //! or marked by another deployment sharing the directory, is never touched.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -166,40 +167,38 @@ fn remove(dir: &Path) {
     }
 }
 
-/// The task folders under the scratch directory `base` that `deployment` marked, with their task.
-pub fn marked_folders(base: &Path, deployment: &str) -> Vec<(PathBuf, String)> {
-    let Ok(entries) = std::fs::read_dir(base.join(SCRATCH_FOLDER)) else { return Vec::new() };
-    entries
-        .filter_map(Result::ok)
-        .filter(|entry| entry.file_type().is_ok_and(|t| t.is_dir()))
-        .filter_map(|entry| {
-            let owner = read_marker(&entry.path())?;
-            (owner.deployment == deployment).then(|| (entry.path(), owner.task))
-        })
-        .collect()
+/// The marked task folders under each scratch directory of `bases`, with their marker.
+pub fn marked_folders(bases: &[PathBuf]) -> Vec<(PathBuf, Owner)> {
+    let mut found = Vec::new();
+    for base in bases {
+        let Ok(entries) = std::fs::read_dir(base.join(SCRATCH_FOLDER)) else { continue };
+        for entry in entries.filter_map(Result::ok) {
+            if entry.file_type().is_ok_and(|t| t.is_dir())
+                && let Some(owner) = read_marker(&entry.path())
+            {
+                found.push((entry.path(), owner));
+            }
+        }
+    }
+    found
 }
 
-/// Removes the task folders under each of `bases` that `deployment` marked and whose task
-/// `is_live` says is over (`Some(false)`); `None` (the store did not answer) keeps the folder
-/// for the next sweep. Returns how many were removed.
-pub async fn sweep<F, Fut>(bases: &[PathBuf], deployment: &str, is_live: F) -> usize
+/// Removes the folders of `marked` that `deployment` marked and whose task `is_live` says is
+/// over (`Some(false)`); `None` (the store did not answer) keeps the folder for the next sweep.
+/// Returns how many were removed.
+pub async fn sweep<F, Fut>(marked: Vec<(PathBuf, Owner)>, deployment: &str, is_live: F) -> usize
 where
     F: Fn(String) -> Fut,
     Fut: std::future::Future<Output = Option<bool>>,
 {
     let mut removed = 0;
-    for base in bases {
-        let (base, deployment) = (base.clone(), deployment.to_owned());
-        let folders =
-            tokio::task::spawn_blocking(move || marked_folders(&base, &deployment)).await.unwrap_or_default();
-        for (folder, task) in folders {
-            if is_live(task.clone()).await != Some(false) {
-                continue;
-            }
-            tracing::info!(task = %task, folder = %folder.display(), "removing the scratch copies of a task that is over");
-            if tokio::task::spawn_blocking(move || remove(&folder)).await.is_ok() {
-                removed += 1;
-            }
+    for (folder, owner) in marked.into_iter().filter(|(_, owner)| owner.deployment == deployment) {
+        if is_live(owner.task.clone()).await != Some(false) {
+            continue;
+        }
+        tracing::info!(task = %owner.task, folder = %folder.display(), "removing the scratch copies of a task that is over");
+        if tokio::task::spawn_blocking(move || remove(&folder)).await.is_ok() {
+            removed += 1;
         }
     }
     removed
@@ -207,7 +206,13 @@ where
 
 /// [`sweep`] as the chore of the workers that serve the bootstrap queue: this deployment's
 /// folders under `bases`, each task asked of the store.
-pub async fn sweep_chore(bases: &[PathBuf], cx: &ChoreContext) {
+pub async fn sweep_chore(bases: &Arc<Vec<PathBuf>>, cx: &ChoreContext) {
+    let scanned = bases.clone();
+    let marked = tokio::task::spawn_blocking(move || marked_folders(&scanned)).await.unwrap_or_default();
+    if marked.is_empty() {
+        // Nothing on disk: the store is not asked.
+        return;
+    }
     let deployment = match cx.deployment_id().await {
         Ok(deployment) => deployment,
         Err(e) => {
@@ -215,7 +220,7 @@ pub async fn sweep_chore(bases: &[PathBuf], cx: &ChoreContext) {
             return;
         }
     };
-    sweep(bases, &deployment, |task| {
+    sweep(marked, &deployment, |task| {
         let cx = cx.clone();
         async move { cx.task_is_live(&task).await.ok() }
     })
@@ -391,7 +396,9 @@ mod tests {
         )
         .expect("marked");
         write(&folder("unmarked").join("iteration-1/file"), "x");
-        let removed = sweep(std::slice::from_ref(&base), "d1", |task| async move {
+        let marked = marked_folders(std::slice::from_ref(&base));
+        assert_eq!(marked.len(), 4, "the unmarked folder is not listed: {marked:?}");
+        let removed = sweep(marked, "d1", |task| async move {
             match task.as_str() {
                 "live" => Some(true),
                 "over" => Some(false),
@@ -404,6 +411,6 @@ mod tests {
         for kept in ["live", "unknown", "foreign", "unmarked"] {
             assert!(folder(kept).join("iteration-1/file").exists(), "{kept} is kept");
         }
-        assert_eq!(sweep(&[base.join("nowhere")], "d1", |_| async { Some(false) }).await, 0);
+        assert!(marked_folders(&[base.join("nowhere")]).is_empty());
     }
 }
