@@ -2,10 +2,10 @@
 //! has reached Redis, then on its own period, until the worker stops. One chore's slowness or
 //! failure holds up no other, and none holds up the nodes.
 
-use crate::tool::ChoreContext;
+use tokio_util::sync::CancellationToken;
 
 use super::Worker;
-use tokio_util::sync::CancellationToken;
+use crate::tool::ChoreContext;
 
 pub(super) async fn run_chores(worker: Worker, shutdown: CancellationToken) {
     let runs = worker.registry.chores().iter().cloned().map(|chore| {
