@@ -175,8 +175,8 @@ pub fn shard_of_key(owner: &str, key: &str, shards: u16) -> Shard {
     Shard((hash % u32::from(shards.max(1))) as u16)
 }
 
-/// The deployment's layout (shard count), fixed when it is first set up, and the signing secret
-/// gateways share (field `signingKey`).
+/// The deployment's layout (shard count), fixed when it is first set up, the signing secret
+/// gateways share (field `signingKey`), and the deployment's id (field `deploymentId`).
 pub const LAYOUT: &str = "cv:{cv.meta}:layout";
 
 /// The log level a 2025-11-25 session (or a principal without one) asked for with

@@ -60,13 +60,17 @@ pub struct Captured {
 impl Captured {
     /// The last `bytes` of what was kept, on a character boundary: what a result shows a person.
     pub fn tail(&self, bytes: usize) -> String {
-        let text = &self.text;
-        let mut start = text.len().saturating_sub(bytes);
-        while !text.is_char_boundary(start) {
-            start += 1;
-        }
-        text[start..].to_owned()
+        tail_of(&self.text, bytes).to_owned()
     }
+}
+
+/// The last `bytes` of `text`, on a character boundary.
+pub fn tail_of(text: &str, bytes: usize) -> &str {
+    let mut start = text.len().saturating_sub(bytes);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    &text[start..]
 }
 
 /// What a run produced.
@@ -223,11 +227,19 @@ async fn capture(mut stream: impl AsyncRead + Unpin, cap: usize) -> Captured {
         }
     }
     let truncated = total > (head.len() + tail.len()) as u64;
+    let mut tail = Vec::from(tail);
+    if truncated {
+        // The line the cut goes through is left out on both sides: a secret split by the cut
+        // would show as two pieces that no masking pattern recognises.
+        head.truncate(head.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1));
+        tail.drain(..tail.iter().position(|b| *b == b'\n').map_or(tail.len(), |i| i + 1));
+    }
     let mut text = String::from_utf8_lossy(&head).into_owned();
     if truncated {
-        text.push_str(&format!("\n… {} bytes left out …\n", total - (head.len() + tail.len()) as u64));
+        let left_out = total - (head.len() + tail.len()) as u64;
+        text.push_str(&format!("… {left_out} bytes left out …\n"));
     }
-    text.push_str(&String::from_utf8_lossy(tail.make_contiguous()));
+    text.push_str(&String::from_utf8_lossy(&tail));
     Captured { text, bytes: total, truncated }
 }
 
@@ -256,6 +268,28 @@ mod tests {
                 && done.stdout.text.ends_with("1000\n")
         );
         assert_eq!(done.stderr.text, "oops\n");
+    }
+
+    #[tokio::test]
+    async fn the_line_a_cut_goes_through_is_left_out() {
+        // 64 bytes kept: 32 of the head, 32 of the tail; the secret line straddles both cuts.
+        let script = "echo first; printf 'token sk-abcdefghij0123456789abcdefghij0123456789abcdefghij0123456789\\n'; echo last";
+        let done = run(&sh(script, 10_000), &CancellationToken::new()).await;
+        assert!(done.stdout.truncated, "{:?}", done.stdout);
+        let text = &done.stdout.text;
+        assert!(text.starts_with("first\n… ") && text.ends_with(" bytes left out …\nlast\n"), "{text:?}");
+        assert!(!text.contains("sk-") && !text.contains("6789"), "no piece of the cut line: {text:?}");
+        let left_out: u64 = text
+            .split("… ")
+            .nth(1)
+            .and_then(|t| t.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        assert_eq!(
+            left_out + "first\nlast\n".len() as u64,
+            done.stdout.bytes,
+            "the count is what is not shown"
+        );
     }
 
     #[tokio::test]

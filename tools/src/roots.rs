@@ -288,6 +288,13 @@ impl Root {
         }))
     }
 
+    /// Every folder, file and symlink a walk of the whole root reaches (never below a link), in
+    /// a stable order, the root itself first: what a copy of the root takes. Entries the walk
+    /// cannot read are left out, as [`Root::files`] leaves them out.
+    pub fn entries(&self) -> impl Iterator<Item = ignore::DirEntry> + use<> {
+        walker(&self.path).build().filter_map(Result::ok)
+    }
+
     /// [`Root::walk_under`], collected.
     pub fn files_under(&self, paths: &[String]) -> Result<Vec<PathBuf>, RootError> {
         Ok(self.walk_under(paths)?.collect())

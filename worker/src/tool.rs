@@ -189,6 +189,19 @@ impl ToolContext {
         self.store.runs(tool, name, count).await
     }
 
+    /// Whether this node's task is still live: not settled, not expired. A tool asks it before it
+    /// removes what the task may still use, since its cancellation token also fires when only
+    /// the worker stops (and the node will run again elsewhere).
+    pub async fn task_is_live(&self) -> Result<bool, conveyor_shared::StoreError> {
+        self.store.task_is_live(&self.task_id).await
+    }
+
+    /// The deployment's id ([`Store::deployment_id`]), to mark what a tool leaves outside Redis
+    /// as this deployment's, for a [`Chore`] to find again.
+    pub async fn deployment_id(&self) -> Result<String, conveyor_shared::StoreError> {
+        self.store.deployment_id().await
+    }
+
     /// Reports progress to the task (and through the gateway to the client). Returns `false`
     /// when the report was refused because the task is no longer live or the attempt is stale,
     /// which a tool may take as a sign to stop.
@@ -290,6 +303,57 @@ impl ToolContext {
     }
 }
 
+/// Housekeeping a family of tools needs beside its nodes, such as removing what a run whose
+/// worker crashed left on disk: every worker that serves `queue` runs it once it has reached
+/// Redis, then every `every`, until it stops. A chore should cost nothing when there is nothing
+/// to do: it runs on every such worker.
+pub struct Chore {
+    pub name: String,
+    pub queue: String,
+    pub every: std::time::Duration,
+    run: Arc<dyn Fn(ChoreContext) -> BoxFuture<'static, ()> + Send + Sync>,
+}
+
+impl Chore {
+    pub fn new<F, Fut>(
+        name: impl Into<String>,
+        queue: impl Into<String>,
+        every: std::time::Duration,
+        run: F,
+    ) -> Self
+    where
+        F: Fn(ChoreContext) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        Self { name: name.into(), queue: queue.into(), every, run: Arc::new(move |cx| Box::pin(run(cx))) }
+    }
+
+    /// Runs the chore once.
+    pub fn run(&self, cx: ChoreContext) -> BoxFuture<'static, ()> {
+        (self.run)(cx)
+    }
+}
+
+/// What a chore may ask.
+#[derive(Clone)]
+pub struct ChoreContext {
+    /// Fires when the worker stops.
+    pub cancel: CancellationToken,
+    pub(crate) store: Store,
+}
+
+impl ChoreContext {
+    /// Whether `task_id` names a task that is live: not settled, not expired.
+    pub async fn task_is_live(&self, task_id: &str) -> Result<bool, conveyor_shared::StoreError> {
+        self.store.task_is_live(task_id).await
+    }
+
+    /// The deployment's id ([`Store::deployment_id`]).
+    pub async fn deployment_id(&self) -> Result<String, conveyor_shared::StoreError> {
+        self.store.deployment_id().await
+    }
+}
+
 /// The tools one worker runs, by name.
 #[derive(Default, Clone)]
 pub struct ToolRegistry {
@@ -298,6 +362,7 @@ pub struct ToolRegistry {
     schemas: BTreeMap<String, InputSchema>,
     /// Names in registration order: the order of `tools/list`.
     order: Vec<String>,
+    chores: Vec<Arc<Chore>>,
 }
 
 impl ToolRegistry {
@@ -337,6 +402,17 @@ impl ToolRegistry {
             self.order.push(name);
         }
         self
+    }
+
+    /// Adds housekeeping for the workers that serve the chore's queue.
+    pub fn add_chore(&mut self, chore: Chore) -> &mut Self {
+        self.chores.push(Arc::new(chore));
+        self
+    }
+
+    /// The chores of the queues this registry serves.
+    pub fn chores(&self) -> &[Arc<Chore>] {
+        &self.chores
     }
 
     /// Checks arguments against the input schema of the tool `name` (what is wrong, in one line).
@@ -389,6 +465,8 @@ impl ToolRegistry {
                 only.order.push(name.clone());
             }
         }
+        let served = only.queues();
+        only.chores = self.chores.iter().filter(|c| served.contains(&c.queue)).cloned().collect();
         Ok(only)
     }
 
@@ -441,5 +519,29 @@ impl ToolRegistry {
     /// Whether it holds any tool (not only prompts and resources).
     pub fn has_tools(&self) -> bool {
         self.tools.values().any(|t| t.kind().is_tool())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_pool_keeps_the_chores_of_the_queues_it_serves() {
+        let tool = |name: &str, queue: &str| {
+            FnTool::new(json!({"name": name, "inputSchema": {"type": "object"}}), |_ctx| async {
+                ToolOutcome::Result(json!({}))
+            })
+            .on_queue(queue)
+        };
+        let mut registry = ToolRegistry::new();
+        registry.register(tool("build", "builds")).register(tool("search", "searches"));
+        registry.add_chore(Chore::new("sweep", "builds", std::time::Duration::from_secs(60), |_cx| async {}));
+        assert_eq!(registry.chores().len(), 1);
+        let builds = registry.only(&["build".to_owned()]).expect("offered");
+        assert_eq!(builds.chores().iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["sweep"]);
+        let searches = registry.only(&["search".to_owned()]).expect("offered");
+        assert!(searches.chores().is_empty(), "a pool that does not serve the queue does not sweep it");
     }
 }

@@ -344,6 +344,24 @@ async fn cancelling_the_loop_kills_the_running_check_and_what_it_started() {
         .await
         .expect("cancelled");
     assert_ne!(s.redis.node_field(&task, "learn-1", "status").as_deref(), Some("completed"));
+    // No learnings node or report ran, yet the task's scratch copy is gone: the cancelled node
+    // removed it.
+    wait_no_copies(&s.scratch, Duration::from_secs(10)).await;
+}
+
+/// The task folders under `scratch`'s `conveyor-bootstrap`, by name.
+fn copies(scratch: &Path) -> Vec<String> {
+    std::fs::read_dir(scratch.join("conveyor-bootstrap"))
+        .map(|d| d.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default()
+}
+
+async fn wait_no_copies(scratch: &Path, within: Duration) {
+    let deadline = Instant::now() + within;
+    while !copies(scratch).is_empty() {
+        assert!(Instant::now() < deadline, "scratch copies are left: {:?}", copies(scratch));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 #[tokio::test]
@@ -462,6 +480,7 @@ async fn a_check_whose_worker_is_killed_is_taken_over_and_the_loop_goes_on() {
     let attempts: u32 =
         redis.node_field(&task, "check-1-1", "attempt").and_then(|a| a.parse().ok()).unwrap_or(0);
     assert!(attempts >= 2, "the check ran again on the rescuer: attempt {attempts}");
+    assert!(copies(&scratch).is_empty(), "the loop's end removed every copy: {:?}", copies(&scratch));
     drop(sample);
     let _ = std::fs::remove_dir_all(&scratch);
     let _ = std::fs::remove_file(&mark);
@@ -545,4 +564,195 @@ async fn a_sampling_clients_model_drafts_the_steps_no_rule_finds_and_each_says_s
         ),
         "{script}"
     );
+}
+
+#[tokio::test]
+async fn a_scratch_copy_a_killed_worker_left_is_swept_when_a_worker_starts() {
+    let hang = sleep_marker();
+    let s = sample("sweep", &format!("#!/bin/sh\nsleep {hang}\n"));
+    let scratch = s.0.with_extension("scratch");
+    std::fs::create_dir_all(&scratch).expect("scratch");
+    let tools = tools_file(&scratch, &scratch, "").display().to_string();
+    let root = format!("sample={}", s.0.display());
+    // Another deployment's copy in the same directory, and a folder no deployment marked.
+    let foreign = scratch.join("conveyor-bootstrap/0123456789abcdef0123456789abcdef");
+    write(
+        &foreign,
+        "conveyor-scratch.json",
+        r#"{"task":"0123456789abcdef0123456789abcdef","deployment":"another"}"#,
+    );
+    write(&foreign, "iteration-1/file", "theirs");
+    write(&scratch, "conveyor-bootstrap/unmarked/iteration-1/file", "someone's");
+    let redis = RedisServer::start().expect("redis");
+    let gateway = Conveyor::gateway(&redis.url(), &[]).expect("gateway");
+    let mcp = Mcp::new(gateway.mcp_url());
+    let args = ["--root", root.as_str(), "--tools-file", tools.as_str()];
+    let mut doomed = Conveyor::worker(&redis.url(), &args).expect("worker");
+    mcp.wait_for_tool("bootstrap_validation_loop", Duration::from_secs(30)).await.expect("listed");
+
+    let task =
+        start(&mcp, "bootstrap_validation_loop", json!({"profile": "sample", "maxIterations": 1})).await;
+    approve_next(&mcp, &task).await;
+    let sleeping = format!("sleep {hang}");
+    wait_started(&[&sleeping], Duration::from_secs(30), || doomed.log_text()).await;
+    let copy = scratch.join("conveyor-bootstrap").join(&task);
+    assert!(copy.join("iteration-1/scripts/check-config.sh").is_file(), "{:?}", copies(&scratch));
+    assert!(copy.join("conveyor-scratch.json").is_file());
+    doomed.signal("KILL");
+    assert!(doomed.wait_exit(Duration::from_secs(5)), "the worker died");
+    // The killed worker's check outlives it; it is this test's to end, by its id.
+    for pid in conveyor_tests::process::processes(&sleeping) {
+        let _ = std::process::Command::new("kill").args(["-KILL", &pid]).status();
+    }
+    let cancelled =
+        mcp.call_2026("tasks/cancel", json!({"taskId": task}), asking_client()).await.expect("tasks/cancel");
+    assert!(cancelled.error_code().is_none(), "{}", cancelled.raw);
+    assert!(copy.is_dir(), "no worker was there to remove it");
+
+    let fresh = Conveyor::worker(&redis.url(), &args).expect("worker");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while copy.exists() {
+        assert!(Instant::now() < deadline, "the copy was not swept:\n{}", fresh.log_text());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(foreign.join("iteration-1/file").is_file(), "another deployment's copy is kept");
+    assert!(
+        scratch.join("conveyor-bootstrap/unmarked/iteration-1/file").is_file(),
+        "an unmarked folder is kept"
+    );
+    let _ = std::fs::remove_dir_all(&scratch);
+}
+
+#[tokio::test]
+async fn the_profiles_environment_values_are_masked_in_output_progress_result_and_memory() {
+    const KEY: &str = "plain-Value-4821";
+    let release = std::env::temp_dir().join(format!("conveyor-bootstrap-release-{}", sleep_marker()));
+    let dir =
+        std::env::temp_dir().join(format!("conveyor-bootstrap-env-{}-{}", std::process::id(), free_port()));
+    let s = Sample(dir.clone());
+    write(
+        &dir,
+        "docs/adr/0001-deploy.md",
+        &format!(
+            "# 1. Deploy with a key\n\n## Status\n\nAccepted\n\n## Decision\n\nThe deploy key comes from the environment.\n\n## Implementation\n\n```sh\n./scripts/deploy.sh\n```\n\n## Confirmation\n\n```sh\n./scripts/verify.sh {KEY}\n```\n"
+        ),
+    );
+    executable(&dir, "scripts/deploy.sh", "#!/bin/sh\necho \"deploying with $DEPLOY_KEY\"\n");
+    executable(
+        &dir,
+        "scripts/verify.sh",
+        &format!(
+            "#!/bin/sh\nfor i in $(seq 1 600); do [ -e {release} ] && break; sleep 0.1; done\necho \"deploy key $DEPLOY_KEY was refused\"\nexit 1\n",
+            release = release.display()
+        ),
+    );
+    let scratch = dir.with_extension("scratch");
+    std::fs::create_dir_all(&scratch).expect("scratch");
+    let tools = tools_file(&scratch, &scratch, "env = [\"DEPLOY_KEY\"]\n").display().to_string();
+    let root = format!("sample={}", dir.display());
+    let redis = RedisServer::start().expect("redis");
+    let up = Conveyor::with_env(
+        "up",
+        &redis.url(),
+        &["--root", &root, "--tools-file", &tools],
+        &[("DEPLOY_KEY", KEY)],
+    )
+    .expect("conveyor up");
+    let mcp = Mcp::new(up.mcp_url());
+    mcp.wait_for_tool("bootstrap_validation_loop", Duration::from_secs(30)).await.expect("listed");
+
+    let task =
+        start(&mcp, "bootstrap_validation_loop", json!({"profile": "sample", "maxIterations": 1})).await;
+    let asked = get_until(&mcp, &task, |got| got["status"] == "input_required").await;
+    let approval = asked["inputRequests"].to_string();
+    assert!(approval.contains("./scripts/verify.sh ***") && !approval.contains(KEY), "{approval}");
+    approve_next(&mcp, &task).await;
+    // The check's progress message names its command, masked.
+    let checking = get_until(&mcp, &task, |got| {
+        got["statusMessage"].as_str().is_some_and(|m| m.starts_with("Iteration 1: checking"))
+    })
+    .await;
+    assert_eq!(checking["statusMessage"], "Iteration 1: checking ./scripts/verify.sh ***", "{checking}");
+    std::fs::write(&release, "").expect("release the check");
+    let (done, _) = drive(&mcp, &task, true, Duration::from_secs(120)).await;
+    let _ = std::fs::remove_file(&release);
+    assert_eq!(done["status"], "completed", "{done}\n{}", up.log_text());
+    let raw = done.to_string();
+    assert!(!raw.contains(KEY), "the value leaked into the result: {raw}");
+    let learning = &done["result"]["structuredContent"]["learnings"][0];
+    assert_eq!(learning["requirement"], "./scripts/verify.sh ***", "{learning}");
+    assert!(learning["evidence"].to_string().contains("deploy key *** was refused"), "{learning}");
+
+    let mut conn = redis.connection().expect("conn");
+    let keys: Vec<String> =
+        redis::cmd("KEYS").arg("*bootstrap_validation_loop*").query(&mut conn).expect("keys");
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let kept: Vec<String> = redis::cmd("LRANGE").arg(&keys[0]).arg(0).arg(-1).query(&mut conn).expect("runs");
+    assert_eq!(kept.len(), 1);
+    assert!(kept[0].contains("deploy key *** was refused") && !kept[0].contains(KEY), "{}", kept[0]);
+    // Each node's stored result (the bootstrap's and the check's output among them) is masked too.
+    let task_key: Vec<String> = redis::cmd("KEYS").arg(format!("*{task}*")).query(&mut conn).expect("keys");
+    for key in task_key {
+        let kind: String = redis::cmd("TYPE").arg(&key).query(&mut conn).expect("type");
+        if kind != "hash" {
+            continue;
+        }
+        let fields: Vec<(String, String)> = redis::cmd("HGETALL").arg(&key).query(&mut conn).expect("hash");
+        for (field, value) in fields {
+            if field.ends_with("output") || field.ends_with("result") {
+                assert!(!value.contains(KEY), "{key} {field}: {value}");
+            }
+        }
+    }
+    drop(s);
+    let _ = std::fs::remove_dir_all(&scratch);
+}
+
+#[tokio::test]
+async fn the_generator_reads_only_records_and_what_the_walk_lists() {
+    let s = stack("walk", &check_config(), "").await;
+    let dir = &s.sample.0;
+    write(
+        dir,
+        "docs/vendor/redis/INSTALL.md",
+        "# Redis\n\n## Installation\n\n```sh\ncurl -fsSL https://example.com/install.sh | sh\n```\n\n## Testing\n\n```sh\nmake test\n```\n",
+    );
+    write(
+        dir,
+        "docs/adr/0003-local.md",
+        "# 3. Local settings\n\n## Status\n\nAccepted\n\n## Decision\n\nEach machine keeps `.env` (with `API_TOKEN`) and `config/local.toml`.\n",
+    );
+    write(dir, ".gitignore", "config/local.toml.example\n");
+    write(dir, ".env.example", "HIDDEN_TEMPLATE_MARKER=1\n");
+    write(dir, "config/local.toml.example", "ignored_template_marker = 1\n");
+    let task = start(&s.mcp, "adr_bootstrap_validation", json!({"root": "sample", "adrPath": "docs"})).await;
+    let done = settle(&s.mcp, &task, Duration::from_secs(60)).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let structured = &done["result"]["structuredContent"];
+    let commands: Vec<&str> =
+        structured["steps"].as_array().expect("steps").iter().filter_map(|s| s["command"].as_str()).collect();
+    assert_eq!(commands, ["./scripts/build.sh"], "a vendored install guide gives no step: {structured}");
+    let adrs: Vec<&str> =
+        structured["adrs"].as_array().expect("adrs").iter().filter_map(|a| a["path"].as_str()).collect();
+    assert!(!adrs.iter().any(|a| a.contains("vendor")), "{adrs:?}");
+    let raw = done.to_string();
+    assert!(!raw.contains("HIDDEN_TEMPLATE_MARKER") && !raw.contains("ignored_template_marker"), "{raw}");
+    let missing = structured["missingFiles"].as_array().expect("missing");
+    let env = missing.iter().find(|m| m["path"] == ".env").expect(".env is missing");
+    assert_eq!(env["template"]["source"]["kind"], "variables", "{env}");
+    let local = missing.iter().find(|m| m["path"] == "config/local.toml").expect("local.toml is missing");
+    assert!(local["template"].is_null(), "{local}");
+}
+
+/// Reads the task until `done` says so.
+async fn get_until(mcp: &Mcp, task: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let got = get_2026(mcp, task, &asking_client()).await;
+        if done(&got) {
+            return got;
+        }
+        assert!(Instant::now() < deadline, "never came: {got}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

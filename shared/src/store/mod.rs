@@ -417,6 +417,32 @@ impl Store {
         Ok(recorded.1)
     }
 
+    /// The deployment's id (hex): made once by the first process that asks, the same for every
+    /// process that shares this Redis. Not a secret: it marks what a deployment leaves outside
+    /// Redis (a scratch copy on a shared disk) as its own, so that another deployment's workers
+    /// leave it alone.
+    pub async fn deployment_id(&self) -> Result<String, StoreError> {
+        let candidate = format!("{:032x}", rand::random::<u128>());
+        let recorded: (bool, String) = self
+            .run("deployment_id", |mut c| {
+                let candidate = candidate.clone();
+                async move {
+                    redis::pipe()
+                        .cmd("HSETNX")
+                        .arg(keys::LAYOUT)
+                        .arg("deploymentId")
+                        .arg(candidate)
+                        .cmd("HGET")
+                        .arg(keys::LAYOUT)
+                        .arg("deploymentId")
+                        .query_async(&mut c)
+                        .await
+                }
+            })
+            .await?;
+        Ok(recorded.1)
+    }
+
     /// The backend, for connections of their own (blocking reads).
     pub(crate) async fn dedicated_backend(&self) -> Result<Backend, StoreError> {
         self.conn().await?;

@@ -669,6 +669,20 @@ impl Store {
         Self::live_record(task_id, values)
     }
 
+    /// Whether a task exists, has not settled and is within its TTL: what a worker asks before it
+    /// removes something a task may still use (a scratch copy on disk). Reads three fields,
+    /// never the task's result; `false` for an id that names no shard.
+    pub async fn task_is_live(&self, task_id: &str) -> Result<bool, StoreError> {
+        let Some(shard) = self.task_shard(task_id) else { return Ok(false) };
+        let key = shard.task(task_id);
+        let (status, created, ttl): (Option<String>, Option<u64>, Option<u64>) = self
+            .query(|| redis::cmd("HMGET").arg(&key).arg("status").arg("createdAt").arg("ttlMs").clone())
+            .await?;
+        let (Some(status), Some(created), Some(ttl)) = (status, created, ttl) else { return Ok(false) };
+        let settled = status.parse::<TaskStatus>().map_or(true, TaskStatus::is_terminal);
+        Ok(!settled && created.saturating_add(ttl) > now_ms())
+    }
+
     /// A task read as the values of [`TASK_FIELDS`], unless it is past its TTL.
     pub(crate) fn live_record(
         task_id: &str,

@@ -124,6 +124,18 @@ pub fn status_kind(raw: &str) -> Option<&'static str> {
     })
 }
 
+/// Sections that hold the decision itself, normalised by [`section_key`]: Nygard's and MADR's.
+const DECISION_SECTIONS: [&str; 2] = ["decision", "decision outcome"];
+
+/// Whether a parsed Markdown file is a decision record at all, and not some other document that
+/// sits among them (a vendored README, an install guide): it has a title, and a known status
+/// ([`status_kind`]) or a section that holds the decision. What acts on records (turning their
+/// setup sections into commands) takes only these.
+pub fn is_decision_record(doc: &AdrDoc) -> bool {
+    let decided = doc.sections.iter().any(|s| DECISION_SECTIONS.contains(&section_key(&s.title).as_str()));
+    doc.title.is_some() && (decided || doc.status.as_deref().is_some_and(|s| status_kind(s).is_some()))
+}
+
 /// The checks that need only one record. `link_exists` is asked about each relative link's path
 /// (fragment and query removed, percent-escapes decoded) as written, relative to the record's
 /// directory: resolving it, and refusing paths that leave the record set, is the caller's part.
@@ -717,6 +729,23 @@ mod tests {
                 (doc.path.clone(), file_findings(doc, &exists))
             })
             .collect()
+    }
+
+    #[test]
+    fn only_a_titled_record_with_a_status_or_a_decision_is_a_decision_record() {
+        use super::super::parse::parse_adr;
+        for (text, expected) in [
+            ("---\nstatus: accepted\n---\n# Settings\n\n## Context and Problem Statement\n\nx\n", true),
+            ("# 2. Logs\n\n## Status\n\nAccepted\n\n## Context\n\nx\n", true),
+            ("# 3. Caching\n\n## Decision\n\nWe cache.\n", true),
+            ("# Caching\n\nStatus: Superseded by ADR-4\n", true),
+            ("# Redis\n\n## Installation\n\n```sh\nmake install\n```\n", false),
+            ("# Redis\n\n**Status**: beta\n\n## Install\n\n```sh\nmake install\n```\n", false),
+            ("---\ntitle: Install\nweight: 2\n---\n\n## Setup\n\n```sh\nnpm i\n```\n", false),
+            ("## Decision\n\nNo title.\n", false),
+        ] {
+            assert_eq!(is_decision_record(&parse_adr("docs/x.md", text)), expected, "{text}");
+        }
     }
 
     #[test]

@@ -56,7 +56,7 @@ pub fn register(registry: &mut ToolRegistry, roots: &Roots) {
                 async move {
                     match roots.of(&ctx) {
                         Ok(root) => {
-                            let platforms = detect(&root.path);
+                            let platforms = detect(root);
                             let text = format!("{} platforms", platforms.len());
                             ToolOutcome::Result(result::structured(text, json!({"platforms": platforms})))
                         }
@@ -240,7 +240,7 @@ fn write_scripts(roots: &Roots, ctx: &ToolContext) -> ToolOutcome {
         (true, Some(answer)) => parse_drafts(&sampled_text(answer).unwrap_or_default(), &prose),
         (false, _) => vec![],
     };
-    let missing = missing_files(&root.path, &inputs.requirements);
+    let missing = missing_files(root, &inputs.requirements);
     let adr_path = adr_path_arg(&ctx.arguments);
     let plan = Plan::new(&inputs.requirements, &inputs.platforms, &[], &drafts);
     let heading = format!(

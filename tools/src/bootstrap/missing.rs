@@ -1,8 +1,18 @@
 //! Files the ADRs name that a root lacks, how much each matters, and a template where one is
 //! safe: the contents an ADR shows for it, an example file beside it, or (for an env file) the
 //! variables the ADRs name with empty values. A file named like a secret never gets one.
+//!
+//! The root is asked as every read of it is ([`Root::resolve`]): a file is there, and an example
+//! file is read, only when a walk of the root lists it. A hidden or ignored file (`.env`, a
+//! `local.toml` the `.gitignore` names, a link out of the root) is neither read nor said to
+//! exist, so the answer is the same whether or not it is on disk; such a file counts as missing
+//! (a scratch copy leaves it out too), and the command that creates it from its template never
+//! overwrites one that is there when the script runs.
 
-use std::path::Path;
+use std::io::Read as _;
+use std::os::unix::fs::OpenOptionsExt as _;
+
+use crate::roots::Root;
 
 use serde::{Deserialize, Serialize};
 
@@ -65,9 +75,11 @@ impl MissingFile {
         let template = self.template.as_ref()?;
         let folder = self.path.rsplit_once('/').map(|(dir, _)| format!("mkdir -p {} && ", quote(dir)));
         let folder = folder.unwrap_or_default();
+        let target = quote(&self.path);
+        // Only when it is not there: a file the root hides from tools may still be on disk.
         Some(match &template.source {
             TemplateSource::ExampleFile { path } => {
-                format!("{folder}cp {} {}", quote(path), quote(&self.path))
+                format!("if [ ! -e {target} ]; then {folder}cp {} {target}; fi", quote(path))
             }
             _ => {
                 let mut delimiter = "CONVEYOR_TEMPLATE".to_owned();
@@ -75,7 +87,9 @@ impl MissingFile {
                     delimiter.push('_');
                 }
                 let body = template.contents.trim_end_matches('\n');
-                format!("{folder}cat > {} <<'{delimiter}'\n{body}\n{delimiter}", quote(&self.path))
+                format!(
+                    "if [ ! -e {target} ]; then {folder}cat > {target} <<'{delimiter}'\n{body}\n{delimiter}\nfi"
+                )
             }
         })
     }
@@ -95,10 +109,10 @@ pub fn quote(word: &str) -> String {
 /// The files `requirements` names that `root` lacks, in the order first named. ADR files, and
 /// files a step creates (`cp a b`, `> b`, `touch b`), and files under a build's output folders
 /// (`build/`, `dist/`, `target/`, ...), are not missing.
-pub fn missing_files(root: &Path, requirements: &Requirements) -> Vec<MissingFile> {
+pub fn missing_files(root: &Root, requirements: &Requirements) -> Vec<MissingFile> {
     let mut missing: Vec<MissingFile> = Vec::new();
     for mention in &requirements.files {
-        if root.join(&mention.path).exists()
+        if root.resolve(&mention.path).is_ok()
             || requirements.adrs.iter().any(|a| a.path == mention.path)
             || created_by_a_step(&mention.path, requirements)
             || OUTPUT_FOLDERS.contains(&mention.path.split('/').next().unwrap_or_default())
@@ -163,7 +177,7 @@ fn created_by_a_step(path: &str, requirements: &Requirements) -> bool {
     })
 }
 
-fn template(root: &Path, path: &str, requirements: &Requirements) -> Option<Template> {
+fn template(root: &Root, path: &str, requirements: &Requirements) -> Option<Template> {
     if let Some(shown) = requirements.shown.iter().find(|s| s.path == path) {
         return Some(Template {
             source: TemplateSource::Adr {
@@ -175,9 +189,7 @@ fn template(root: &Path, path: &str, requirements: &Requirements) -> Option<Temp
         });
     }
     for example in example_paths(path) {
-        let file = root.join(&example);
-        let small = file.metadata().is_ok_and(|m| m.is_file() && m.len() <= MAX_TEMPLATE_BYTES);
-        if small && let Ok(contents) = std::fs::read_to_string(&file) {
+        if let Some(contents) = read_example(root, &example) {
             return Some(Template {
                 source: TemplateSource::ExampleFile { path: example },
                 contents: mask(&contents),
@@ -197,6 +209,28 @@ fn template(root: &Path, path: &str, requirements: &Requirements) -> Option<Temp
     None
 }
 
+/// The text of the example file `relative`, when a walk of the root lists it and it is a small
+/// regular text file. Opened without following a link and without blocking, so that a file
+/// swapped since it was checked (for a link out of the root, a FIFO) is not read.
+fn read_example(root: &Root, relative: &str) -> Option<String> {
+    let path = root.resolve(relative).ok()?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOFOLLOW)
+        .open(path)
+        .ok()?;
+    let meta = file.metadata().ok()?;
+    if !meta.is_file() || meta.len() > MAX_TEMPLATE_BYTES {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_TEMPLATE_BYTES + 1).read_to_end(&mut bytes).ok()?;
+    if bytes.len() as u64 > MAX_TEMPLATE_BYTES {
+        return None;
+    }
+    String::from_utf8(bytes).ok()
+}
+
 fn example_paths(path: &str) -> Vec<String> {
     let mut paths: Vec<String> = EXAMPLE_SUFFIXES.iter().map(|s| format!("{path}{s}")).collect();
     let (folder, name) = match path.rsplit_once('/') {
@@ -212,11 +246,21 @@ fn example_paths(path: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::roots::Roots;
 
     fn requirements(text: &str) -> Requirements {
         let mut r = Requirements::default();
         r.add("docs/adr/0001-a.md", text);
         r
+    }
+
+    fn root_of(dir: &std::path::Path) -> Root {
+        Roots::parse(&[format!("r={}", dir.display())]).expect("roots").get("r").expect("root").clone()
+    }
+
+    fn write(path: &std::path::Path, text: &str) {
+        std::fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
+        std::fs::write(path, text).expect("write");
     }
 
     #[test]
@@ -229,7 +273,7 @@ mod tests {
         let r = requirements(
             "# A\n\n## Implementation\n\n```sh\n./run.sh config/app.toml\ncp a.txt made.txt\n```\n\nUse `present.txt`, `docs/notes.md`, `.env` (with `API_TOKEN`) and `certs/tls.key`.\n",
         );
-        let missing = missing_files(dir.path(), &r);
+        let missing = missing_files(&root_of(dir.path()), &r);
         let by_path = |p: &str| missing.iter().find(|m| m.path == p);
         assert!(by_path("present.txt").is_none() && by_path("made.txt").is_none());
         let config = by_path("config/app.toml").expect("config is missing");
@@ -239,7 +283,9 @@ mod tests {
         assert_eq!(template.contents, "token = ***\n", "secrets masked");
         assert_eq!(
             config.create_command().as_deref(),
-            Some("mkdir -p config && cp config/app.example.toml config/app.toml")
+            Some(
+                "if [ ! -e config/app.toml ]; then mkdir -p config && cp config/app.example.toml config/app.toml; fi"
+            )
         );
         assert_eq!(by_path("docs/notes.md").expect("notes").severity, Severity::Warning);
         let env = by_path(".env").expect("env");
@@ -251,15 +297,60 @@ mod tests {
     }
 
     #[test]
-    fn contents_an_adr_shows_become_a_heredoc() {
+    fn templates_and_existence_obey_the_walk_rules() {
+        let base = tempfile::tempdir().expect("dir");
+        let dir = base.path().join("repo");
+        write(&base.path().join("outside/settings.yaml"), "token: from-outside-the-root\n");
+        write(&dir.join(".gitignore"), "config/app.toml.example\nlocal.txt\n");
+        write(&dir.join(".env.example"), "FROM_A_HIDDEN_FILE=1\n");
+        write(&dir.join("config/app.toml.example"), "from_an_ignored_file = 1\n");
+        std::fs::create_dir_all(dir.join("deploy")).expect("mkdir");
+        std::os::unix::fs::symlink(
+            base.path().join("outside/settings.yaml"),
+            dir.join("deploy/settings.yaml.example"),
+        )
+        .expect("symlink");
+        write(&dir.join("local.txt"), "ignored, but on disk\n");
+        write(&dir.join("served.conf.example"), "served = 1\n");
+        let r = requirements(
+            "# A\n\n## Implementation\n\nUse `.env` (with `API_TOKEN`), `config/app.toml`, `deploy/settings.yaml`, `local.txt` and `served.conf`.\n",
+        );
+        let missing = missing_files(&root_of(&dir), &r);
+        let shown = serde_json::to_string(&missing).expect("json");
+        for leaked in ["FROM_A_HIDDEN_FILE", "from_an_ignored_file", "from-outside-the-root"] {
+            assert!(!shown.contains(leaked), "{leaked} was read: {shown}");
+        }
+        let by_path =
+            |p: &str| missing.iter().find(|m| m.path == p).unwrap_or_else(|| panic!("{p}: {shown}"));
+        assert_eq!(by_path(".env").template.as_ref().map(|t| &t.source), Some(&TemplateSource::Variables));
+        assert!(by_path("config/app.toml").template.is_none());
+        assert!(by_path("deploy/settings.yaml").template.is_none());
+        // An ignored file is missing whether or not it is on disk; its fix would not overwrite it.
+        assert!(by_path("local.txt").template.is_none());
+        let served = by_path("served.conf").template.as_ref().expect("a served example");
+        assert_eq!(served.source, TemplateSource::ExampleFile { path: "served.conf.example".into() });
+        std::fs::remove_file(dir.join("local.txt")).expect("rm");
+        assert_eq!(missing_files(&root_of(&dir), &r), missing, "the same answer without the ignored file");
+    }
+
+    #[test]
+    fn contents_an_adr_shows_become_a_heredoc_that_keeps_a_file_already_there() {
         let dir = tempfile::tempdir().expect("dir");
         let r = requirements("# A\n\n## Decision\n\nWrite `conf/x.yaml`:\n\n```yaml\nport: 1\n```\n");
-        let missing = missing_files(dir.path(), &r);
+        let missing = missing_files(&root_of(dir.path()), &r);
         let command = missing[0].create_command().expect("a template");
         assert_eq!(
             command,
-            "mkdir -p conf && cat > conf/x.yaml <<'CONVEYOR_TEMPLATE'\nport: 1\nCONVEYOR_TEMPLATE"
+            "if [ ! -e conf/x.yaml ]; then mkdir -p conf && cat > conf/x.yaml <<'CONVEYOR_TEMPLATE'\nport: 1\nCONVEYOR_TEMPLATE\nfi"
         );
         assert_eq!(quote("it's"), "'it'\\''s'");
+        let run = |at: &std::path::Path| {
+            let ok = std::process::Command::new("bash").arg("-ec").arg(&command).current_dir(at).status();
+            assert!(ok.expect("bash").success());
+            std::fs::read_to_string(at.join("conf/x.yaml")).expect("written")
+        };
+        assert_eq!(run(dir.path()), "port: 1\n");
+        std::fs::write(dir.path().join("conf/x.yaml"), "port: 2\n").expect("write");
+        assert_eq!(run(dir.path()), "port: 2\n", "a file already there is kept");
     }
 }

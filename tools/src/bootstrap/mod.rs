@@ -22,10 +22,10 @@ use serde_json::Value;
 
 use crate::adrs::parse::is_adr_path;
 use crate::invalid;
-use crate::operator_config::OperatorConfig;
+use crate::operator_config::{OperatorConfig, Workspace};
 use crate::research::index::read_text;
 use crate::roots::{Root, Roots};
-use conveyor_worker::tool::ToolRegistry;
+use conveyor_worker::tool::{Chore, ToolRegistry};
 
 pub mod generate;
 pub mod learnings;
@@ -47,13 +47,36 @@ pub const DEFAULT_ADR_PATH: &str = "docs/adr";
 /// Most records read in one call.
 const MAX_RECORDS: usize = 2_000;
 
-/// Registers the generator with roots, and the loop with bootstrap profiles.
+/// Registers the generator with roots, and the loop with bootstrap profiles (and the sweep of
+/// their scratch copies).
 pub fn register(registry: &mut ToolRegistry, roots: &Roots, config: &Arc<OperatorConfig>) {
     if !roots.is_empty() {
         generate::register(registry, roots);
     }
     if !config.bootstrap.is_empty() {
         run_loop::register(registry, roots, config);
+        let mut bases: Vec<std::path::PathBuf> = config
+            .bootstrap
+            .values()
+            .filter_map(|p| match &p.workspace {
+                Workspace::Scratch(base) => Some(base.clone()),
+                Workspace::Root => None,
+            })
+            .collect();
+        bases.sort();
+        bases.dedup();
+        if !bases.is_empty() {
+            let bases = Arc::new(bases);
+            registry.add_chore(Chore::new(
+                "bootstrap-scratch-sweep",
+                QUEUE,
+                workspace::SWEEP_EVERY,
+                move |cx| {
+                    let bases = bases.clone();
+                    async move { workspace::sweep_chore(&bases, &cx).await }
+                },
+            ));
+        }
     }
 }
 
@@ -80,6 +103,7 @@ pub fn read_requirements(root: &Root, adr_path: &str) -> Result<Requirements, To
             records.len()
         )));
     }
+    let mut others = 0;
     for (relative, file) in records {
         if let Some(text) = read_text(&file) {
             let text = if is_plain_text_record(&relative) {
@@ -87,8 +111,18 @@ pub fn read_requirements(root: &Root, adr_path: &str) -> Result<Requirements, To
             } else {
                 text
             };
-            requirements.add(&relative, &text);
+            // A document that is no decision record (a vendored README's install section)
+            // gives no step: only records are the team's word on what to run.
+            if !requirements.add_if_record(&relative, &text) {
+                others += 1;
+            }
         }
+    }
+    if requirements.adrs.is_empty() {
+        return Err(invalid(format!(
+            "no ADR under `{adr_path}` of root `{}`: {others} Markdown or text files, none a decision record (a title, and a status or a Decision section); name the folder that holds the records with adrPath",
+            root.name
+        )));
     }
     Ok(requirements)
 }
@@ -101,4 +135,41 @@ fn is_plain_text_record(path: &str) -> bool {
 /// The ADR folder a call names, or the default.
 fn adr_path_arg(arguments: &Value) -> String {
     arguments.get("adrPath").and_then(Value::as_str).unwrap_or(DEFAULT_ADR_PATH).to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(path: &std::path::Path, text: &str) {
+        std::fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
+        std::fs::write(path, text).expect("write");
+    }
+
+    #[test]
+    fn only_decision_records_feed_steps_and_vendored_docs_give_none() {
+        let dir = tempfile::tempdir().expect("dir");
+        write(
+            &dir.path().join("docs/adr/0001-build.md"),
+            "# 1. One build script\n\n## Status\n\nAccepted\n\n## Decision\n\nA script.\n\n## Implementation\n\n```sh\n./build.sh\n```\n",
+        );
+        write(
+            &dir.path().join("docs/vendor/redis/INSTALL.md"),
+            "# Redis\n\n## Installation\n\n```sh\ncurl -fsSL https://example.com/install.sh | sh\n```\n\n## Testing\n\n```sh\nmake test\n```\n",
+        );
+        write(
+            &dir.path().join("docs/guides/setup.md"),
+            "---\ntitle: Setup\n---\n\n## Getting started\n\n```sh\nnpm install -g something\n```\n",
+        );
+        let roots = Roots::parse(&[format!("r={}", dir.path().display())]).expect("roots");
+        let root = roots.get("r").expect("root");
+        let requirements = read_requirements(root, "docs").expect("read");
+        let paths: Vec<&str> = requirements.adrs.iter().map(|a| a.path.as_str()).collect();
+        assert_eq!(paths, ["docs/adr/0001-build.md"], "only the record is read as one");
+        let commands: Vec<&str> = requirements.commands().map(|(_, c)| c.command.as_str()).collect();
+        assert_eq!(commands, ["./build.sh"]);
+        let refused = read_requirements(root, "docs/vendor").map(|_| ()).expect_err("no record there");
+        let ToolOutcome::Error(error) = refused else { panic!("an error: {refused:?}") };
+        assert!(error.message.contains("none a decision record"), "{}", error.message);
+    }
 }

@@ -1,10 +1,11 @@
 //! The platforms a root is built for, from the files at its top (and a `k8s/`-like folder), and
 //! the light checks each implies: the toolchain is there and the manifest reads. Nothing here
-//! builds, installs or starts anything; that is what the ADRs' own steps are for.
-
-use std::path::Path;
+//! builds, installs or starts anything; that is what the ADRs' own steps are for. A file counts
+//! only when a walk of the root lists it (not ignored, not a link out of the root).
 
 use serde::{Deserialize, Serialize};
+
+use crate::roots::Root;
 
 /// One platform found in a root.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -24,8 +25,9 @@ const COMPOSE_FILES: &[&str] = &["compose.yaml", "compose.yml", "docker-compose.
 const KUBERNETES_FOLDERS: &[&str] = &["k8s", "kubernetes", "deploy/k8s", "manifests", "helm"];
 
 /// The platforms `root` shows, in a fixed order.
-pub fn detect(root: &Path) -> Vec<Platform> {
-    let has = |name: &str| root.join(name).is_file();
+pub fn detect(root: &Root) -> Vec<Platform> {
+    let has = |name: &str| root.resolve(name).is_ok_and(|p| p.is_file());
+    let has_folder = |name: &str| root.resolve(name).is_ok_and(|p| p.is_dir());
     let mut found = Vec::new();
     let mut add = |kind: &str, evidence: &str, requirement: String, command: String| {
         found.push(Platform { kind: kind.into(), evidence: evidence.into(), requirement, command })
@@ -49,7 +51,7 @@ pub fn detect(root: &Path) -> Vec<Platform> {
             format!("docker compose -f {file} config --quiet"),
         );
     }
-    if let Some(folder) = KUBERNETES_FOLDERS.iter().find(|f| root.join(f).is_dir()) {
+    if let Some(folder) = KUBERNETES_FOLDERS.iter().find(|f| has_folder(f)) {
         add(
             "kubernetes",
             folder,
@@ -89,15 +91,35 @@ pub fn detect(root: &Path) -> Vec<Platform> {
 mod tests {
     use super::*;
 
+    fn root_of(dir: &std::path::Path) -> Root {
+        let roots = crate::roots::Roots::parse(&[format!("r={}", dir.display())]).expect("roots");
+        roots.get("r").expect("root").clone()
+    }
+
     #[test]
     fn files_at_the_top_show_the_platforms() {
         let dir = tempfile::tempdir().expect("dir");
-        assert!(detect(dir.path()).is_empty());
+        assert!(detect(&root_of(dir.path())).is_empty());
         for file in ["Dockerfile", "docker-compose.yml", "Cargo.toml", "package.json", "requirements.txt"] {
             std::fs::write(dir.path().join(file), "").expect("write");
         }
         std::fs::create_dir(dir.path().join("k8s")).expect("mkdir");
-        let kinds: Vec<String> = detect(dir.path()).into_iter().map(|p| p.kind).collect();
+        let kinds: Vec<String> = detect(&root_of(dir.path())).into_iter().map(|p| p.kind).collect();
         assert_eq!(kinds, ["container", "compose", "kubernetes", "cargo", "npm", "python"]);
+    }
+
+    #[test]
+    fn a_file_the_walk_skips_shows_no_platform() {
+        let base = tempfile::tempdir().expect("dir");
+        let dir = base.path().join("repo");
+        std::fs::create_dir_all(base.path().join("elsewhere")).expect("mkdir");
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        std::fs::write(dir.join(".gitignore"), "Dockerfile\nk8s/\n").expect("write");
+        std::fs::write(dir.join("Dockerfile"), "").expect("write");
+        std::fs::create_dir(dir.join("k8s")).expect("mkdir");
+        std::fs::write(base.path().join("elsewhere/Cargo.toml"), "").expect("write");
+        std::os::unix::fs::symlink(base.path().join("elsewhere/Cargo.toml"), dir.join("Cargo.toml"))
+            .expect("link");
+        assert!(detect(&root_of(&dir)).is_empty());
     }
 }

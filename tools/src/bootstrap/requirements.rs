@@ -24,6 +24,7 @@ use pulldown_cmark::{CodeBlockKind, Event, Options, Parser, Tag, TagEnd};
 use serde::{Deserialize, Serialize};
 
 use crate::adrs::parse::{AdrDoc, parse_adr, section_key};
+use crate::adrs::rules::is_decision_record;
 
 /// Words in a heading that make its commands steps.
 const STEP_WORDS: &[&str] = &[
@@ -163,7 +164,22 @@ pub struct Requirements {
 impl Requirements {
     /// Adds what the record at `path` (relative to the root) with this text requires.
     pub fn add(&mut self, path: &str, text: &str) {
+        self.add_parsed(parse_adr(path, text), path, text);
+    }
+
+    /// [`Requirements::add`] for a file that may be no decision record at all (a vendored
+    /// document under the folder): one that is not ([`is_decision_record`]) adds nothing, and
+    /// the answer is `false`.
+    pub fn add_if_record(&mut self, path: &str, text: &str) -> bool {
         let doc = parse_adr(path, text);
+        if !is_decision_record(&doc) {
+            return false;
+        }
+        self.add_parsed(doc, path, text);
+        true
+    }
+
+    fn add_parsed(&mut self, doc: AdrDoc, path: &str, text: &str) {
         let in_force = doc.status.as_deref().is_none_or(|status| {
             let status = status.to_ascii_lowercase();
             !RETIRED.iter().any(|retired| status.starts_with(retired))

@@ -198,7 +198,8 @@ mod tests {
             "docs/adr/0001-a.md",
             "# 1. Settings\n\n## Deployment\n\n```sh\ntest -f app.toml && echo built > built.txt\n```\n\n## Confirmation\n\n```sh\ngrep -q built built.txt\nfalse\n```\n",
         );
-        let missing = missing_files(dir.path(), &requirements);
+        let roots = crate::roots::Roots::parse(&[format!("r={}", dir.path().display())]).expect("roots");
+        let missing = missing_files(roots.get("r").expect("root"), &requirements);
         let plan = Plan::new(&requirements, &[], &missing.iter().collect::<Vec<_>>(), &[]);
         let bootstrap = plan.bootstrap_script("a test");
         assert!(bootstrap.contains("# Step 1 of 2. Known fix, learned from an earlier run: create app.toml"));

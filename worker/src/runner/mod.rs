@@ -12,6 +12,7 @@
 //!   principal's nodes take.
 //! - [`upkeep`]: the heartbeat, and the maintenance of every shard on the one worker that holds
 //!   its lease, only when something falls due.
+//! - [`chores`]: the housekeeping the served tools ask for, on their own periods.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -37,6 +38,7 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::tool::{ToolContext, ToolRegistry};
 
+mod chores;
 mod intake;
 mod job;
 mod leases;
@@ -204,6 +206,7 @@ pub async fn run(
         tokio::spawn(listen_for_cancels(worker.clone(), shutdown.clone())),
         tokio::spawn(renew_leases(worker.clone())),
         tokio::spawn(upkeep::keep_alive(worker.clone(), shutdown.clone())),
+        tokio::spawn(chores::run_chores(worker.clone(), shutdown.clone())),
     ];
     let readers = loop {
         match store.work_readers(&worker.queues).await {

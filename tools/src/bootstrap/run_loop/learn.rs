@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use super::super::learnings::{Learning, Outcome, learn as learn_from};
 use super::super::missing::MissingFile;
 use super::super::scripts::Planned;
+use super::super::secrets::Masker;
 use super::super::workspace::{Place, remove_place};
 use super::{Context, TOOL};
 
@@ -91,6 +92,7 @@ pub(super) async fn learn(cx: Context) -> ToolOutcome {
         .map(|l| l.key.clone())
         .collect();
 
+    let masker = Masker::for_profile(profile);
     let mut execution = json!({
         "runId": cx.ctx.task_id,
         "iteration": iteration,
@@ -103,6 +105,9 @@ pub(super) async fn learn(cx: Context) -> ToolOutcome {
         "fixesApplied": fixes,
         "learnings": learnings
     });
+    // What the memory keeps, every worker reads back and later tasks show: masked as the
+    // output is, the profile's values included.
+    masker.mask_json(&mut execution);
     let previous_runs = match cx.ctx.record_run(TOOL, &profile.name, &execution, profile.history).await {
         Ok(runs) => runs,
         Err(e) => {
@@ -143,7 +148,7 @@ pub(super) async fn learn(cx: Context) -> ToolOutcome {
     let mut executions: Vec<Value> =
         cx.arg("previous").get("executions").and_then(Value::as_array).cloned().unwrap_or_default();
     executions.push(execution.clone());
-    ToolOutcome::Result(result::structured(
+    let mut outcome = ToolOutcome::Result(result::structured(
         text,
         json!({
             "iteration": iteration,
@@ -156,7 +161,11 @@ pub(super) async fn learn(cx: Context) -> ToolOutcome {
             "fixed": all_fixed,
             "previousExecutions": previous_runs.len()
         }),
-    ))
+    ));
+    if let ToolOutcome::Result(value) = &mut outcome {
+        masker.mask_json(value);
+    }
+    outcome
 }
 
 /// A node's result as the classifier reads it: its exit, and its output (already masked).

@@ -232,7 +232,7 @@ async fn plan_loop(config: &OperatorConfig, roots: &Roots, ctx: &ToolContext) ->
     let reader = root.clone();
     let folder = adr_path.clone();
     let read = tokio::task::spawn_blocking(move || {
-        read_requirements(&reader, &folder).map(|requirements| (requirements, detect(&reader.path)))
+        read_requirements(&reader, &folder).map(|requirements| (requirements, detect(&reader)))
     })
     .await;
     let (requirements, platforms) = match read {

@@ -12,14 +12,14 @@ use serde_json::{Value, json};
 use super::super::generate::{Inputs, scripts_result};
 use super::super::missing::{MissingFile, missing_files};
 use super::super::scripts::{Plan, Planned, last_step};
-use super::super::secrets::mask;
-use super::super::workspace::Place;
+use super::super::secrets::Masker;
+use super::super::workspace::{Owner, Place, remove_task};
 use super::{Context, TOOL};
 use crate::cancelled;
 use crate::operator_config::{BootstrapProfile, Workspace};
 use crate::process::{self, Ending, Finished};
 
-/// Output kept in a node's result, per stream.
+/// Output kept in a node's result, per stream: the end of it, cut after it is masked.
 const SHOWN_OUTPUT_BYTES: usize = 4 * 1024;
 /// Steps and checks listed in the approval question, each.
 const LISTED: usize = 15;
@@ -62,7 +62,7 @@ pub(super) async fn generate(cx: Context) -> ToolOutcome {
         Err(outcome) => return outcome,
     };
     let known = known_fixes(&cx, profile).await;
-    let missing = missing_files(&root.path, &inputs.requirements);
+    let missing = missing_files(root, &inputs.requirements);
     let fixes: Vec<&MissingFile> =
         missing.iter().filter(|m| known.contains(&m.path) && m.template.is_some()).collect();
     let plan = Plan::new(&inputs.requirements, &inputs.platforms, &fixes, &[]);
@@ -76,12 +76,16 @@ pub(super) async fn generate(cx: Context) -> ToolOutcome {
     );
     let mut outcome = scripts_result(&cx.ctx, &root.name, &adr_path, &inputs, &plan, &missing, &heading, 0);
     if let ToolOutcome::Result(value) = &mut outcome {
+        // The script the run and check nodes run, as the ADRs wrote it; everything else of the
+        // plan (its steps and checks, which the approval, the learnings and the memory show) is
+        // masked like the output.
+        let script = value["content"][1]["resource"]["text"].clone();
+        Masker::for_profile(profile).mask_json(value);
         let fixed: Vec<&str> = fixes.iter().map(|f| f.path.as_str()).collect();
         value["structuredContent"]["iteration"] = json!(iteration);
         value["structuredContent"]["skipped"] = json!(false);
         value["structuredContent"]["fixes"] = json!(fixed);
-        // The script the run and check nodes take; the resource holds it for the person.
-        value["structuredContent"]["bootstrapScript"] = value["content"][1]["resource"]["text"].clone();
+        value["structuredContent"]["bootstrapScript"] = script;
     }
     outcome
 }
@@ -132,6 +136,7 @@ pub(super) async fn approve(cx: Context) -> ToolOutcome {
             "properties": {"approve": {"type": "boolean", "title": "Run them", "description": "Run this iteration's steps and checks", "default": false}},
             "required": ["approve"]
         });
+        let message = Masker::for_profile(profile).mask(&message);
         return ToolOutcome::InputRequired(
             InputRequired::new().ask("approve", input::elicit_form(message, schema)),
         );
@@ -171,16 +176,37 @@ async fn run_bash(
 }
 
 /// How a command ended, with its output's end, secrets masked.
-fn ended(run: &Finished, timeout_s: u64) -> Value {
+fn ended(run: &Finished, profile: &BootstrapProfile) -> Value {
+    let masker = Masker::for_profile(profile);
     json!({
         "passed": run.succeeded(),
         "exitCode": run.exit_code,
         "timedOut": run.ending == Ending::TimedOut,
         "durationMs": run.duration_ms,
-        "summary": run.describe(Duration::from_secs(timeout_s)),
-        "stdout": mask(&run.stdout.tail(SHOWN_OUTPUT_BYTES)),
-        "stderr": mask(&run.stderr.tail(SHOWN_OUTPUT_BYTES))
+        "summary": masker.mask(&run.describe(Duration::from_secs(profile.timeout_s))),
+        "stdout": masker.tail(&run.stdout, SHOWN_OUTPUT_BYTES),
+        "stderr": masker.tail(&run.stderr, SHOWN_OUTPUT_BYTES)
     })
+}
+
+/// Whose the scratch copies this node makes are, for their marker.
+async fn owner(cx: &Context) -> Result<Owner, String> {
+    let deployment = cx
+        .ctx
+        .deployment_id()
+        .await
+        .map_err(|e| format!("the scratch copy cannot be marked as this deployment's: {e}"))?;
+    Ok(Owner { task: cx.ctx.task_id.clone(), deployment })
+}
+
+/// A node whose work was cancelled. When its task is over (and not only this worker stopping,
+/// which hands the node to another that needs the copies), the task's copies go now.
+async fn cancelled_node(cx: &Context, profile: &BootstrapProfile) -> ToolOutcome {
+    if matches!(cx.ctx.task_is_live().await, Ok(false)) {
+        let (profile, task) = (profile.clone(), cx.ctx.task_id.clone());
+        tokio::task::spawn_blocking(move || remove_task(&profile, &task)).await.ok();
+    }
+    cancelled()
 }
 
 pub(super) async fn run_bootstrap(cx: Context) -> ToolOutcome {
@@ -201,19 +227,34 @@ pub(super) async fn run_bootstrap(cx: Context) -> ToolOutcome {
         )
         .await;
     let place = Place::of(profile, &root.path, &cx.ctx.task_id, iteration);
-    let (copy_place, copy_root) = (place.clone(), root.path.clone());
-    let copied = tokio::task::spawn_blocking(move || copy_place.copy_fresh(&copy_root)).await;
-    if let Err(e) = copied.map_err(|e| e.to_string()).and_then(|r| r) {
+    let copied = if place.is_scratch() {
+        match owner(&cx).await {
+            Ok(owner) => {
+                let (copy_place, copy_root, cancel) = (place.clone(), root.clone(), cx.ctx.cancel.clone());
+                tokio::task::spawn_blocking(move || copy_place.copy_fresh(&copy_root, &owner, &cancel))
+                    .await
+                    .map_err(|e| e.to_string())
+                    .and_then(|r| r)
+            }
+            Err(e) => Err(e),
+        }
+    } else {
+        Ok(())
+    };
+    if cx.ctx.cancel.is_cancelled() {
+        return cancelled_node(&cx, profile).await;
+    }
+    if let Err(e) = copied {
         let structured = json!({"passed": false, "iteration": iteration, "summary": format!("the workspace could not be made: {e}"), "stdout": "", "stderr": ""});
         return ToolOutcome::Result(result::structured(format!("iteration {iteration}: {e}"), structured));
     }
     let script = cx.arg("script").as_str().unwrap_or_default().to_owned();
     let run = run_bash(&cx, profile, &place.dir, &script, "bootstrap.sh").await;
     if run.ending == Ending::Cancelled {
-        return cancelled();
+        return cancelled_node(&cx, profile).await;
     }
     place.mark_ready();
-    let mut structured = ended(&run, profile.timeout_s);
+    let mut structured = ended(&run, profile);
     structured["iteration"] = json!(iteration);
     let checks: Vec<Planned> = serde_json::from_value(cx.arg("checks").clone()).unwrap_or_default();
     structured["environment"] = environment(&place, steps.iter().chain(&checks));
@@ -270,17 +311,30 @@ pub(super) async fn check(cx: Context) -> ToolOutcome {
     if !cx.approved() {
         return skipped(iteration, "not approved");
     }
-    cx.ctx.progress(0.0, None, Some(&format!("Iteration {iteration}: checking {}", check.requirement))).await;
+    let masker = Masker::for_profile(profile);
+    let message = masker.mask(&format!("Iteration {iteration}: checking {}", check.requirement));
+    cx.ctx.progress(0.0, None, Some(&message)).await;
     let place = Place::of(profile, &root.path, &cx.ctx.task_id, iteration);
     if !place.is_ready() {
         // This worker has no copy: make one and bootstrap it the same way.
-        let (copy_place, copy_root, node) = (place.clone(), root.path.clone(), cx.ctx.node_id.clone());
-        match tokio::task::spawn_blocking(move || copy_place.private_copy(&copy_root, &node)).await {
+        let owner = match owner(&cx).await {
+            Ok(owner) => owner,
+            Err(e) => return check_result(iteration, &check, json!({"passed": false, "summary": e})),
+        };
+        let (copy_place, copy_root, node) = (place.clone(), root.clone(), cx.ctx.node_id.clone());
+        let cancel = cx.ctx.cancel.clone();
+        let copied =
+            tokio::task::spawn_blocking(move || copy_place.private_copy(&copy_root, &node, &owner, &cancel))
+                .await;
+        if cx.ctx.cancel.is_cancelled() {
+            return cancelled_node(&cx, profile).await;
+        }
+        match copied {
             Ok(Ok(private)) => {
                 let script = cx.arg("script").as_str().unwrap_or_default().to_owned();
                 let run = run_bash(&cx, profile, &private.dir, &script, "bootstrap.sh").await;
                 if run.ending == Ending::Cancelled {
-                    return cancelled();
+                    return cancelled_node(&cx, profile).await;
                 }
                 place.adopt(private);
             }
@@ -292,9 +346,9 @@ pub(super) async fn check(cx: Context) -> ToolOutcome {
     }
     let run = run_bash(&cx, profile, &place.dir, &check.command, &check.id).await;
     if run.ending == Ending::Cancelled {
-        return cancelled();
+        return cancelled_node(&cx, profile).await;
     }
-    check_result(iteration, &check, ended(&run, profile.timeout_s))
+    check_result(iteration, &check, ended(&run, profile))
 }
 
 fn check_result(iteration: u64, check: &Planned, mut structured: Value) -> ToolOutcome {

@@ -7,6 +7,7 @@ use conveyor_shared::model::{ToolOutcome, iso8601, now_ms};
 use serde_json::{Value, json};
 
 use super::super::learnings::Learning;
+use super::super::secrets::Masker;
 use super::super::updates::{AdrUpdate, apply, propose};
 use super::super::workspace::remove_task;
 use super::Context;
@@ -71,13 +72,19 @@ pub(super) async fn report(cx: Context) -> ToolOutcome {
     let success = executions.last().is_some_and(|e| e["passed"] == json!(true));
     let date = iso8601(now_ms()).chars().take(10).collect::<String>();
     let (reader, learned) = (root.clone(), learnings.clone());
+    // A record is read (and written) only when a walk of the root lists it.
     let updates = tokio::task::spawn_blocking(move || {
-        propose(&learned, &fixed, &date, |path| {
-            reader.resolve_configured(path).ok().and_then(|p| read_text(&p))
-        })
+        propose(&learned, &fixed, &date, |path| reader.resolve(path).ok().and_then(|p| read_text(&p)))
     })
     .await
     .unwrap_or_default();
+    // What is shown of each update is masked; what is written is the record's own text and the
+    // (masked) learnings appended to it.
+    let masker = Masker::for_profile(profile);
+    let updates: Vec<AdrUpdate> = updates
+        .into_iter()
+        .map(|u| AdrUpdate { diff: masker.mask(&u.diff), appended: masker.mask(&u.appended), ..u })
+        .collect();
 
     let wants_writing = cx.arg("updateAdrs").as_bool().unwrap_or(false) && !updates.is_empty();
     let mut applied: Vec<Result<(), String>> = Vec::new();
@@ -110,9 +117,7 @@ pub(super) async fn report(cx: Context) -> ToolOutcome {
                     applied = updates
                         .iter()
                         .map(|u| {
-                            root.resolve_configured(&u.adr_path)
-                                .map_err(|e| e.to_string())
-                                .and_then(|f| apply(u, &f))
+                            root.resolve(&u.adr_path).map_err(|e| e.to_string()).and_then(|f| apply(u, &f))
                         })
                         .collect();
                 } else {
@@ -121,8 +126,9 @@ pub(super) async fn report(cx: Context) -> ToolOutcome {
             }
         }
     }
-    remove_task(profile, &cx.ctx.task_id);
-    result(
+    let (removed, task) = (profile.clone(), cx.ctx.task_id.clone());
+    tokio::task::spawn_blocking(move || remove_task(&removed, &task)).await.ok();
+    let mut outcome = result(
         &cx,
         profile.name.as_str(),
         &root.name,
@@ -133,7 +139,11 @@ pub(super) async fn report(cx: Context) -> ToolOutcome {
         &applied,
         note,
         &last,
-    )
+    );
+    if let ToolOutcome::Result(value) = &mut outcome {
+        masker.mask_json(value);
+    }
+    outcome
 }
 
 #[allow(clippy::too_many_arguments)]
