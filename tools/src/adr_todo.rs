@@ -175,7 +175,9 @@ pub fn items(requirements: &Requirements) -> Vec<TodoItem> {
 pub fn mark_done(root: &Root, adr_path: &str, items: &mut [TodoItem]) {
     let mut wanted: BTreeMap<String, Option<String>> = BTreeMap::new();
     for term in items.iter().flat_map(|i| i.terms.iter()) {
-        let found = root.contains(term) && root.path.join(term).is_file();
+        // Only what a walk of the root lists is evidence: a hidden or ignored file is neither
+        // read nor said to exist.
+        let found = root.resolve(term).is_ok_and(|path| path.is_file());
         wanted.insert(term.clone(), found.then(|| format!("{term}:1")));
     }
     let adr_folder = root.path.join(adr_path);
@@ -333,5 +335,22 @@ mod tests {
         assert!(lines[1].starts_with("- [ ] Add `jitter_ratio` to the settings"), "{}", lines[1]);
         assert!(lines[2].starts_with("- [ ] Confirm with `cargo test retry` (ADR 1: Retries (docs/adr/0001-a.md:18, section \"Confirmation\"))"), "{}", lines[2]);
         assert!(lines[3].starts_with("- [x] Put \"Logs\" into effect: `src/retry.rs`"), "{}", lines[3]);
+    }
+
+    #[test]
+    fn a_hidden_or_ignored_file_is_no_evidence_and_is_not_said_to_exist() {
+        let dir = tempfile::tempdir().expect("dir");
+        std::fs::write(dir.path().join(".env"), "SECRET=1\n").expect("write");
+        std::fs::write(dir.path().join(".gitignore"), "local.toml\n").expect("write");
+        std::fs::write(dir.path().join("local.toml"), "x = 1\n").expect("write");
+        let mut r = Requirements::default();
+        r.add("docs/adr/0001-a.md", "---\nstatus: accepted\n---\n# Config\n\n## Decision Outcome\n\nChosen option: read `.env` and `local.toml`.\n");
+        let mut found = items(&r);
+        let roots = Roots::parse(&[format!("repo={}", dir.path().display())]).expect("roots");
+        mark_done(roots.get("repo").expect("root"), "docs/adr", &mut found);
+        let lines: Vec<String> = found.iter().map(TodoItem::line).collect();
+        assert_eq!(lines.len(), 1, "{lines:#?}");
+        assert!(lines[0].starts_with("- [ ] "), "{}", lines[0]);
+        assert!(!lines[0].contains("found at"), "{}", lines[0]);
     }
 }
