@@ -66,8 +66,7 @@ impl Shard {
     /// Hash of load counters: `queued`, `queued:<tool>`, `live:<owner>`, `nodes:<owner>` (what an
     /// owner's live tasks hold beyond one node each), `held` (nodes set aside in [`Shard::held`]),
     /// `kept:<owner>` (the bytes an owner keeps in the shard: its tasks' calls, outputs, results
-    /// and answers until their keys expire, and its memories), and `keptMax` (the shard's share of
-    /// the stored-bytes budget of each principal, as the gateways were last configured).
+    /// and answers until their keys expire, and its memories).
     pub fn load(self) -> String {
         format!("{}:load", self.tag())
     }

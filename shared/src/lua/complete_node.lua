@@ -44,7 +44,7 @@ local function complete(r)
   local keys = {task = KEYS[1], load = KEYS[2], expiring = KEYS[4], kept = SHARD_KEYS[5]}
   local node = r.node
   local n = node_state(KEYS[1], node, {'status', 'kind', 'ttlMs', 'nodeCount', 'owner', 'createdAt',
-    'traceparent', 'waiters', 'tool', nf(node, 'untried'), 'maxBytes', 'bytes', 'progressBase'})
+    'traceparent', 'waiters', 'tool', nf(node, 'untried'), 'maxBytes', 'bytes', 'progressBase', 'keptMax'})
   if n.status ~= 'running' or n.attempt ~= r.attempt then
     return cjson.encode({outcome = 'stale'})
   end
@@ -84,7 +84,7 @@ local function complete(r)
         r.deadLetter = false
       end
     end
-    local room, held, max = kept_room(KEYS[2], task.owner, #payload)
+    local room, held, max = kept_room(KEYS[2], task.owner, #payload, t.keptMax)
     if not room then
       payload = over_kept(node, #payload, held, max)
       r.message = 'Failed: ' .. cjson.decode(payload).message
@@ -219,7 +219,7 @@ local function complete(r)
     end
     local result = failure_result(true)
     if not fits_budget({maxBytes = t.maxBytes, bytes = task.bytes}, #result)
-        or not kept_room(KEYS[2], task.owner, #result) then
+        or not kept_room(KEYS[2], task.owner, #result, t.keptMax) then
       -- Every node's outputs again would pass the budget: the outcomes say how each node ended, and
       -- why the failed ones failed.
       result = failure_result(false)

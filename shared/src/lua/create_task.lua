@@ -68,17 +68,8 @@ end
 local lim = r.limits
 -- The load counts, and the shard's planned maintenance look, in one read.
 local load = redis.call('HMGET', KEYS[2], 'live:' .. r.owner, 'queued', 'nodes:' .. r.owner, 'wake',
-  'kept:' .. r.owner, 'keptMax')
+  'kept:' .. r.owner)
 local planned = load[4]
--- Every transition that stores bytes of the owner's checks them against this share: it follows
--- what the gateways were last configured with.
-if tostring(lim.kept) ~= (load[6] or '-1') then
-  if lim.kept >= 0 then
-    redis.call('HSET', KEYS[2], 'keptMax', lim.kept)
-  else
-    redis.call('HDEL', KEYS[2], 'keptMax')
-  end
-end
 do
   local live, queued = tonumber(load[1] or '0'), tonumber(load[2] or '0')
   local held = live + tonumber(load[3] or '0')
@@ -146,6 +137,10 @@ add('bytes', r.bytes)
 redis.call('HINCRBY', KEYS[2], 'kept:' .. r.owner, r.bytes)
 if r.maxBytes > 0 then
   add('maxBytes', r.maxBytes)
+end
+if lim.kept >= 0 then
+  -- Every later transition that stores bytes of the owner's checks them against this share.
+  add('keptMax', lim.kept)
 end
 if r.escalable then
   add('escalable', '1')

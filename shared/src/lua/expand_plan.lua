@@ -16,7 +16,7 @@ if n.status ~= 'running' or n.attempt ~= r.attempt then
   return cjson.encode({outcome = 'stale'})
 end
 local t = redis.call('HMGET', KEYS[1], 'status', 'kind', 'traceparent', 'queues', 'owner', 'maxBytes', 'bytes',
-  'progress')
+  'progress', 'keptMax')
 if t[1] ~= 'working' then
   return cjson.encode({outcome = 'dropped'})
 end
@@ -37,7 +37,7 @@ if not fits then
   return cjson.encode({outcome = 'refused', reason = 'the planned graph takes ' .. planned_bytes ..
     ' bytes, which passes the task\'s budget of ' .. budget .. ' bytes (max_task_bytes)'})
 end
-local room, held, share = kept_room(KEYS[2], t[5] or '', planned_bytes)
+local room, held, share = kept_room(KEYS[2], t[5] or '', planned_bytes, t[9])
 if not room then
   return cjson.encode({outcome = 'refused', reason = 'the planned graph takes ' .. planned_bytes ..
     ' bytes, which passes what its principal may keep in Redis (stored_bytes_per_principal: ' .. held ..

@@ -166,13 +166,15 @@ local function hold_nodes(load, owner, delta)
 end
 
 -- What a principal keeps in the shard (`kept:<owner>` of the load hash, in bytes) against its share
--- of the deployment's budget of stored bytes (`keptMax`, written by creates; absent: none). Returns
--- whether `more` bytes still fit, what the principal keeps, and the share (-1: none).
-local function kept_room(load, owner, more)
-  local v = redis.call('HMGET', load, 'kept:' .. owner, 'keptMax')
-  local held = tonumber(v[1] or '0') or 0
-  local max = tonumber(v[2] or '-1') or -1
-  return max < 0 or held + more <= max, held, max
+-- of the deployment's budget of stored bytes, as its task was created with (the task's `keptMax`;
+-- absent: none). Returns whether `more` bytes still fit, what the principal keeps, and the share.
+local function kept_room(load, owner, more, share)
+  share = tonumber(share or '-1') or -1
+  if share < 0 then
+    return true, 0, share
+  end
+  local held = tonumber(redis.call('HGET', load, 'kept:' .. owner) or '0') or 0
+  return held + more <= share, held, share
 end
 
 -- `by` bytes more (fewer, when negative) are stored in a task of `owner`: its `bytes` and the

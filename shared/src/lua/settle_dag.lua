@@ -11,13 +11,13 @@ local r = cmsgpack.unpack(ARGV[1])
 local now = redis_now()
 ack(KEYS[4], r.entry)
 local t = redis.call('HMGET', KEYS[1], 'status', 'ttlMs', 'owner', 'createdAt', 'tool', 'traceparent', 'nodeCount',
-  'maxBytes', 'bytes')
+  'maxBytes', 'bytes', 'keptMax')
 if not is_live(t[1]) then
   return cjson.encode({outcome = 'dropped'})
 end
 local result, message, is_error = r.result, r.message, r.isError
 local fits, used, budget = fits_budget({maxBytes = t[8], bytes = t[9]}, #result)
-local room, held, share = kept_room(KEYS[2], t[3] or '', #result)
+local room, held, share = kept_room(KEYS[2], t[3] or '', #result, t[10])
 if not room then
   -- Past what the principal may keep in Redis, the task fails saying so.
   message = 'Failed: the result would be ' .. #result .. ' bytes, which passes what its principal may keep ' ..
