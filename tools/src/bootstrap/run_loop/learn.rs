@@ -1,5 +1,5 @@
-//! `learn-k`: one iteration's failures as learnings, its execution kept in the profile's memory,
-//! and whether the loop is done.
+//! `learn-k`: one iteration's failures as learnings, its execution kept in the caller's memory of
+//! the profile, and whether the loop is done.
 
 use std::collections::BTreeSet;
 
@@ -103,7 +103,7 @@ pub(super) async fn learn(cx: Context) -> ToolOutcome {
         "fixesApplied": fixes,
         "learnings": learnings
     });
-    let previous_runs = match cx.ctx.record_run(TOOL, &profile.name, &execution, profile.history).await {
+    let previous_runs = match cx.ctx.record_memory(TOOL, &profile.name, &execution, profile.history).await {
         Ok(runs) => runs,
         Err(e) => {
             return ToolOutcome::Result(result::error_text(format!(
