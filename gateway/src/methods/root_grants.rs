@@ -8,7 +8,7 @@
 
 use std::borrow::Cow;
 
-use conveyor_shared::roots::{RootRefusal, RootUse, not_granted};
+use conveyor_shared::roots::{META_ROOTS, RootRefusal, RootUse, not_granted};
 use serde_json::Value;
 
 use super::offers::META_COMPLETIONS;
@@ -38,18 +38,25 @@ impl Grants {
 
     /// An offer's definition as the caller sees it: the values of its root arguments (their
     /// schema's `enum`, and `enumDescriptions` beside it, and their completions) only those it
-    /// may use. `None` when the offer always reads a root the caller may not read: it is not
-    /// offered to the caller at all.
+    /// may use, and without the declaration of its roots, which is the gateways' and names every
+    /// root. `None` when the offer always reads a root the caller may not read: it is not offered
+    /// to the caller at all.
     pub fn view<'a>(&self, definition: &'a Value) -> Option<Cow<'a, Value>> {
-        if self.0.is_none() {
-            return Some(Cow::Borrowed(definition));
-        }
         let Some(roots) = RootUse::of(definition) else { return Some(Cow::Borrowed(definition)) };
         let may_read = |r: &str| self.may_read(r);
         if roots.fixed_refusal(may_read).is_some() {
             return None;
         }
         let mut shown = definition.clone();
+        if let Some(meta) = shown.get_mut("_meta").and_then(Value::as_object_mut) {
+            meta.remove(META_ROOTS);
+            if meta.is_empty() {
+                shown.as_object_mut().map(|d| d.remove("_meta"));
+            }
+        }
+        if self.0.is_none() {
+            return Some(Cow::Owned(shown));
+        }
         for argument in roots.arguments.iter().chain(roots.bound.keys()) {
             let allowed =
                 |v: &Value| v.as_str().is_some_and(|v| roots.allows(argument, v, may_read) == Some(true));
@@ -224,14 +231,20 @@ mod tests {
         let seen = alice.view(&readiness).expect("offered");
         assert_eq!(seen["inputSchema"]["properties"]["profile"]["enum"], json!(["quick"]));
         assert_eq!(seen["inputSchema"]["properties"]["profile"]["enumDescriptions"], json!(["fast"]));
+        assert!(seen["_meta"].is_null(), "the declaration names every root: {seen}");
         let everyone = Grants(None);
-        assert!(matches!(everyone.view(&research), Some(Cow::Borrowed(_))), "no copy when unrestricted");
+        let all = everyone.view(&research).expect("offered");
+        assert_eq!(all["inputSchema"]["properties"]["root"]["enum"], json!(["sample", "vault"]));
+        assert!(all.get("_meta").is_none(), "{all}");
+        let plain = json!({"name": "greet"});
+        assert!(matches!(alice.view(&plain), Some(Cow::Borrowed(_))), "no copy of a tool that reads no root");
         let template = RootUse::argument("root").declared_in(json!({
             "uriTemplate": "conveyor://roots/{root}/{+path}",
             "_meta": {META_COMPLETIONS: {"root": ["sample", "vault"]}}
         }));
         let seen = alice.view(&template).expect("offered");
         assert_eq!(seen["_meta"][META_COMPLETIONS]["root"], json!(["sample"]));
+        assert!(seen["_meta"].get(META_ROOTS).is_none(), "{seen}");
         assert_eq!(
             alice.completions(&template, "root", vec![json!("sample"), json!("vault")]),
             vec![json!("sample")]
