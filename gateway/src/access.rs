@@ -391,6 +391,48 @@ mod tests {
     }
 
     #[test]
+    fn the_roots_granted_are_exactly_those_whose_resource_may_be_read() {
+        let patterns = [
+            "conveyor://roots/*",
+            "conveyor://*",
+            "*",
+            "conveyor://roots/sample/*",
+            "conveyor://roots/sam*",
+            "conveyor://roots/vault/",
+            "conveyor://roots/vault/notes.md",
+            "adr://*",
+        ];
+        let known = ["sample", "vault", "repo"];
+        for default in ["allow", "deny"] {
+            for (i, first) in patterns.iter().enumerate() {
+                for second in &patterns[i..] {
+                    let text = format!(
+                        "default = \"{default}\"\n[[rule]]\nresources = [\"{first}\"]\nallow = [\"alice\"]\n[[rule]]\nresources = [\"{second}\"]\nallow = [\"bob\"]\n"
+                    );
+                    let policy = AccessPolicy::parse(&text).expect("valid");
+                    for who in ["alice", "bob", "carol"] {
+                        let caller = policy.caller(identity(who, &[]));
+                        let granted = policy.granted_roots(&caller, known);
+                        for name in known {
+                            let readable = policy.may_use(&caller, Offer::Resource, &root_uri(name));
+                            match &granted {
+                                None => assert!(readable, "{who} may read every root, {name} too:\n{text}"),
+                                Some(roots) => {
+                                    assert_eq!(
+                                        roots.iter().any(|r| r == name),
+                                        readable,
+                                        "{who}, {name}:\n{text}"
+                                    )
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
     fn without_rules_everything_is_allowed_and_nobody_operates() {
         let policy = AccessPolicy::default();
         let anyone = policy.caller(identity("x", &["ops"]));
