@@ -530,3 +530,42 @@ async fn bootstrap_executions_are_each_principals_own() {
     };
     assert_eq!((kept("alice"), kept("bob")), (3, 1), "each principal's executions in its own list");
 }
+
+/// Each principal's memory of one tool and name, kept apart and capped apart: `keep` of bob's
+/// entries push out none of alice's, and neither reads the other's.
+async fn memories_stay_apart(store: &conveyor_shared::Store) {
+    let entry = |owner: &str, i: usize| json!({"session": format!("{owner}-{i}"), "atMs": i});
+    for i in 0..2 {
+        store.record_memory("alice", "troubleshoot", "sample", &entry("alice", i), 3).await.expect("record");
+    }
+    for i in 0..5 {
+        let before =
+            store.record_memory("bob", "troubleshoot", "sample", &entry("bob", i), 3).await.expect("record");
+        assert!(
+            before.iter().all(|e| e["session"].as_str().is_some_and(|s| s.starts_with("bob-"))),
+            "{before:?}"
+        );
+    }
+    let alices = store.memories("alice", "troubleshoot", "sample", 10).await.expect("read");
+    assert_eq!(alices, vec![entry("alice", 1), entry("alice", 0)], "bob's flood left alice's memory");
+    let bobs = store.memories("bob", "troubleshoot", "sample", 10).await.expect("read");
+    assert_eq!(bobs, vec![entry("bob", 4), entry("bob", 3), entry("bob", 2)], "bob keeps his newest 3");
+    // A principal whose name would run into the key's other parts has a memory of its own too.
+    store.record_memory("bob:troubleshoot", "sample", "x", &entry("odd", 0), 3).await.expect("record");
+    assert_eq!(store.memories("bob", "troubleshoot", "sample", 10).await.expect("read").len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_principals_memory_is_its_own_on_one_server_and_on_a_redis_cluster() {
+    let redis = RedisServer::start().expect("redis");
+    let store = conveyor_shared::Store::new(&redis.url(), Duration::from_secs(2)).expect("store");
+    memories_stay_apart(&store).await;
+    let shard = conveyor_shared::keys::memory_shard("alice", store.shards());
+    assert_eq!(redis.keys("cv:*:mem:alice:*"), vec![shard.memory("alice", "troubleshoot", "sample")]);
+
+    // On a cluster the script's two keys (the list and its shard's load hash) share one slot.
+    let cluster = tokio::task::block_in_place(|| conveyor_tests::redis_cluster::RedisCluster::start(3, 0))
+        .expect("a Redis Cluster of 3 primaries");
+    let store = conveyor_shared::Store::new(&cluster.seed_urls(), Duration::from_secs(5)).expect("store");
+    memories_stay_apart(&store).await;
+}
