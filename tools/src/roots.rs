@@ -22,7 +22,7 @@
 //! tool looks the root of a call up with [`Roots::of`] or [`Roots::for_caller`], which refuse any
 //! other (audited, and answered as an unknown root whose message names only the caller's roots);
 //! [`Roots::get`] is for the operator's own names (a profile's root, checked when the worker
-//! starts). Definitions say which arguments name a root ([`with_root_argument`]), so that
+//! starts) and for resource reads, which gateways judge by the URI read. Definitions say which arguments name a root ([`with_root_argument`]), so that
 //! gateways refuse such a call at the door and list only the caller's roots.
 
 use std::collections::BTreeMap;
@@ -485,13 +485,6 @@ pub fn register(registry: &mut ToolRegistry, roots: &Roots) {
                 let root = listed.clone();
                 async move {
                     let uri = ctx.str_arg("uri").unwrap_or_default().to_owned();
-                    // Gateways judge the URI read; a worker does not list a root for a caller
-                    // the call says may not read it either.
-                    if !ctx.may_read_root(&root.name) {
-                        ctx.audit_denied(&root.name, "a root's listing was asked for a caller without the root");
-                        let yours = ctx.granted_roots().unwrap_or_default().to_vec();
-                        return RootError::NotGranted { name: root.name.clone(), yours }.into_outcome();
-                    }
                     let listing = tokio::task::spawn_blocking(move || {
                         let mut lines: Vec<String> =
                             root.files(&root.path).take(MAX_LISTED_FILES + 1).map(|p| root.relative(&p)).collect();
@@ -533,7 +526,9 @@ async fn read_root_file(roots: &Roots, ctx: &ToolContext) -> ToolOutcome {
     let variable = |name: &str| {
         ctx.arguments.pointer(&format!("/variables/{name}")).and_then(Value::as_str).unwrap_or_default()
     };
-    let root = match roots.for_caller(ctx, variable("root")) {
+    // A resource read is judged by the gateway by the URI read, which may be finer than a root
+    // (a rule that grants one file of it): the root's name alone is not the grant here.
+    let root = match roots.get(variable("root")) {
         Ok(root) => root.clone(),
         Err(e) => return e.into_outcome(),
     };

@@ -6,7 +6,8 @@
 //! of them.
 //!
 //! Each test runs a real `conveyor up` against a real `redis-server`, with a tokens file and an
-//! access file that denies by default: alice is granted root `sample`, bob `sample` and `vault`.
+//! access file that denies by default: alice is granted root `sample` (and one file of `vault`,
+//! which is not the root), bob `sample` and `vault`.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -50,6 +51,7 @@ fn roots(dir: &Path) -> (PathBuf, PathBuf) {
     write(&sample, "README.md", "A sample service with retries and a store.\n");
     let vault = dir.join("vault");
     write(&vault, "notes.md", &format!("Deployment notes: the {VAULT_WORD} rotates every quarter.\n"));
+    write(&vault, "public.md", "The vault's one public page.\n");
     (sample, vault)
 }
 
@@ -74,6 +76,9 @@ allow = ["alice", "bob"]
 [[rule]]
 resources = ["conveyor://roots/vault/*"]
 allow = ["bob"]
+[[rule]]
+resources = ["conveyor://roots/vault/public.md"]
+allow = ["alice"]
 "#,
     );
     let (made, vault) = roots(dir);
@@ -285,6 +290,18 @@ async fn a_tool_reads_a_root_only_for_a_caller_granted_it_and_lists_only_the_cal
         "the worker's refusal is audited with the task:\n{}",
         worker_records.join("\n")
     );
+
+    // A grant of one file of the vault lets alice read that file, and no tool the vault.
+    let page = alice
+        .call_2025("resources/read", json!({"uri": "conveyor://roots/vault/public.md"}))
+        .await
+        .expect("read");
+    assert!(page.raw.contains("one public page"), "{}", page.raw);
+    let notes = alice
+        .call_2025("resources/read", json!({"uri": "conveyor://roots/vault/notes.md"}))
+        .await
+        .expect("read");
+    assert!(notes.raw.contains("Resource not found") && !notes.raw.contains(VAULT_WORD), "{}", notes.raw);
 
     // Each reads what it is granted.
     let task =
