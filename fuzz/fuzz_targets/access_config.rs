@@ -1,11 +1,12 @@
 //! The gateway's security configuration, as operators write it: a tokens file and an access file
 //! (TOML). Any text either parses into a policy that answers every question, or is refused with a
 //! message; nothing panics. A parsed policy is asked about a few callers and every kind of offer:
-//! it answers the same twice, a tool's answer is the same asked either way, and a resource
-//! template is offered to whoever may read a URI it produces.
+//! it answers the same twice, a tool's answer is the same asked either way, a resource template
+//! is offered to whoever may read a URI it produces, and the roots a caller's tools may read are
+//! exactly those whose resource it may read.
 #![no_main]
 
-use conveyor_gateway::access::{AccessPolicy, Offer};
+use conveyor_gateway::access::{AccessPolicy, Offer, root_uri};
 use conveyor_gateway::auth::{Identity, StaticTokens, token_digest};
 use libfuzzer_sys::fuzz_target;
 
@@ -46,6 +47,15 @@ fuzz_target!(|data: &[u8]| {
                         if policy.may_use(&caller, Offer::Resource, uri) {
                             assert!(offered, "{uri} may be read, so {template} must be offered");
                         }
+                    }
+                }
+                let known = ["repo", "sample", "vault", "a"];
+                let granted = policy.granted_roots(&caller, known);
+                for name in known {
+                    let readable = policy.may_use(&caller, Offer::Resource, &root_uri(name));
+                    match &granted {
+                        None => assert!(readable, "every root is the caller's, so is {name}"),
+                        Some(roots) => assert_eq!(roots.iter().any(|r| r == name), readable, "{name}"),
                     }
                 }
                 assert_eq!(caller.owner_filter().is_empty(), caller.operator || caller.principal.is_empty());

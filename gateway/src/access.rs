@@ -102,6 +102,15 @@ pub struct AccessPolicy {
     rules: Vec<Rule>,
 }
 
+/// What every root's resource URI starts with: root `NAME` is `conveyor://roots/NAME/`.
+pub const ROOTS_PREFIX: &str = "conveyor://roots/";
+
+/// The URI of root `name`'s resource (its file list): the grant to read it is the grant to have
+/// tools read the root.
+pub fn root_uri(name: &str) -> String {
+    format!("{ROOTS_PREFIX}{name}/")
+}
+
 fn matches(pattern: &str, name: &str) -> bool {
     match pattern.strip_suffix('*') {
         Some(prefix) => name.starts_with(prefix),
@@ -197,6 +206,47 @@ impl AccessPolicy {
                 && !self.rules.iter().flat_map(|r| r.resources.iter()).any(|p| covers(p, template)))
     }
 
+    /// Whether the caller may read every root, whatever its name: a rule that grants the caller
+    /// matches every root's URI (`conveyor://roots/*`), or no rule names any root's URI and the
+    /// default allows. Its calls then carry no list of roots.
+    pub fn reads_every_root(&self, caller: &Caller) -> bool {
+        let identity = Identity { principal: caller.principal.clone(), groups: caller.groups.clone() };
+        let covers_every_root =
+            |p: &String| p.strip_suffix('*').is_some_and(|prefix| ROOTS_PREFIX.starts_with(prefix));
+        let granted = self
+            .rules
+            .iter()
+            .filter(|r| r.allow.iter().any(|s| names(s, &identity)))
+            .flat_map(|r| r.resources.iter())
+            .any(covers_every_root);
+        let names_a_root = |p: &String| match p.strip_suffix('*') {
+            Some(prefix) => prefix.starts_with(ROOTS_PREFIX) || ROOTS_PREFIX.starts_with(prefix),
+            None => p.starts_with(ROOTS_PREFIX),
+        };
+        granted
+            || (self.default == UnnamedTools::Allow
+                && !self.rules.iter().flat_map(|r| r.resources.iter()).any(names_a_root))
+    }
+
+    /// The roots among `known` the caller may read (the policy lets it read
+    /// `conveyor://roots/NAME/`); `None` when it may read every root ([`Self::reads_every_root`]).
+    pub fn granted_roots<'a>(
+        &self,
+        caller: &Caller,
+        known: impl IntoIterator<Item = &'a str>,
+    ) -> Option<Vec<String>> {
+        if self.reads_every_root(caller) {
+            return None;
+        }
+        Some(
+            known
+                .into_iter()
+                .filter(|name| self.may_use(caller, Offer::Resource, &root_uri(name)))
+                .map(str::to_owned)
+                .collect(),
+        )
+    }
+
     fn decide(&self, caller: &Caller, offer: Offer, matched: impl Fn(&str) -> bool) -> bool {
         let identity = Identity { principal: caller.principal.clone(), groups: caller.groups.clone() };
         let mut named = false;
@@ -290,6 +340,96 @@ mod tests {
         );
         assert!(!open.may_use_template(&anyone, roots), "every URI it produces is named");
         assert!(open.may_use_template(&anyone, "adr://{template}"));
+    }
+
+    #[test]
+    fn a_root_is_granted_by_the_grant_to_read_its_resource() {
+        let policy = AccessPolicy::parse(
+            r#"
+            default = "deny"
+            [[rule]]
+            tools = ["research"]
+            resources = ["conveyor://roots/sample/*"]
+            allow = ["alice"]
+            [[rule]]
+            resources = ["conveyor://roots/*"]
+            allow = ["group:ops"]
+            [[rule]]
+            resources = ["conveyor://roots/docs/README.md"]
+            allow = ["bob"]
+            "#,
+        )
+        .expect("valid");
+        let known = ["sample", "vault", "docs"];
+        let alice = policy.caller(identity("alice", &[]));
+        let ops = policy.caller(identity("olga", &["ops"]));
+        let bob = policy.caller(identity("bob", &[]));
+        assert_eq!(policy.granted_roots(&alice, known), Some(vec!["sample".to_owned()]));
+        assert_eq!(policy.granted_roots(&ops, known), None, "a rule over every root's URI");
+        assert_eq!(policy.granted_roots(&bob, known), Some(Vec::new()), "one file is not the root");
+
+        let open = AccessPolicy::default();
+        assert_eq!(open.granted_roots(&open.caller(identity("x", &[])), known), None, "no access file");
+        let tools_only =
+            AccessPolicy::parse("[[rule]]\ntools = [\"research\"]\nallow = [\"alice\"]\n").expect("valid");
+        assert!(tools_only.reads_every_root(&tools_only.caller(identity("x", &[]))), "no rule names a root");
+        let one_hidden =
+            AccessPolicy::parse("[[rule]]\nresources = [\"conveyor://roots/vault/*\"]\nallow = [\"ops\"]\n")
+                .expect("valid");
+        let anyone = one_hidden.caller(identity("x", &[]));
+        assert!(!one_hidden.reads_every_root(&anyone));
+        assert_eq!(
+            one_hidden.granted_roots(&anyone, known),
+            Some(vec!["sample".to_owned(), "docs".to_owned()]),
+            "default allow: every root no rule keeps for others"
+        );
+        let everything =
+            AccessPolicy::parse("default = \"deny\"\n[[rule]]\nresources = [\"*\"]\nallow = [\"x\"]\n")
+                .expect("valid");
+        assert!(everything.reads_every_root(&everything.caller(identity("x", &[]))));
+        assert!(!everything.reads_every_root(&everything.caller(identity("y", &[]))));
+    }
+
+    #[test]
+    fn the_roots_granted_are_exactly_those_whose_resource_may_be_read() {
+        let patterns = [
+            "conveyor://roots/*",
+            "conveyor://*",
+            "*",
+            "conveyor://roots/sample/*",
+            "conveyor://roots/sam*",
+            "conveyor://roots/vault/",
+            "conveyor://roots/vault/notes.md",
+            "adr://*",
+        ];
+        let known = ["sample", "vault", "repo"];
+        for default in ["allow", "deny"] {
+            for (i, first) in patterns.iter().enumerate() {
+                for second in &patterns[i..] {
+                    let text = format!(
+                        "default = \"{default}\"\n[[rule]]\nresources = [\"{first}\"]\nallow = [\"alice\"]\n[[rule]]\nresources = [\"{second}\"]\nallow = [\"bob\"]\n"
+                    );
+                    let policy = AccessPolicy::parse(&text).expect("valid");
+                    for who in ["alice", "bob", "carol"] {
+                        let caller = policy.caller(identity(who, &[]));
+                        let granted = policy.granted_roots(&caller, known);
+                        for name in known {
+                            let readable = policy.may_use(&caller, Offer::Resource, &root_uri(name));
+                            match &granted {
+                                None => assert!(readable, "{who} may read every root, {name} too:\n{text}"),
+                                Some(roots) => {
+                                    assert_eq!(
+                                        roots.iter().any(|r| r == name),
+                                        readable,
+                                        "{who}, {name}:\n{text}"
+                                    )
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]

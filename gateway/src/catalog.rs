@@ -119,6 +119,9 @@ pub struct Snapshot {
     pub tools: Vec<Arc<CatalogTool>>,
     /// The queue of every known tool, by name.
     pub queues: Arc<std::collections::HashMap<String, String>>,
+    /// The name of every known root: workers publish root `NAME` as resource
+    /// `conveyor://roots/NAME/`.
+    pub roots: Vec<String>,
 }
 
 impl Snapshot {
@@ -126,6 +129,16 @@ impl Snapshot {
     pub fn get(&self, name: &str) -> Option<&Arc<CatalogTool>> {
         self.tools.iter().find(|t| t.name == name)
     }
+}
+
+/// The root a resource of a worker's is the file list of, by its URI.
+fn root_of_resource(tool: &CatalogTool) -> Option<String> {
+    if tool.kind != OfferKind::Resource {
+        return None;
+    }
+    let uri = tool.definition.get("uri").and_then(Value::as_str)?;
+    let name = uri.strip_prefix(crate::access::ROOTS_PREFIX)?.strip_suffix('/')?;
+    (!name.is_empty() && !name.contains('/')).then(|| name.to_owned())
 }
 
 /// The name of the built-in tool that runs a client's graph of tool calls as one task.
@@ -204,9 +217,12 @@ impl ToolCatalog {
         tools.retain(|t| t.name != RUN_DAG);
         tools.push(run_dag_tool());
         let queues = Arc::new(tools.iter().map(|t| (t.name.clone(), t.queue.clone())).collect());
+        let mut roots: Vec<String> = tools.iter().filter_map(root_of_resource).collect();
+        roots.sort();
+        roots.dedup();
         let tools = tools.into_iter().map(Arc::new).collect();
         *self.snapshot.write().unwrap_or_else(std::sync::PoisonError::into_inner) =
-            Arc::new(Snapshot { fetched: Some(Instant::now()), tools, queues });
+            Arc::new(Snapshot { fetched: Some(Instant::now()), tools, queues, roots });
         Ok(())
     }
 
@@ -289,6 +305,28 @@ mod tests {
         assert!(err.error.message.contains("/seconds"), "{}", err.error.message);
         let err = tool.validate(&json!({})).expect_err("seconds is required");
         assert!(err.error.message.contains("seconds"), "{}", err.error.message);
+    }
+
+    #[test]
+    fn a_roots_resource_names_the_root() {
+        let resource = |uri: &str| {
+            let published = PublishedTool {
+                position: 0,
+                queue: None,
+                definition: json!({"uri": uri, "name": "r"}),
+                required_client_capabilities: None,
+                input_before_task: false,
+                kind: OfferKind::Resource,
+                key: Some(format!("resource/{uri}")),
+            };
+            CatalogTool::new(published, true).expect("named")
+        };
+        assert_eq!(root_of_resource(&resource("conveyor://roots/sample/")), Some("sample".to_owned()));
+        assert_eq!(root_of_resource(&resource("conveyor://roots/sample/a.md")), None);
+        assert_eq!(root_of_resource(&resource("conveyor://roots//")), None);
+        assert_eq!(root_of_resource(&resource("adr://nygard.md")), None);
+        let tool = CatalogTool::from_definition(json!({"name": "conveyor://roots/x/"})).expect("named");
+        assert_eq!(root_of_resource(&tool), None, "only a resource names a root");
     }
 
     #[test]

@@ -39,6 +39,11 @@ pub struct CallRecord {
     /// The least severe level of logged messages the client gets; `None`: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_level: Option<LogLevel>,
+    /// The roots the caller may read (the access policy grants it `conveyor://roots/NAME/`),
+    /// which are the roots the call's tools may read for it; `None`: every root (no access file,
+    /// or a policy that restricts no root for this caller).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub roots: Option<Vec<String>>,
 }
 
 impl CallRecord {
@@ -60,6 +65,11 @@ impl CallRecord {
     /// The client's capabilities as one JSON object.
     pub fn capabilities(&self) -> Value {
         Value::Object(self.client_capabilities.clone())
+    }
+
+    /// Whether the call's tools may read root `name` for its caller.
+    pub fn may_read_root(&self, name: &str) -> bool {
+        self.roots.as_ref().is_none_or(|roots| roots.iter().any(|r| r == name))
     }
 }
 
@@ -119,7 +129,7 @@ mod tests {
         };
         let text = bare.to_text();
         assert_eq!(text, r#"{"wire":"2026-07-28","arguments":{"name":"x"},"pollIntervalMs":500}"#);
-        assert_eq!(CallRecord::from_text(&text), Ok(bare));
+        assert_eq!(CallRecord::from_text(&text), Ok(bare.clone()));
         let full = CallRecord {
             wire: TOOL_ERROR_FAILS_WIRE.to_owned(),
             arguments: json!({}),
@@ -127,9 +137,16 @@ mod tests {
             progress_token: Some(json!(7)),
             client_capabilities: json!({"elicitation": {}}).as_object().cloned().unwrap_or_default(),
             log_level: Some(LogLevel::Info),
+            roots: Some(vec!["sample".to_owned()]),
         };
         assert_eq!(CallRecord::from_text(&full.to_text()), Ok(full.clone()));
         assert!(full.tool_error_fails());
+        assert!(full.may_read_root("sample") && !full.may_read_root("vault"));
+        assert!(bare.may_read_root("vault"), "no grants recorded: every root");
+        assert!(!full.to_text().contains("roots\":null") && !bare.to_text().contains("roots"));
+        let none = CallRecord { roots: Some(Vec::new()), ..bare.clone() };
+        assert!(!none.may_read_root("sample"), "granted no root: none");
+        assert!(none.to_text().contains(r#""roots":[]"#), "{}", none.to_text());
         assert!(CallRecord::from_text("[1]").is_err());
     }
 }

@@ -112,6 +112,15 @@ impl Shard {
         format!("{}:call:{}:{}", self.tag(), part(scope), part(request_id))
     }
 
+    /// A list of one principal's memory of a tool under a name (a root's troubleshooting
+    /// sessions, a bootstrap profile's executions), newest first, trimmed to the number the tool
+    /// keeps. Every list of a principal lives in the shard [`memory_shard`] picks for it, so that
+    /// what it keeps can be counted in that shard's load hash. All three parts are escaped
+    /// ([`part`]): the owner is a caller's name, and a tool's name or a root's may hold a `:`.
+    pub fn memory(self, owner: &str, tool: &str, name: &str) -> String {
+        format!("{}:mem:{}:{}:{}", self.tag(), part(owner), part(tool), part(name))
+    }
+
     /// When `caller` may next read a task (`tasks/get` no faster than the poll interval).
     pub fn poll_gate(self, task_id: &str, caller: &str) -> String {
         format!("{}:poll:{task_id}:{caller}", self.tag())
@@ -174,6 +183,11 @@ pub fn shard_of_key(owner: &str, key: &str, shards: u16) -> Shard {
     Shard((hash % u32::from(shards.max(1))) as u16)
 }
 
+/// The shard that holds every memory list of `owner` ([`Shard::memory`]).
+pub fn memory_shard(owner: &str, shards: u16) -> Shard {
+    shard_of_key(owner, "$memory", shards)
+}
+
 /// The deployment's layout (shard count), fixed when it is first set up, the signing secret
 /// gateways share (field `signingKey`), and the deployment's id (field `deploymentId`).
 pub const LAYOUT: &str = "cv:{cv.meta}:layout";
@@ -224,6 +238,7 @@ mod tests {
             s.idempotency("alice", "k"),
             s.cancel_channel(),
             s.inbox("g1"),
+            s.memory("alice", "troubleshoot", "repo"),
         ] {
             assert!(key.starts_with("cv:{cv.3}:"), "{key} lacks the shard's hash tag");
         }
@@ -263,6 +278,20 @@ mod tests {
         assert_ne!(s.idempotency("a%3Ab", "c"), s.idempotency("a:b", "c"));
         assert_eq!(s.idempotency("alice", "k1"), "cv:{cv.0}:idem:alice:k1", "plain names are unchanged");
         assert_eq!(part("a:b%c"), "a%3Ab%25c");
+        assert_ne!(s.memory("al", "x:y", "z"), s.memory("al:x", "y", "z"));
+        assert_ne!(s.memory("al", "x", "y:z"), s.memory("al", "x:y", "z"));
+        assert_eq!(s.memory("alice", "troubleshoot", "repo"), "cv:{cv.0}:mem:alice:troubleshoot:repo");
+    }
+
+    #[test]
+    fn a_principals_memory_stays_in_one_shard() {
+        let shard = memory_shard("alice", 16);
+        assert_eq!(shard, memory_shard("alice", 16));
+        assert_eq!(shard, shard_of_key("alice", "$memory", 16));
+        assert!(shard.0 < 16);
+        let spread: std::collections::BTreeSet<Shard> =
+            (0..64).map(|i| memory_shard(&format!("principal-{i}"), 16)).collect();
+        assert!(spread.len() > 1, "principals spread over the shards");
     }
 
     #[test]

@@ -20,6 +20,8 @@
 //!   every shard's cancel channel, handed out to local waiters by task id.
 //! - [`input`]: what a tool asks of the client mid-call (elicitation, sampling, roots) and the
 //!   client capability each request needs.
+//! - [`roots`]: [`roots::RootUse`], which roots a tool's calls read, as its definition tells
+//!   gateways, so that a call naming a root its caller may not read is refused at the door.
 //! - [`dag`]: the graph of a DAG task, its validation and upstream references.
 //! - [`schema`]: a tool's input schema compiled once, and what it finds wrong with arguments (the
 //!   gateway checks a call, a worker a graph node's resolved arguments).
@@ -43,6 +45,7 @@ pub mod json_limits;
 pub mod keys;
 pub mod metrics;
 pub mod model;
+pub mod roots;
 pub mod schema;
 pub mod scripts;
 pub mod store;

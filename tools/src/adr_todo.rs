@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use crate::bootstrap::requirements::{Purpose, Requirements, Source};
 use crate::bootstrap::{DEFAULT_ADR_PATH, read_requirements};
 use crate::research::index::read_text;
-use crate::roots::{Root, Roots, root_schema};
+use crate::roots::{Root, Roots, root_schema, with_root_argument};
 use conveyor_worker::tool::{FnTool, ToolContext, ToolRegistry};
 
 pub const TOOL: &str = "adr_todo";
@@ -234,7 +234,7 @@ pub fn checklist(heading: &str, items: &[TodoItem]) -> String {
 pub fn register(registry: &mut ToolRegistry, roots: &Roots) {
     let known = roots.clone();
     registry.register(
-        FnTool::new(definition(roots), move |ctx| {
+        FnTool::new(with_root_argument(definition(roots)), move |ctx| {
             let roots = known.clone();
             async move { todo(&roots, &ctx).await }
         })

@@ -1,12 +1,15 @@
 //! Tools from the operator's tools file: each is an MCP tool whose arguments fill an argv
 //! template, run as a child process without a shell (see [`super::process`]) in a root. An
 //! argument the file names as a path must stay inside the root and be neither hidden nor
-//! ignored, like every path a built-in tool takes.
+//! ignored, like every path a built-in tool takes. A tool that runs in a root runs only for a
+//! caller who may read that root: its definition says so (gateways neither list nor take it for
+//! another caller), and the worker refuses such a call too.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use conveyor_shared::model::{ToolOutcome, result};
+use conveyor_shared::roots::RootUse;
 use serde_json::{Map, Value, json};
 
 use super::operator_config::{ConfiguredTool, OperatorConfig};
@@ -18,7 +21,8 @@ use conveyor_worker::tool::{FnTool, ToolContext, ToolRegistry};
 pub fn register(registry: &mut ToolRegistry, roots: &Roots, config: &Arc<OperatorConfig>) {
     for tool in &config.tools {
         let (spec, roots) = (Arc::new(tool.clone()), roots.clone());
-        let mut offered = FnTool::new(tool.definition(), move |ctx| {
+        let reads = RootUse { fixed: tool.root.iter().cloned().collect(), ..RootUse::default() };
+        let mut offered = FnTool::new(reads.declared_in(tool.definition()), move |ctx| {
             let (spec, roots) = (spec.clone(), roots.clone());
             async move { call(&spec, &roots, &ctx).await }
         });
@@ -32,7 +36,7 @@ pub fn register(registry: &mut ToolRegistry, roots: &Roots, config: &Arc<Operato
 async fn call(spec: &ConfiguredTool, roots: &Roots, ctx: &ToolContext) -> ToolOutcome {
     let arguments: Map<String, Value> = ctx.arguments.as_object().cloned().unwrap_or_default();
     let root = match &spec.root {
-        Some(name) => match roots.get(name) {
+        Some(name) => match roots.for_caller(ctx, name) {
             Ok(root) => Some(root),
             Err(e) => return invalid(format!("{}: {e}", spec.name)),
         },

@@ -15,7 +15,7 @@ use conveyor_shared::model::{ToolOutcome, result};
 use serde_json::{Map, Value, json};
 
 use super::research;
-use super::roots::{Roots, root_schema};
+use super::roots::{Roots, root_schema, with_root_argument};
 use super::{invalid, plan};
 use crate::adr_todo::TodoItem;
 use crate::bootstrap::requirements::Source;
@@ -40,7 +40,7 @@ const RESEARCH_RESULTS: usize = 8;
 pub fn register(registry: &mut ToolRegistry, roots: &Roots) {
     let planner = roots.clone();
     registry.register(
-        FnTool::new(definition(roots), move |ctx| {
+        FnTool::new(with_root_argument(definition(roots)), move |ctx| {
             let roots = planner.clone();
             async move { plan_workflow(&roots, &ctx).await }
         })
@@ -85,7 +85,7 @@ fn definition(roots: &Roots) -> Value {
 async fn plan_workflow(roots: &Roots, ctx: &ToolContext) -> ToolOutcome {
     let topic = ctx.str_arg("topic").unwrap_or_default().to_owned();
     let root = match ctx.str_arg("root") {
-        Some(name) => match roots.get(name) {
+        Some(name) => match roots.for_caller(ctx, name) {
             Ok(root) => Some(root.clone()),
             Err(e) => return e.into_outcome(),
         },

@@ -16,6 +16,14 @@
 //!
 //! Each root is also an MCP resource (`conveyor://roots/NAME/`, its file list) and its files are
 //! readable through the template `conveyor://roots/{root}/{+path}`.
+//!
+//! A tool reads a root only for a caller who may read it: the access policy's grant of the root's
+//! resource is the grant of the root, and each call carries the roots its caller may read. A
+//! tool looks the root of a call up with [`Roots::of`] or [`Roots::for_caller`], which refuse any
+//! other (audited, and answered as an unknown root whose message names only the caller's roots);
+//! [`Roots::get`] is for the operator's own names (a profile's root, checked when the worker
+//! starts) and for resource reads, which gateways judge by the URI read. Definitions say which arguments name a root ([`with_root_argument`]), so that
+//! gateways refuse such a call at the door and list only the caller's roots.
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::FileTypeExt as _;
@@ -23,6 +31,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
 use conveyor_shared::model::{RpcError, ToolOutcome};
+use conveyor_shared::roots::{RootUse, not_granted};
 use ignore::Match;
 use ignore::gitignore::GitignoreBuilder;
 use serde_json::{Value, json};
@@ -48,6 +57,10 @@ pub enum RootError {
     NotADirectory { name: String, path: String, reason: String },
     #[error("no root named `{name}`; this worker has: {known}")]
     UnknownRoot { name: String, known: String },
+    /// A root the caller may not read, or one this worker lacks when the caller may read only
+    /// some: the same answer either way, naming only the caller's roots (`yours`).
+    #[error("{}", not_granted(.name, .yours))]
+    NotGranted { name: String, yours: Vec<String> },
     #[error("path `{0}` is absolute; give a path relative to the root")]
     Absolute(String),
     #[error("path `{0}` holds `..`; give a path inside the root")]
@@ -387,6 +400,8 @@ impl Roots {
         Ok(Self { roots: Arc::new(roots) })
     }
 
+    /// The root `name`, whoever asks: for the operator's own names (a profile's root). A root a
+    /// call names is looked up with [`Roots::for_caller`].
     pub fn get(&self, name: &str) -> Result<&Root, RootError> {
         self.roots.get(name).ok_or_else(|| RootError::UnknownRoot {
             name: name.to_owned(),
@@ -406,10 +421,48 @@ impl Roots {
         self.roots.is_empty()
     }
 
-    /// The root a tool's arguments name in `root`.
+    /// The root a tool's arguments name in `root`, for the call's caller ([`Roots::for_caller`]).
     pub fn of(&self, ctx: &ToolContext) -> Result<&Root, RootError> {
-        self.get(ctx.str_arg("root").unwrap_or_default())
+        self.for_caller(ctx, ctx.str_arg("root").unwrap_or_default())
     }
+
+    /// The root `name`, when the call's caller may read it. Another root is refused like an
+    /// unknown one, naming only the caller's roots; a refusal of a root this worker has is
+    /// written to the audit log.
+    pub fn for_caller(&self, ctx: &ToolContext, name: &str) -> Result<&Root, RootError> {
+        let found = self.granted(ctx.granted_roots(), name);
+        if matches!(found, Err(RootError::NotGranted { .. })) && self.roots.contains_key(name) {
+            ctx.audit_denied(name, "a tool was asked to read a root the access policy does not grant");
+        }
+        found
+    }
+
+    /// The root `name` for a caller who may read `granted` (`None`: every root).
+    pub fn granted(&self, granted: Option<&[String]>, name: &str) -> Result<&Root, RootError> {
+        let Some(granted) = granted else { return self.get(name) };
+        match self.roots.get(name) {
+            Some(root) if granted.iter().any(|g| g == name) => Ok(root),
+            _ => {
+                Err(RootError::NotGranted { name: name.to_owned(), yours: self.names_granted(Some(granted)) })
+            }
+        }
+    }
+
+    /// The names of this worker's roots a caller who may read `granted` may read.
+    pub fn names_granted(&self, granted: Option<&[String]>) -> Vec<String> {
+        self.roots.keys().filter(|name| granted.is_none_or(|g| g.contains(name))).cloned().collect()
+    }
+
+    /// The names of this worker's roots the call's caller may read.
+    pub fn names_for(&self, ctx: &ToolContext) -> Vec<String> {
+        self.names_granted(ctx.granted_roots())
+    }
+}
+
+/// `definition` declaring that its argument `root` names a root ([`RootUse`]): gateways then
+/// refuse a call naming a root its caller may not read, and list only the caller's roots.
+pub fn with_root_argument(definition: Value) -> Value {
+    RootUse::argument("root").declared_in(definition)
 }
 
 /// The JSON Schema of a `root` argument: the names this worker knows, as an enum when there are
@@ -460,14 +513,14 @@ pub fn register(registry: &mut ToolRegistry, roots: &Roots) {
     }
     let files = roots.clone();
     registry.register(FnTool::resource_template(
-        json!({
+        with_root_argument(json!({
             "uriTemplate": "conveyor://roots/{root}/{+path}",
             "name": "root-file",
             "title": "A file inside a root",
             "description": "Reads a text file of a root the operator named (up to 1 MiB).",
             "mimeType": "text/plain",
             "_meta": {"io.conveyor/completions": {"root": roots.names()}}
-        }),
+        })),
         move |ctx| {
             let roots = files.clone();
             async move { read_root_file(&roots, &ctx).await }
@@ -480,6 +533,8 @@ async fn read_root_file(roots: &Roots, ctx: &ToolContext) -> ToolOutcome {
     let variable = |name: &str| {
         ctx.arguments.pointer(&format!("/variables/{name}")).and_then(Value::as_str).unwrap_or_default()
     };
+    // A resource read is judged by the gateway by the URI read, which may be finer than a root
+    // (a rule that grants one file of it): the root's name alone is not the grant here.
     let root = match roots.get(variable("root")) {
         Ok(root) => root.clone(),
         Err(e) => return e.into_outcome(),
@@ -580,6 +635,45 @@ mod tests {
         assert!(matches!(root.resolve("nope.rs"), Err(RootError::NotFound { .. })));
         assert!(matches!(root.resolve("a\0b"), Err(RootError::Nul(_))));
         assert!(matches!(roots.get("other"), Err(RootError::UnknownRoot { .. })));
+    }
+
+    #[test]
+    fn a_caller_gets_only_the_roots_it_may_read_and_hears_of_no_other() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        for name in ["sample", "vault"] {
+            std::fs::create_dir_all(dir.path().join(name)).expect("mkdir");
+        }
+        let roots = Roots::parse(&[
+            format!("sample={}", dir.path().join("sample").display()),
+            format!("vault={}", dir.path().join("vault").display()),
+        ])
+        .expect("roots");
+        let alice = ["sample".to_owned(), "elsewhere".to_owned()];
+        assert_eq!(roots.granted(Some(&alice), "sample").expect("hers").name, "sample");
+        let refused = roots.granted(Some(&alice), "vault").expect_err("not hers");
+        assert_eq!(refused.to_string(), "no root named `vault` that you may read; your roots: sample");
+        let unknown = roots.granted(Some(&alice), "nope").expect_err("unknown");
+        assert_eq!(unknown.to_string(), "no root named `nope` that you may read; your roots: sample");
+        assert!(
+            matches!(roots.granted(Some(&alice), "elsewhere"), Err(RootError::NotGranted { .. })),
+            "granted, but another worker's: the same answer, naming only hers"
+        );
+        assert_eq!(
+            roots.granted(Some(&[]), "sample").expect_err("none").to_string().rsplit(": ").next(),
+            Some("none")
+        );
+        assert_eq!(roots.granted(None, "vault").expect("every root").name, "vault");
+        assert!(matches!(roots.granted(None, "nope"), Err(RootError::UnknownRoot { .. })));
+        assert_eq!(roots.names_granted(Some(&alice)), ["sample"]);
+        assert_eq!(roots.names_granted(None), ["sample", "vault"]);
+        assert_eq!(
+            refused.into_outcome(),
+            ToolOutcome::Error(RpcError {
+                code: -32602,
+                message: "no root named `vault` that you may read; your roots: sample".to_owned(),
+                data: None
+            })
+        );
     }
 
     #[test]

@@ -167,7 +167,8 @@ pub struct ToolContext {
 impl ToolContext {
     /// Records `entry` as the newest run of `tool` under `name` (a readiness profile, say),
     /// keeping the newest `keep`, and returns the runs recorded before it, newest first: a tool's
-    /// memory across tasks, kept in Redis and shared by every worker.
+    /// history across tasks, kept in Redis and shared by every worker and every caller. What
+    /// belongs to the caller alone goes in its memory ([`ToolContext::record_memory`]).
     pub async fn record_run(
         &self,
         tool: &str,
@@ -200,6 +201,53 @@ impl ToolContext {
     /// as this deployment's, for a [`Chore`] to find again.
     pub async fn deployment_id(&self) -> Result<String, conveyor_shared::StoreError> {
         self.store.deployment_id().await
+    }
+
+    /// Records `entry` as the newest of the caller's own memory of `tool` under `name` (a root's
+    /// troubleshooting sessions, say), keeping its newest `keep`, and returns its entries recorded
+    /// before it, newest first. Unlike [`ToolContext::record_run`], each principal's list is its
+    /// own: no other principal reads it, and no other principal's entries push its out.
+    pub async fn record_memory(
+        &self,
+        tool: &str,
+        name: &str,
+        entry: &Value,
+        keep: usize,
+    ) -> Result<Vec<Value>, conveyor_shared::StoreError> {
+        self.store.record_memory(self.owner(), tool, name, entry, keep).await
+    }
+
+    /// The newest `count` entries of the caller's own memory of `tool` under `name` that
+    /// [`ToolContext::record_memory`] kept, newest first.
+    pub async fn memories(
+        &self,
+        tool: &str,
+        name: &str,
+        count: usize,
+    ) -> Result<Vec<Value>, conveyor_shared::StoreError> {
+        self.store.memories(self.owner(), tool, name, count).await
+    }
+
+    /// The principal the task belongs to: whoever called the tool.
+    pub fn owner(&self) -> &str {
+        &self.started.owner
+    }
+
+    /// Whether the caller may read root `name`: the access policy grants it the root's
+    /// resources (`conveyor://roots/NAME/`). A tool reads a root only for a caller who may.
+    pub fn may_read_root(&self, name: &str) -> bool {
+        self.call.may_read_root(name)
+    }
+
+    /// The roots the caller may read; `None`: every root.
+    pub fn granted_roots(&self) -> Option<&[String]> {
+        self.call.roots.as_deref()
+    }
+
+    /// Writes a refusal that crosses principals (a root the caller may not read, another
+    /// principal's memory) to the audit log, target `conveyor::audit`, as gateways write theirs.
+    pub fn audit_denied(&self, subject: &str, reason: &str) {
+        tracing::info!(target: "conveyor::audit", event = "denied", principal = %self.owner(), task = %self.task_id, node = %self.node_id, subject, reason, "access denied");
     }
 
     /// Reports progress to the task (and through the gateway to the client). Returns `false`

@@ -27,6 +27,7 @@ mod python_asking;
 mod python_sdk;
 mod redis_cluster;
 mod rmcp_client;
+mod root_grants;
 mod store;
 mod subscriptions;
 mod task_resources;

@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 
 use super::RequestCtx;
 use super::offers::META_COMPLETIONS;
+use super::root_grants::Grants;
 use crate::access::Offer;
 use crate::rpc::RpcFailure;
 use crate::state::AppState;
@@ -41,8 +42,9 @@ pub(super) async fn complete(state: &AppState, ctx: &RequestCtx) -> Result<Value
         }
         _ => state.access.may_use_template(&ctx.caller, field("uri").unwrap_or_default()),
     };
-    let offer = match state.catalog.get(&key).await? {
-        Some(offer) if offer.live && granted(&offer) => offer,
+    let catalog = state.catalog.snapshot_with(&key).await?;
+    let offer = match catalog.get(&key) {
+        Some(offer) if offer.live && granted(offer) => offer,
         found => {
             if found.is_some_and(|o| o.live) {
                 super::audit_denied(
@@ -63,6 +65,9 @@ pub(super) async fn complete(state: &AppState, ctx: &RequestCtx) -> Result<Value
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
+    // Values that name a root the caller may not read are no suggestion of its.
+    let candidates =
+        Grants::of(state, &ctx.caller, &catalog).completions(&offer.definition, argument, candidates);
     let typed = typed.to_lowercase();
     let matching: Vec<Value> = candidates
         .into_iter()

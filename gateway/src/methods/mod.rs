@@ -14,6 +14,8 @@
 //! - [`client_messages`]: the client's answers to requests for input, and its notifications.
 //! - [`resume`]: a 2025-11-25 reply stream resumed after a disconnect (`Last-Event-ID`).
 //! - [`follow`]: a request that waits for a task's end, relaying its progress.
+//! - [`root_grants`]: the roots a caller may read: calls naming another root refused at the door,
+//!   listings and completions showing only the caller's, the list every call carries to workers.
 //! - [`rounds`]: a synchronous call whose tool asks for input (2026-07-28 MRTR rounds with a
 //!   signed `requestState`), and one that its tool turns into a task.
 
@@ -27,6 +29,7 @@ mod offers;
 mod prompts;
 mod resources;
 pub mod resume;
+mod root_grants;
 mod rounds;
 mod subscriptions;
 mod tasks_cancel;
@@ -345,13 +348,20 @@ pub(crate) async fn polled_task(
 const OWNER_INDEX_SLACK_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 
 /// What every call of a tool or an offer stores for its worker: the wire, the arguments, the
-/// client's capabilities. A `tools/call` adds its progress token and log level.
-pub(crate) fn call_record(state: &AppState, ctx: &RequestCtx, arguments: Value) -> CallRecord {
+/// client's capabilities, the roots its caller may read. A `tools/call` adds its progress token
+/// and log level.
+pub(crate) fn call_record(
+    state: &AppState,
+    ctx: &RequestCtx,
+    arguments: Value,
+    roots: root_grants::Grants,
+) -> CallRecord {
     CallRecord {
         wire: ctx.wire.as_str().to_owned(),
         arguments,
         poll_interval_ms: state.config.poll_interval_ms,
         client_capabilities: ctx.client_capabilities.as_object().cloned().unwrap_or_default(),
+        roots: roots.into_record(),
         ..CallRecord::default()
     }
 }

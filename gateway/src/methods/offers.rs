@@ -89,7 +89,8 @@ pub(super) async fn run_offer(
     let hub = state.store.events().await?;
     let mut waiter = hub.waiter(&task_id);
     let catalog = state.catalog.snapshot().await?;
-    let call = super::call_record(&state, &ctx, arguments);
+    let roots = super::root_grants::Grants::of(&state, &ctx.caller, &catalog);
+    let call = super::call_record(&state, &ctx, arguments, roots);
     let mut new = NewTask {
         waiter: Some(hub.inbox(shard)),
         // The hidden task of an offer is never listed: its owner index entry may go at once.

@@ -19,13 +19,14 @@ pub(super) fn prompt_name(prompt: &CatalogTool) -> &str {
 }
 
 pub(super) async fn prompts_list(state: &AppState, ctx: &RequestCtx) -> Result<Value, RpcFailure> {
-    let prompts: Vec<Value> = state
-        .catalog
-        .offers(OfferKind::Prompt)
-        .await?
+    let catalog = state.catalog.snapshot().await?;
+    let roots = super::root_grants::Grants::of(state, &ctx.caller, &catalog);
+    let prompts: Vec<Value> = catalog
+        .tools
         .iter()
+        .filter(|p| p.live && p.kind == OfferKind::Prompt)
         .filter(|p| state.access.may_use(&ctx.caller, Offer::Prompt, prompt_name(p)))
-        .map(|p| p.definition.clone())
+        .filter_map(|p| roots.view(&p.definition).map(std::borrow::Cow::into_owned))
         .collect();
     Ok(with_cache_hints(ctx.wire, json!({"prompts": prompts}), LIST_TTL_MS))
 }

@@ -88,13 +88,15 @@ pub(super) async fn resources_list(state: &AppState, ctx: &RequestCtx) -> Result
 }
 
 pub(super) async fn resource_templates_list(state: &AppState, ctx: &RequestCtx) -> Result<Value, RpcFailure> {
-    let mut templates: Vec<Value> = state
-        .catalog
-        .offers(OfferKind::ResourceTemplate)
-        .await?
+    let catalog = state.catalog.snapshot().await?;
+    let roots = super::root_grants::Grants::of(state, &ctx.caller, &catalog);
+    let mut templates: Vec<Value> = catalog
+        .tools
         .iter()
+        .filter(|t| t.live && t.kind == OfferKind::ResourceTemplate)
         .filter(|t| state.access.may_use_template(&ctx.caller, template_of(t)))
-        .map(|r| r.definition.clone())
+        // A template's completions name only the caller's roots.
+        .filter_map(|t| roots.view(&t.definition).map(std::borrow::Cow::into_owned))
         .collect();
     templates.push(task_state_template());
     templates.push(task_result_template());

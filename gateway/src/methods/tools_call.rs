@@ -13,6 +13,7 @@ use rmcp::model::{ErrorCode, TASKS_EXTENSION_ID};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+use super::root_grants::Grants;
 use super::{
     Reply, ReplyMode, RequestCtx, failure_of, missing_capability, rounds, string_param, task_not_found,
 };
@@ -119,12 +120,14 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
     let call = CallParams::parse(&mut ctx)?;
     // One catalog snapshot serves the whole call: the tool, the queues, which tools are live.
     let catalog = state.catalog.snapshot_with(&call.name).await?;
+    let roots = Grants::of(&state, &ctx.caller, &catalog);
     let tool = granted_tool(
         &state,
         &ctx.caller,
         catalog.get(&call.name),
         "the access policy does not grant this tool",
     )
+    .filter(|tool| roots.offers(&ctx.caller, &tool.name, &tool.definition))
     .ok_or_else(|| {
         RpcFailure::invalid_params(format!(
             "Unknown tool: `{}`. tools/list names the tools this server offers you.",
@@ -147,7 +150,7 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
         .await;
         return super::holding(reply, held);
     }
-    let plan = decide(&state, &ctx, &call, &tool).await?;
+    let plan = decide(&state, &ctx, &call, &tool, roots).await?;
     let started = create(&state, &ctx, call, &tool, plan, &catalog).await?;
     reply(state, ctx, started).await
 }
@@ -160,6 +163,8 @@ struct CallPlan {
     escalable: bool,
     /// The checked graph of a `run_dag` call.
     graph: Option<DagSpec>,
+    /// The roots the caller may read, which its call's tools may read for it.
+    roots: Grants,
 }
 
 impl CallPlan {
@@ -169,13 +174,14 @@ impl CallPlan {
 }
 
 /// Decides task or synchronous call from the wire, the call and the tool's task support, and
-/// refuses what the tool cannot take: missing client capabilities, invalid arguments, parameter
-/// headers that disagree with the arguments, an invalid graph.
+/// refuses what the tool cannot take: missing client capabilities, a root the caller may not
+/// read, invalid arguments, parameter headers that disagree with the arguments, an invalid graph.
 async fn decide(
     state: &AppState,
     ctx: &RequestCtx,
     call: &CallParams,
     tool: &CatalogTool,
+    roots: Grants,
 ) -> Result<CallPlan, RpcFailure> {
     let name = tool.name.as_str();
     let as_task = match ctx.wire {
@@ -227,6 +233,14 @@ async fn decide(
             missing,
         ));
     }
+    // Before the schema, whose `enum` of roots names every one: a refusal names the caller's.
+    roots.check_call(
+        &ctx.caller,
+        name,
+        &tool.definition,
+        &call.arguments,
+        &format!("Invalid arguments for tool `{name}`"),
+    )?;
     tool.validate(&call.arguments)?;
     if ctx.wire == Wire::V2026 {
         wire::check_param_headers(&tool.definition, &call.arguments, &ctx.param_headers)?;
@@ -234,9 +248,12 @@ async fn decide(
     // A tool that gathers input in rounds of the call first answers a task-capable 2026-07-28
     // client synchronously, and turns the call into its task when it says so.
     let escalable = ctx.wire == Wire::V2026 && as_task && tool.input_before_task;
-    let graph =
-        if name == RUN_DAG { Some(checked_graph(state, &ctx.caller, &call.arguments).await?) } else { None };
-    Ok(CallPlan { as_task: as_task && !escalable, escalable, graph })
+    let graph = if name == RUN_DAG {
+        Some(checked_graph(state, &ctx.caller, &roots, &call.arguments).await?)
+    } else {
+        None
+    };
+    Ok(CallPlan { as_task: as_task && !escalable, escalable, graph, roots })
 }
 
 /// A created (or, for a retry, found) task, and what its reply needs.
@@ -297,7 +314,7 @@ async fn create(
     let record = CallRecord {
         progress_token: call.progress_token,
         log_level,
-        ..super::call_record(state, ctx, call.arguments)
+        ..super::call_record(state, ctx, call.arguments, plan.roots.clone())
     };
     let mut new = NewTask {
         mode: plan.mode(),
@@ -474,8 +491,14 @@ fn over_budget(size: u64, max: u64) -> RpcFailure {
 }
 
 /// A `run_dag` graph, checked before anything is written: its shape and limits, every node's tool,
-/// and the arguments of every node that takes nothing from upstream against its tool's schema.
-async fn checked_graph(state: &AppState, caller: &Caller, arguments: &Value) -> Result<DagSpec, RpcFailure> {
+/// the roots every node names, and the arguments of every node that takes nothing from upstream
+/// against its tool's schema.
+async fn checked_graph(
+    state: &AppState,
+    caller: &Caller,
+    roots: &Grants,
+    arguments: &Value,
+) -> Result<DagSpec, RpcFailure> {
     let graph = DagSpec::deserialize(arguments)
         .map_err(|e| RpcFailure::invalid_params(format!("Invalid run_dag graph: {e}")))?;
     graph
@@ -496,12 +519,20 @@ async fn checked_graph(state: &AppState, caller: &Caller, arguments: &Value) -> 
             found.as_ref(),
             "a run_dag node calls a tool the access policy does not grant",
         )
+        .filter(|tool| roots.offers(caller, &tool.name, &tool.definition))
         .ok_or_else(|| {
             RpcFailure::invalid_params(format!(
                 "Invalid run_dag graph: node `{}` calls unknown tool `{name}`",
                 node.id
             ))
         })?;
+        roots.check_call(
+            caller,
+            name,
+            &tool.definition,
+            &node.arguments,
+            &format!("Invalid run_dag graph: node `{}`: invalid arguments for tool `{name}`", node.id),
+        )?;
         if dag::upstream_references(&node.arguments).is_empty() {
             tool.validate(&node.arguments).map_err(|mut f| {
                 f.error.message =

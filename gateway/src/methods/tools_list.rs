@@ -3,6 +3,7 @@
 use serde_json::{Value, json};
 
 use super::RequestCtx;
+use super::root_grants::Grants;
 use crate::rpc::RpcFailure;
 use crate::state::AppState;
 use crate::wire::Wire;
@@ -12,17 +13,20 @@ const TOOLS_LIST_TTL_MS: u64 = 5_000;
 
 pub(super) async fn tools_list(state: &AppState, ctx: &RequestCtx) -> Result<Value, RpcFailure> {
     let wire = ctx.wire;
-    let tools: Vec<Value> = state
-        .catalog
-        .list()
-        .await?
-        .into_iter()
+    let catalog = state.catalog.snapshot().await?;
+    let roots = Grants::of(state, &ctx.caller, &catalog);
+    let tools: Vec<Value> = catalog
+        .tools
+        .iter()
+        .filter(|t| t.live && t.kind.is_tool())
         .filter(|t| state.access.may_call(&ctx.caller, &t.name))
-        .map(|t| match wire {
-            Wire::V2025 => t.definition.clone(),
+        // Only the caller's roots, and no tool that always reads another's.
+        .filter_map(|t| roots.view(&t.definition))
+        .map(|definition| match wire {
+            Wire::V2025 => definition.into_owned(),
             // 2026-07-28 tools carry no `execution`: the server decides per call.
             Wire::V2026 => {
-                let mut d = t.definition.clone();
+                let mut d = definition.into_owned();
                 if let Some(o) = d.as_object_mut() {
                     o.remove("execution");
                 }

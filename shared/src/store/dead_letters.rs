@@ -112,7 +112,9 @@ impl Store {
             owner: letter.owner.clone(),
             tool: letter.tool.clone(),
             // An operator's retry has no client to ask or to tell: no progress token, no client
-            // capabilities (a node that asks for input fails), no log level.
+            // capabilities (a node that asks for input fails), no log level. It reads only the
+            // roots the original call could; once that task has expired they are not known, and
+            // the retry is the operator's to vouch for, like the rest of it.
             call: CallRecord {
                 wire: original
                     .as_ref()
@@ -120,6 +122,7 @@ impl Store {
                     .unwrap_or_else(|| "2026-07-28".to_owned()),
                 arguments,
                 poll_interval_ms,
+                roots: original.as_ref().and_then(|t| t.call.roots.clone()),
                 ..CallRecord::default()
             },
             ttl_ms,

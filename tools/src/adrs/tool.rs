@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use super::parse::{self, AdrDoc};
 use super::rules::{self, Finding};
 use crate::research::{index::read_text, sampled_text};
-use crate::roots::{Root, Roots, root_schema};
+use crate::roots::{Root, Roots, root_schema, with_root_argument};
 use crate::{invalid, plan, step_definition};
 use conveyor_worker::tool::{FnTool, ToolContext, ToolRegistry};
 
@@ -32,7 +32,7 @@ const REVIEW_MAX_TOKENS: u32 = 600;
 pub fn register(registry: &mut ToolRegistry, roots: &Roots) {
     let planner = roots.clone();
     registry.register(
-        FnTool::new(definition(roots), move |ctx| {
+        FnTool::new(with_root_argument(definition(roots)), move |ctx| {
             let roots = planner.clone();
             async move { plan_validation(&roots, &ctx).await }
         })
@@ -99,7 +99,7 @@ async fn plan_validation(roots: &Roots, ctx: &ToolContext) -> ToolOutcome {
         Ok(args) => args,
         Err(e) => return invalid(format!("{TOOL}: invalid arguments: {e}")),
     };
-    let root = match roots.get(&args.root) {
+    let root = match roots.for_caller(ctx, &args.root) {
         Ok(root) => root.clone(),
         Err(e) => return e.into_outcome(),
     };

@@ -17,7 +17,7 @@ use super::scripts::{Draft, Plan};
 use super::{QUEUE, adr_path_arg, read_requirements};
 use crate::plan;
 use crate::research::sampled_text;
-use crate::roots::{Roots, root_schema};
+use crate::roots::{Roots, root_schema, with_root_argument};
 use conveyor_worker::tool::{FnTool, ToolContext, ToolRegistry};
 
 pub const TOOL: &str = "adr_bootstrap_validation";
@@ -30,7 +30,7 @@ const DRAFT_MAX_TOKENS: u32 = 800;
 pub fn register(registry: &mut ToolRegistry, roots: &Roots) {
     let planner = roots.clone();
     registry.register(
-        FnTool::new(definition(roots), move |ctx| {
+        FnTool::new(with_root_argument(definition(roots)), move |ctx| {
             let roots = planner.clone();
             async move { plan_generation(&roots, &ctx) }
         })

@@ -6,7 +6,7 @@
 //!   (embedded resources of the task) and lists the files the ADRs require that the root lacks.
 //! - [`run_loop`]: `bootstrap_validation_loop {"root", "adrPath", "profile", ...}`: per iteration
 //!   generate, ask the person to approve, run the bootstrap, run every check as its own node,
-//!   learn; the memory of executions per profile; ADR updates as unified diffs.
+//!   learn; each principal's own memory of executions per profile; ADR updates as unified diffs.
 //! - The pieces both use, one module each: [`requirements`] (what ADRs require), [`platforms`],
 //!   [`missing`] (missing files and templates), [`scripts`] (the plan and its two scripts),
 //!   [`learnings`] (failures classified), [`secrets`] (masking), [`workspace`] (where a run

@@ -156,6 +156,16 @@ pub struct Profile {
     pub checks: Vec<ConfiguredCheck>,
 }
 
+impl Profile {
+    /// The roots its checks run in, each once.
+    pub fn roots(&self) -> Vec<String> {
+        let mut roots: Vec<String> = self.checks.iter().map(|c| c.root.clone()).collect();
+        roots.sort();
+        roots.dedup();
+        roots
+    }
+}
+
 /// One check of a profile, with defaults filled in. Its argv is taken literally: a check has no
 /// arguments, so braces in it are plain text.
 #[derive(Debug, Clone, PartialEq)]
@@ -411,6 +421,7 @@ root = "repo"
         assert_eq!(release.checks[2].severity, Severity::Critical);
         let quick = &config.profiles["quick"];
         assert_eq!((quick.history, quick.flaky_window, quick.description.as_deref()), (5, 5, None));
+        assert_eq!(release.roots(), ["repo"], "three checks in one root: named once");
     }
 
     #[test]

@@ -8,13 +8,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use conveyor_shared::model::{ToolOutcome, now_ms, result};
+use conveyor_shared::roots::RootUse;
 use serde_json::{Value, json};
 
 use super::history::{self, CheckRecord, CheckStatus, RunRecord};
 use super::reports::{self, ReportFormat, TestOutcome, TestResult};
 use crate::operator_config::{ConfiguredCheck, OperatorConfig, Profile};
 use crate::process::{self, Ending};
-use crate::roots::Roots;
+use crate::roots::{RootError, Roots};
 use crate::{cancelled, invalid, plan};
 use conveyor_worker::tool::{FnTool, ToolContext, ToolRegistry};
 
@@ -33,8 +34,13 @@ pub fn register(registry: &mut ToolRegistry, roots: &Roots, config: &Arc<Operato
         return;
     }
     let planner = config.clone();
+    let mut reads = RootUse::default();
+    reads.bound.insert(
+        "profile".to_owned(),
+        config.profiles.values().map(|p| (p.name.clone(), p.roots())).collect(),
+    );
     registry.register(
-        FnTool::new(definition(config), move |ctx| {
+        FnTool::new(reads.declared_in(definition(config)), move |ctx| {
             let config = planner.clone();
             async move { plan_run(&config, &ctx) }
         })
@@ -75,10 +81,12 @@ fn definition(config: &OperatorConfig) -> Value {
     json!({
         "name": TOOL,
         "title": "Deployment readiness",
-        "description": format!("Runs the checks of a readiness profile the operator defined, each as its own node, parses the test reports they leave (JUnit XML, cargo test, pytest), and says whether the project is ready: per check status and duration, failing tests, and against the profile's previous runs the new failures, fixed tests, flaky tests and the trend. Profiles: {}.", described.join(", ")),
+        // Which profiles a caller sees depends on the roots it may read: they are listed, with
+        // what each is, in `profile` alone, where a gateway shows each caller its own.
+        "description": "Runs the checks of a readiness profile the operator defined, each as its own node, parses the test reports they leave (JUnit XML, cargo test, pytest), and says whether the project is ready: per check status and duration, failing tests, and against the profile's previous runs the new failures, fixed tests, flaky tests and the trend. `profile` lists the profiles you may run.",
         "inputSchema": {
             "type": "object",
-            "properties": {"profile": {"type": "string", "enum": profiles, "description": "The readiness profile to run"}},
+            "properties": {"profile": {"type": "string", "enum": profiles, "enumDescriptions": described, "description": "The readiness profile to run"}},
             "required": ["profile"],
             "additionalProperties": false
         },
@@ -106,9 +114,36 @@ fn profile<'a>(config: &'a OperatorConfig, name: &str) -> Result<&'a Profile, To
     })
 }
 
+/// The profile a call names, when its checks run only in roots the caller may read; another is
+/// refused like an unknown one, naming only the caller's.
+fn profile_for_caller<'a>(
+    config: &'a OperatorConfig,
+    ctx: &ToolContext,
+    name: &str,
+) -> Result<&'a Profile, ToolOutcome> {
+    let yours = |p: &Profile| p.roots().iter().all(|r| ctx.may_read_root(r));
+    match config.profiles.get(name) {
+        Some(profile) if yours(profile) => Ok(profile),
+        found => {
+            if found.is_some() {
+                ctx.audit_denied(
+                    name,
+                    "a readiness profile that runs in a root the access policy does not grant",
+                );
+            }
+            let names: Vec<String> =
+                config.profiles.values().filter(|p| yours(p)).map(|p| p.name.clone()).collect();
+            Err(invalid(format!(
+                "no readiness profile `{name}` that you may run; yours: {}",
+                if names.is_empty() { "none".to_owned() } else { names.join(", ") }
+            )))
+        }
+    }
+}
+
 fn plan_run(config: &OperatorConfig, ctx: &ToolContext) -> ToolOutcome {
     let name = ctx.str_arg("profile").unwrap_or_default();
-    let profile = match profile(config, name) {
+    let profile = match profile_for_caller(config, ctx, name) {
         Ok(profile) => profile,
         Err(outcome) => return outcome,
     };
@@ -146,6 +181,10 @@ async fn run_check(config: &OperatorConfig, roots: &Roots, ctx: &ToolContext) ->
     let Some(check) = profile.checks.iter().find(|c| c.name == wanted) else {
         return invalid(format!("readiness profile `{}` has no check `{wanted}`", profile.name));
     };
+    // A root this worker lacks is the check's error below; one the caller lacks is a refusal.
+    if let Err(e @ RootError::NotGranted { .. }) = roots.for_caller(ctx, &check.root) {
+        return e.into_outcome();
+    }
     // The operator's own path: it may lie under a hidden or ignored folder.
     let cwd = match roots.get(&check.root).and_then(|root| root.resolve_configured(&check.cwd)) {
         Ok(cwd) => cwd,

@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 use self::index::{Evidence, ShardScan};
 use self::text::Query;
-use super::roots::{Root, RootError, Roots, root_schema};
+use super::roots::{Root, RootError, Roots, root_schema, with_root_argument};
 use super::{invalid, plan};
 use conveyor_worker::tool::{FnTool, ToolContext, ToolRegistry};
 
@@ -97,7 +97,7 @@ pub fn register(registry: &mut ToolRegistry, roots: &Roots) {
 }
 
 fn definition(roots: &Roots) -> Value {
-    json!({
+    with_root_argument(json!({
         "name": "research",
         "title": "Research a codebase",
         "description": "Answers a question about the files of a root with ranked evidence (BM25 over chunks of 20 lines, identifiers split on case and underscores, phrases in order and quoted phrases weighted up), each item citing path:line. The tree is scanned in shards on several workers. When the client offers sampling, its model writes an answer from the evidence, with citations.",
@@ -136,7 +136,7 @@ fn definition(roots: &Roots) -> Value {
             "required": ["question", "evidence"]
         },
         "execution": {"taskSupport": "optional"}
-    })
+    }))
 }
 
 fn step_definition(name: &str, description: &str) -> Value {
@@ -159,7 +159,7 @@ async fn plan_research(roots: &Roots, ctx: &ToolContext) -> ToolOutcome {
         Ok(args) => args,
         Err(outcome) => return outcome,
     };
-    let root = match roots.get(&args.root) {
+    let root = match roots.for_caller(ctx, &args.root) {
         Ok(root) => root.clone(),
         Err(e) => return e.into_outcome(),
     };
@@ -243,7 +243,7 @@ async fn scan(roots: &Roots, ctx: &ToolContext) -> ToolOutcome {
         Ok(args) => args,
         Err(e) => return invalid(format!("research_scan: invalid arguments: {e}")),
     };
-    let root: Root = match roots.get(&args.research.root) {
+    let root: Root = match roots.for_caller(ctx, &args.research.root) {
         Ok(root) => root.clone(),
         Err(e) => return e.into_outcome(),
     };

@@ -2,6 +2,11 @@
 //! (its failure's words and its plan), `troubleshoot_feedback` records which of a session's steps
 //! helped, and a later run whose failure shares enough words with an earlier session's puts the
 //! steps that helped then first, citing that session.
+//!
+//! The memory is each principal's own ([`ToolContext::record_memory`]): a principal's sessions and
+//! feedback are kept in lists of its own, per root, so that a later run cites only the caller's
+//! sessions, feedback is taken only on a session of the caller's (any other is refused, and the
+//! refusal audited), and one principal's many sessions push out only its own.
 
 use std::collections::BTreeSet;
 
@@ -15,7 +20,7 @@ use crate::roots::Roots;
 use conveyor_worker::tool::{FnTool, ToolContext, ToolRegistry};
 
 pub const FEEDBACK_TOOL: &str = "troubleshoot_feedback";
-/// Sessions and feedback entries kept per root.
+/// Sessions and feedback entries kept per principal and root.
 const KEEP: usize = 200;
 /// Words kept of a failure, to compare it with others.
 const SIGNATURE_WORDS: usize = 64;
@@ -54,11 +59,11 @@ pub struct Helped {
     pub actions: Vec<String>,
 }
 
-/// The earlier sessions of `root` whose failure is like `signature` and whose feedback says some
-/// steps helped, most similar first.
+/// The caller's earlier sessions of `root` whose failure is like `signature` and whose feedback
+/// says some steps helped, most similar first.
 pub async fn helped_before(ctx: &ToolContext, root: &str, signature: &[String]) -> Vec<Helped> {
-    let sessions = ctx.runs(TOOL, root, KEEP).await.unwrap_or_default();
-    let feedback = ctx.runs(FEEDBACK_TOOL, root, KEEP).await.unwrap_or_default();
+    let sessions = ctx.memories(TOOL, root, KEEP).await.unwrap_or_default();
+    let feedback = ctx.memories(FEEDBACK_TOOL, root, KEEP).await.unwrap_or_default();
     let mut found: Vec<Helped> = Vec::new();
     for entry in &feedback {
         let id = entry["session"].as_str().unwrap_or_default();
@@ -112,8 +117,8 @@ pub fn rank(steps: &mut Vec<Value>, helped: &[Helped]) -> Vec<Value> {
     cited
 }
 
-/// Keeps a run as a session of `root`: its failure's words, the start of the failure (secrets
-/// masked) and its plan.
+/// Keeps a run as a session of `root` in the caller's memory: whose it is, its failure's words, the
+/// start of the failure (secrets masked) and its plan.
 pub async fn keep_session(
     ctx: &ToolContext,
     root: &str,
@@ -122,13 +127,14 @@ pub async fn keep_session(
 ) -> Result<(), String> {
     let entry = json!({
         "session": ctx.task_id,
+        "owner": ctx.owner(),
         "root": root,
         "atMs": now_ms(),
         "signature": signature(failure),
         "failure": mask(&failure.chars().take(300).collect::<String>()),
         "steps": steps.iter().map(|s| json!({"step": s["step"], "action": s["action"]})).collect::<Vec<_>>()
     });
-    ctx.record_run(TOOL, root, &entry, KEEP).await.map(|_| ()).map_err(|e| e.to_string())
+    ctx.record_memory(TOOL, root, &entry, KEEP).await.map(|_| ()).map_err(|e| e.to_string())
 }
 
 pub fn register(registry: &mut ToolRegistry, roots: &Roots) {
@@ -146,11 +152,11 @@ fn definition() -> Value {
     json!({
         "name": FEEDBACK_TOOL,
         "title": "Say which troubleshooting steps helped",
-        "description": "Records how a troubleshoot session ended and which of its plan's steps helped. A later troubleshoot of a similar failure in the same root puts those steps first and cites this session.",
+        "description": "Records how one of your troubleshoot sessions ended and which of its plan's steps helped. A later troubleshoot of yours of a similar failure in the same root puts those steps first and cites this session.",
         "inputSchema": {
             "type": "object",
             "properties": {
-                "session": {"type": "string", "minLength": 1, "maxLength": 64, "description": "The session: the troubleshoot result's `session`"},
+                "session": {"type": "string", "minLength": 1, "maxLength": 64, "description": "The session: the `session` of one of your troubleshoot results"},
                 "outcome": {"type": "string", "enum": OUTCOMES, "description": "Whether the failure is fixed"},
                 "stepsTried": {
                     "type": "array",
@@ -170,16 +176,23 @@ async fn feedback(roots: &Roots, ctx: &ToolContext) -> ToolOutcome {
     let id = ctx.str_arg("session").unwrap_or_default();
     let outcome = ctx.str_arg("outcome").unwrap_or_default();
     let mut found = None;
-    for root in roots.names() {
-        let sessions = ctx.runs(TOOL, &root, KEEP).await.unwrap_or_default();
+    // Only the caller's own sessions, of the roots it may still read.
+    for root in roots.names_for(ctx) {
+        let sessions = ctx.memories(TOOL, &root, KEEP).await.unwrap_or_default();
         if let Some(session) = sessions.into_iter().find(|s| s["session"] == id) {
             found = Some((root, session));
             break;
         }
     }
-    let Some((root, session)) = found else {
+    // Checked before anything is written, though the list is the caller's own; a session without
+    // an owner is the caller's by where it was found.
+    let yours = |session: &Value| session["owner"].as_str().is_none_or(|owner| owner == ctx.owner());
+    let Some((root, session)) = found.filter(|(_, session)| yours(session)) else {
+        // Another principal's session is not found here: which it was cannot be told from an
+        // expired or made-up one, so every such request is audited.
+        ctx.audit_denied(id, "feedback on a troubleshoot session that is not one of the caller's");
         return invalid(format!(
-            "no troubleshoot session `{id}`: give the `session` of a troubleshoot result (the newest {KEEP} of each root are kept)"
+            "no troubleshoot session `{id}` of yours: give the `session` of one of your troubleshoot results (your newest {KEEP} of each root are kept)"
         ));
     };
     let plan = session["steps"].as_array().cloned().unwrap_or_default();
@@ -192,7 +205,7 @@ async fn feedback(roots: &Roots, ctx: &ToolContext) -> ToolOutcome {
         steps.push(json!({"step": number, "action": step["action"], "helped": tried["helped"]}));
     }
     let entry = json!({"session": id, "outcome": outcome, "steps": steps, "atMs": now_ms()});
-    if let Err(e) = ctx.record_run(FEEDBACK_TOOL, &root, &entry, KEEP).await {
+    if let Err(e) = ctx.record_memory(FEEDBACK_TOOL, &root, &entry, KEEP).await {
         return ToolOutcome::Result(result::error_text(format!("could not keep the feedback in Redis: {e}")));
     }
     let helped = steps.iter().filter(|s| s["helped"] == true).count();

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use conveyor_shared::input::{self, InputRequired};
 use conveyor_shared::model::{ToolOutcome, result};
+use conveyor_shared::roots::RootUse;
 use serde_json::{Value, json};
 
 use super::operator_config::OperatorConfig;
@@ -43,7 +44,7 @@ const HISTORY_RUNS: usize = 10;
 pub fn register(registry: &mut ToolRegistry, roots: &Roots, config: &Arc<OperatorConfig>) {
     let planner = roots.clone();
     registry.register(
-        FnTool::new(definition(roots), move |ctx| {
+        FnTool::new(root_use(config).declared_in(definition(roots)), move |ctx| {
             let roots = planner.clone();
             async move { plan_troubleshooting(&roots, &ctx).await }
         })
@@ -61,6 +62,14 @@ pub fn register(registry: &mut ToolRegistry, roots: &Roots, config: &Arc<Operato
         FnTool::step(json!({"name": "troubleshoot_plan", "description": "A test plan from what was found.", "inputSchema": {"type": "object"}}), |ctx| async move { test_plan(&ctx).await })
             .on_queue(research::QUEUE),
     );
+}
+
+/// Its roots: the one it searches, and those of the readiness profile whose history it reads.
+fn root_use(config: &OperatorConfig) -> RootUse {
+    let mut roots = RootUse::argument("root");
+    let profiles = config.profiles.values().map(|p| (p.name.clone(), p.roots())).collect();
+    roots.bound.insert("profile".to_owned(), profiles);
+    roots
 }
 
 fn definition(roots: &Roots) -> Value {
@@ -274,18 +283,28 @@ async fn plan_troubleshooting(roots: &Roots, ctx: &ToolContext) -> ToolOutcome {
 }
 
 /// The failing tests of the latest runs of the profile (or of every profile), those the failure
-/// names first.
+/// names first. Only profiles whose checks run in roots the caller may read: their history tells
+/// of those roots.
 async fn failing_tests(config: &OperatorConfig, ctx: &ToolContext) -> ToolOutcome {
     let failure = ctx.str_arg("failure").unwrap_or_default().to_lowercase();
+    let yours: Vec<String> = config
+        .profiles
+        .values()
+        .filter(|p| p.roots().iter().all(|r| ctx.may_read_root(r)))
+        .map(|p| p.name.clone())
+        .collect();
     let profiles: Vec<String> = match ctx.str_arg("profile") {
-        Some(profile) if !config.profiles.contains_key(profile) => {
+        Some(profile) if !yours.iter().any(|p| p == profile) => {
+            if config.profiles.contains_key(profile) {
+                ctx.audit_denied(profile, "troubleshoot was asked for the history of a readiness profile in a root the access policy does not grant");
+            }
             return invalid(format!(
-                "troubleshoot: no readiness profile `{profile}`; the profiles are: {}",
-                config.profiles.keys().cloned().collect::<Vec<_>>().join(", ")
+                "troubleshoot: no readiness profile `{profile}` that you may read; yours: {}",
+                if yours.is_empty() { "none".to_owned() } else { yours.join(", ") }
             ));
         }
         Some(profile) => vec![profile.to_owned()],
-        None => config.profiles.keys().cloned().collect(),
+        None => yours,
     };
     let mut failing = Vec::new();
     for profile in &profiles {

@@ -1,5 +1,5 @@
-//! `learn-k`: one iteration's failures as learnings, its execution kept in the profile's memory,
-//! and whether the loop is done.
+//! `learn-k`: one iteration's failures as learnings, its execution kept in the caller's memory of
+//! the profile, and whether the loop is done.
 
 use std::collections::BTreeSet;
 
@@ -108,7 +108,7 @@ pub(super) async fn learn(cx: Context) -> ToolOutcome {
     // What the memory keeps, every worker reads back and later tasks show: masked as the
     // output is, the profile's values included.
     masker.mask_json(&mut execution);
-    let previous_runs = match cx.ctx.record_run(TOOL, &profile.name, &execution, profile.history).await {
+    let previous_runs = match cx.ctx.record_memory(TOOL, &profile.name, &execution, profile.history).await {
         Ok(runs) => runs,
         Err(e) => {
             return ToolOutcome::Result(result::error_text(format!(

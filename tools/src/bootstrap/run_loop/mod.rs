@@ -7,14 +7,15 @@
 //! ```
 //!
 //! - `generate-k` writes the iteration's scripts from the ADRs, taking the known fixes: files
-//!   whose absence earlier executions of the profile (this task's among them) learned to be a
-//!   cause, created from their templates.
+//!   whose absence the caller's earlier executions of the profile (this task's among them)
+//!   learned to be a cause, created from their templates.
 //! - `approve-k` asks the person to approve the plan (elicitation: the node parks and holds no
 //!   worker); nothing runs without a yes.
 //! - `run-k` makes the workspace (see [`super::workspace`]) and runs `bootstrap.sh` there;
 //!   `check-k-i` runs one check of `validate_bootstrap.sh` each, in parallel.
 //! - `learn-k` classifies every failure, masks secrets, keeps the execution in Redis under the
-//!   profile (`ToolContext::record_run`), and says whether the loop is done.
+//!   profile, the caller's own (`ToolContext::record_memory`: one principal's executions are
+//!   neither seen nor pushed out by another's), and says whether the loop is done.
 //! - Once a round passes (or the person declines), the later rounds' nodes end at once as
 //!   skipped. `report` gathers the executions and proposes ADR updates as unified diffs; with
 //!   `updateAdrs` on a profile marked `writable`, it asks the person and applies them.
@@ -30,13 +31,14 @@ mod report;
 use std::sync::Arc;
 
 use conveyor_shared::model::{ToolOutcome, result};
+use conveyor_shared::roots::RootUse;
 use serde_json::{Value, json};
 
 use super::platforms::detect;
 use super::scripts::Plan;
 use super::{QUEUE, adr_path_arg, read_requirements};
 use crate::operator_config::{BootstrapProfile, OperatorConfig, Workspace};
-use crate::roots::{Root, Roots};
+use crate::roots::{Root, RootError, Roots};
 use crate::{invalid, plan};
 use conveyor_worker::tool::{FnTool, ToolContext, ToolRegistry};
 
@@ -52,8 +54,13 @@ const NODE_SLACK_MS: u64 = 30_000;
 /// Registers the loop and its steps; each step reads the profile it is given.
 pub fn register(registry: &mut ToolRegistry, roots: &Roots, config: &Arc<OperatorConfig>) {
     let (planner_config, planner_roots) = (config.clone(), roots.clone());
+    let mut reads = RootUse::argument("root");
+    reads.bound.insert(
+        "profile".to_owned(),
+        config.bootstrap.values().map(|p| (p.name.clone(), vec![p.root.clone()])).collect(),
+    );
     registry.register(
-        FnTool::new(definition(roots, config), move |ctx| {
+        FnTool::new(reads.declared_in(definition(roots, config)), move |ctx| {
             let (config, roots) = (planner_config.clone(), planner_roots.clone());
             async move { plan_loop(&config, &roots, &ctx).await }
         })
@@ -95,7 +102,12 @@ pub(super) struct Context {
 impl Context {
     /// The profile the node's arguments name, and its root.
     pub fn profile(&self) -> Result<(&BootstrapProfile, &Root), ToolOutcome> {
-        profile_and_root(&self.config, &self.roots, self.ctx.str_arg("profile").unwrap_or_default())
+        profile_and_root(
+            &self.config,
+            &self.roots,
+            &self.ctx,
+            self.ctx.str_arg("profile").unwrap_or_default(),
+        )
     }
 
     pub fn iteration(&self) -> u64 {
@@ -117,17 +129,30 @@ impl Context {
     }
 }
 
+/// The bootstrap profiles whose root the caller may read: the only ones it may name or hear of.
+fn yours<'a>(config: &'a OperatorConfig, ctx: &ToolContext) -> impl Iterator<Item = &'a BootstrapProfile> {
+    config.bootstrap.values().filter(|p| ctx.may_read_root(&p.root))
+}
+
 fn profile_and_root<'a>(
     config: &'a OperatorConfig,
     roots: &'a Roots,
+    ctx: &ToolContext,
     name: &str,
 ) -> Result<(&'a BootstrapProfile, &'a Root), ToolOutcome> {
-    let profile = config.bootstrap.get(name).ok_or_else(|| {
-        invalid(format!(
-            "no bootstrap profile `{name}`; the operator's tools file defines: {}",
-            config.bootstrap.keys().cloned().collect::<Vec<_>>().join(", ")
-        ))
-    })?;
+    let profile = match config.bootstrap.get(name) {
+        Some(profile) if ctx.may_read_root(&profile.root) => profile,
+        found => {
+            if found.is_some() {
+                ctx.audit_denied(name, "a bootstrap profile whose root the access policy does not grant");
+            }
+            let names: Vec<String> = yours(config, ctx).map(|p| p.name.clone()).collect();
+            return Err(invalid(format!(
+                "no bootstrap profile `{name}` that you may run; yours: {}",
+                if names.is_empty() { "none".to_owned() } else { names.join(", ") }
+            )));
+        }
+    };
     let root = roots.get(&profile.root).map_err(|e| {
         invalid(format!(
             "bootstrap profile `{name}` runs in root `{}`, which this worker lacks: {e}",
@@ -137,25 +162,21 @@ fn profile_and_root<'a>(
     Ok((profile, root))
 }
 
-/// The profile a call names, or else the only one for the root it names (or the only one).
-fn chosen_profile(
-    config: &OperatorConfig,
-    profile: Option<&str>,
-    root: Option<&str>,
-) -> Result<String, ToolOutcome> {
+/// The profile a call names, or else the only one of the caller's for the root it names (or
+/// the only one of the caller's).
+fn chosen_profile(config: &OperatorConfig, ctx: &ToolContext) -> Result<String, ToolOutcome> {
+    let (profile, root) = (ctx.str_arg("profile"), ctx.str_arg("root"));
     if let Some(profile) = profile {
         return Ok(profile.to_owned());
     }
     let fitting: Vec<&String> =
-        config.bootstrap.values().filter(|p| root.is_none_or(|r| p.root == r)).map(|p| &p.name).collect();
+        yours(config, ctx).filter(|p| root.is_none_or(|r| p.root == r)).map(|p| &p.name).collect();
     match fitting.as_slice() {
         [only] => Ok((*only).clone()),
         [] => Err(invalid(format!(
-            "no bootstrap profile runs in root `{}`: the operator's tools file defines {}",
+            "no bootstrap profile of yours runs in root `{}`: yours are {}",
             root.unwrap_or_default(),
-            config
-                .bootstrap
-                .values()
+            yours(config, ctx)
                 .map(|p| format!("`{}` (root `{}`)", p.name, p.root))
                 .collect::<Vec<_>>()
                 .join(", ")
@@ -192,11 +213,13 @@ fn definition(roots: &Roots, config: &OperatorConfig) -> Value {
     json!({
         "name": TOOL,
         "title": "Bootstrap validation loop",
-        "description": format!("Turns a root's ADRs into bootstrap.sh and validate_bootstrap.sh, asks you to approve each iteration, runs the bootstrap and then every validation check as its own node, and learns from each failure (classified: missing command, missing file, permission, port in use, dependency, test failure, timeout, unknown; secrets masked). Every execution is remembered per profile; the next iteration takes the known fixes. Loops until validation passes or maxIterations, then proposes ADR updates as unified diffs (applied only after you approve, on a profile the operator marked writable). Runs only in the operator's bootstrap profiles: {}. Needs elicitation.", described.join(", ")),
+        "description": format!("Turns a root's ADRs into bootstrap.sh and validate_bootstrap.sh, asks you to approve each iteration, runs the bootstrap and then every validation check as its own node, and learns from each failure (classified: missing command, missing file, permission, port in use, dependency, test failure, timeout, unknown; secrets masked). Every execution is remembered per profile, in your own memory; the next iteration takes the known fixes. Loops until validation passes or maxIterations, then proposes ADR updates as unified diffs (applied only after you approve, on a profile the operator marked writable). Runs only in the operator's bootstrap profiles: `profile` lists those you may run. Needs elicitation."),
         "inputSchema": {
             "type": "object",
             "properties": {
-                "profile": {"type": "string", "enum": profiles, "description": "The operator's bootstrap profile: which root, where the scripts run, whether ADRs may be written. Optional when only one profile runs in the root named"},
+                // Each profile names its root: they are described here alone, where a gateway
+                // shows each caller the profiles of its own roots.
+                "profile": {"type": "string", "enum": profiles, "enumDescriptions": described, "description": "The operator's bootstrap profile: which root, where the scripts run, whether ADRs may be written. Optional when only one profile runs in the root named"},
                 "root": {"type": "string", "enum": root_names, "description": "The root whose ADRs to run; it must be the profile's"},
                 "adrPath": {"type": "string", "default": super::DEFAULT_ADR_PATH, "description": "The folder of ADRs, relative to the root"},
                 "maxIterations": {"type": "integer", "minimum": 1, "maximum": MAX_ITERATIONS, "default": DEFAULT_ITERATIONS},
@@ -210,11 +233,16 @@ fn definition(roots: &Roots, config: &OperatorConfig) -> Value {
 }
 
 async fn plan_loop(config: &OperatorConfig, roots: &Roots, ctx: &ToolContext) -> ToolOutcome {
-    let name = match chosen_profile(config, ctx.str_arg("profile"), ctx.str_arg("root")) {
+    if let Some(asked) = ctx.str_arg("root")
+        && let Err(e @ RootError::NotGranted { .. }) = roots.for_caller(ctx, asked)
+    {
+        return e.into_outcome();
+    }
+    let name = match chosen_profile(config, ctx) {
         Ok(name) => name,
         Err(outcome) => return outcome,
     };
-    let (profile, root) = match profile_and_root(config, roots, &name) {
+    let (profile, root) = match profile_and_root(config, roots, ctx, &name) {
         Ok(found) => found,
         Err(outcome) => return outcome,
     };

@@ -32,10 +32,10 @@ fn skipped(iteration: u64, why: &str) -> ToolOutcome {
     ))
 }
 
-/// The files earlier executions of the profile learned a fix for: create them from their
-/// templates.
+/// The files the caller's earlier executions of the profile learned a fix for: create them from
+/// their templates.
 async fn known_fixes(cx: &Context, profile: &BootstrapProfile) -> BTreeSet<String> {
-    let runs = cx.ctx.runs(TOOL, &profile.name, profile.history).await.unwrap_or_default();
+    let runs = cx.ctx.memories(TOOL, &profile.name, profile.history).await.unwrap_or_default();
     runs.iter()
         .filter_map(|run| run.get("learnings").and_then(Value::as_array))
         .flatten()
