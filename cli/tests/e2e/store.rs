@@ -1732,3 +1732,46 @@ async fn a_principal_over_its_stored_bytes_is_refused_saying_when_the_oldest_fre
     assert!(task_bytes(&h, &admitted[0]) < 5_000, "the result was not stored");
     assert_eq!(kept(&h, "alice"), admitted.iter().map(|id| task_bytes(&h, id)).sum::<i64>());
 }
+
+#[tokio::test]
+async fn a_dead_letter_keeps_no_large_copies_and_its_retry_reads_them_from_the_task() {
+    let mut h = setup().await;
+    let s = Shard(3);
+    let big = NewTask {
+        call: CallRecord {
+            wire: "2026-07-28".to_owned(),
+            arguments: json!({"pad": "p".repeat(100_000)}),
+            ..CallRecord::default()
+        },
+        ..new_task(s)
+    };
+    let id = h.create(&big).await;
+    let attempt = h.start(&id).await;
+    let error = RpcError { code: -32603, message: "e".repeat(100_000), data: None };
+    h.store.complete(&attempt, Some(&ToolOutcome::Error(error)), false, 0).await.expect("complete");
+
+    let letters = h.store.dead_letters(10).await.expect("dead letters");
+    assert_eq!(letters.len(), 1, "{letters:?}");
+    let letter = &letters[0];
+    assert_eq!(
+        (letter.arguments.clone(), letter.arguments_bytes.is_some_and(|n| n > 100_000)),
+        (Value::Null, true)
+    );
+    assert!(letter.error["message"].as_str().is_some_and(|m| m.contains("too large")), "{:?}", letter.error);
+    let stream: usize = h.conn().xlen(s.dead_letters()).expect("xlen");
+    assert_eq!(stream, 1);
+    let entry_bytes: usize = {
+        let entries: StreamRangeReply = h.conn().xrange_all(s.dead_letters()).expect("xrange");
+        entries.ids[0]
+            .map
+            .values()
+            .map(|v| redis::from_redis_value_ref::<String>(v).map_or(0, |t| t.len()))
+            .sum()
+    };
+    assert!(entry_bytes < 1_000, "the letter holds no copy of either: {entry_bytes} bytes");
+
+    // The retry takes the arguments from the task, which still lives.
+    let retried = h.store.retry_dead_letter(letter, 60_000, 500).await.expect("retry").expect("a new task");
+    let task = h.store.get_task(&retried).await.expect("get").expect("exists");
+    assert_eq!(task.call.arguments["pad"].as_str().map(str::len), Some(100_000));
+}

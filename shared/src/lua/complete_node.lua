@@ -20,7 +20,8 @@
 --   "cancelled"), payload (JSON text: the CallToolResult or the JSON-RPC error), isError, message
 --   (status message of a settled single-call task), jitter in [0, 1), maxBackoffMs, final (bool:
 --   no retry whatever is left), deadLetter (bool: a failure that settles the node is recorded in
---   the dead-letter stream), cancelChannel, inlineMax (largest result carried by the event),
+--   the dead-letter stream; its arguments and error are copied up to deadLetterCopyMax bytes
+--   each, a larger one as its size), cancelChannel, inlineMax (largest result carried by the event),
 --   queueCount (Q), releaseHeld (bool: nodes were set aside in the shard when the attempt
 --   started; then one of its queue's goes back to the stream), toolErrorFails (bool: the call's
 --   wire makes a tool error a failed task, 2025-11-25)
@@ -155,14 +156,25 @@ local function complete(r)
   end
   if failed then
     if r.deadLetter then
-      -- A graph node's own arguments, or a single call's record (which holds its arguments).
+      -- A graph node's own arguments, or a single call's record (which holds its arguments). The
+      -- dead letters are the deployment's, not their owner's, and outlive the task: a copy larger
+      -- than the bound is not kept, only its size (a retry reads it from the task while it lives).
       local args_field, args = 'arguments', n.args
       if not args then
         args_field, args = 'call', redis.call('HGET', KEYS[1], 'call') or ''
       end
-      dead_letter = redis.call('XADD', KEYS[5], 'MAXLEN', '~', 100000, '*',
-        'task', r.task, 'node', node, 'tool', n.tool, args_field, args,
-        'owner', task.owner, 'attempts', r.attempt, 'error', payload, 'at', now)
+      local letter = {'task', r.task, 'node', node, 'tool', n.tool, 'owner', task.owner, 'attempts', r.attempt,
+        'at', now}
+      for field, value in pairs({[args_field] = args, error = payload}) do
+        if #value <= r.deadLetterCopyMax then
+          letter[#letter + 1] = field
+        else
+          letter[#letter + 1] = field .. 'Bytes'
+          value = tostring(#value)
+        end
+        letter[#letter + 1] = value
+      end
+      dead_letter = redis.call('XADD', KEYS[5], 'MAXLEN', '~', 100000, '*', unpack(letter))
     end
   end
   if not live or dag then

@@ -12,6 +12,12 @@ use crate::error::StoreError;
 use crate::keys::Shard;
 use crate::model::{TaskMode, new_task_id, now_ms};
 
+/// The most a dead letter copies of a node's arguments, and of its error: the dead letters are
+/// the deployment's and outlive their task, so that a principal's failures must not fill them
+/// with its bytes. A larger one is kept as its size; a retry reads the arguments from the task
+/// while it lives.
+pub const DEAD_LETTER_COPY_MAX: usize = 64 * 1024;
+
 /// One dead letter.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -20,7 +26,11 @@ pub struct DeadLetter {
     pub task_id: String,
     pub node_id: String,
     pub tool: String,
+    /// `Null` when they were too large to copy ([`DeadLetter::arguments_bytes`]).
     pub arguments: Value,
+    /// The size of arguments too large to copy into the dead letter.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arguments_bytes: Option<u64>,
     pub owner: String,
     pub attempts: u32,
     pub error: Value,
@@ -40,9 +50,18 @@ fn dead_letter(shard: Shard, entry: &redis::streams::StreamId) -> DeadLetter {
             Some(call) => CallRecord::from_text(&call).map(|c| c.arguments).unwrap_or(Value::Null),
             None => json("arguments"),
         },
+        arguments_bytes: entry
+            .get::<String>("argumentsBytes")
+            .or_else(|| entry.get::<String>("callBytes"))
+            .and_then(|n| n.parse().ok()),
         owner: field("owner"),
         attempts: field("attempts").parse().unwrap_or(0),
-        error: json("error"),
+        error: match entry.get::<String>("errorBytes") {
+            Some(bytes) => serde_json::json!({
+                "message": format!("the error was {bytes} bytes, too large to keep with the dead letter; its task keeps it until its TTL runs out")
+            }),
+            None => json("error"),
+        },
         at_ms: field("at").parse().unwrap_or(0),
     }
 }
@@ -72,6 +91,21 @@ impl Store {
         Ok(entries.ids.first().map(|e| dead_letter(shard, e)))
     }
 
+    /// A node's arguments as its task keeps them (a graph node's own, or a single call's), while
+    /// the task lives.
+    async fn node_arguments(&self, task_id: &str, node_id: &str) -> Result<Option<Value>, StoreError> {
+        let Some(shard) = self.shard_of(task_id) else { return Ok(None) };
+        let key = shard.task(task_id);
+        let field = format!("{node_id}:args");
+        let (args, call): (Option<String>, Option<String>) =
+            self.query(|| redis::cmd("HMGET").arg(&key).arg(&field).arg("call").clone()).await?;
+        Ok(match (args, call) {
+            (Some(args), _) => serde_json::from_str(&args).ok(),
+            (None, Some(call)) => CallRecord::from_text(&call).ok().map(|c| c.arguments),
+            (None, None) => None,
+        })
+    }
+
     fn parse_letter_id(&self, id: &str) -> Option<(Shard, String)> {
         let (shard, entry) = id.split_once(':')?;
         let shard: u16 = shard.parse().ok()?;
@@ -91,13 +125,24 @@ impl Store {
         let Some((shard, entry)) = self.parse_letter_id(&letter.id) else {
             return Ok(Err(format!("`{}` is not a dead letter id", letter.id)));
         };
-        let references = dag::upstream_references(&letter.arguments);
+        let kept = match letter.arguments_bytes {
+            None => letter.arguments.clone(),
+            Some(bytes) => match self.node_arguments(&letter.task_id, &letter.node_id).await? {
+                Some(arguments) => arguments,
+                None => {
+                    return Ok(Err(format!(
+                        "the node's arguments ({bytes} bytes) were too large to keep with the dead letter, and its task has expired"
+                    )));
+                }
+            },
+        };
+        let references = dag::upstream_references(&kept);
         let arguments = if references.is_empty() {
-            letter.arguments.clone()
+            kept
         } else {
             let upstream: Vec<String> = references.into_iter().map(|(from, _)| from).collect();
             let outputs = self.node_outputs(&letter.task_id, &upstream).await?;
-            match dag::resolve_bounded(&letter.arguments, &outputs, &dag::ResolveLimits::default()) {
+            match dag::resolve_bounded(&kept, &outputs, &dag::ResolveLimits::default()) {
                 Ok(resolved) => resolved,
                 Err(e) => {
                     return Ok(Err(format!(

@@ -593,6 +593,7 @@ impl Store {
             "jitter": rand::random::<f64>(), "maxBackoffMs": dag::MAX_BACKOFF_MS, "final": final_failure,
             "deadLetter": dead_letter, "toolErrorFails": attempt.tool_error_fails,
             "cancelChannel": shard.cancel_channel(), "inlineMax": INLINE_MAX,
+            "deadLetterCopyMax": super::dead_letters::DEAD_LETTER_COPY_MAX,
         });
         let reply = self.complete_in_batch(shard, super::completions::Completion { keys, record }).await?;
         let reply: CompleteReply = super::effects::recorded(reply)?;
