@@ -396,25 +396,7 @@ impl Store {
     /// and must recognise on any replica (session ids, MRTR request states): made once by the
     /// first process that asks (`candidate`), read by every later one.
     pub async fn signing_secret(&self, candidate: &str) -> Result<String, StoreError> {
-        let candidate = candidate.to_owned();
-        let recorded: (bool, String) = self
-            .run("signing_secret", |mut c| {
-                let candidate = candidate.clone();
-                async move {
-                    redis::pipe()
-                        .cmd("HSETNX")
-                        .arg(keys::LAYOUT)
-                        .arg("signingKey")
-                        .arg(candidate)
-                        .cmd("HGET")
-                        .arg(keys::LAYOUT)
-                        .arg("signingKey")
-                        .query_async(&mut c)
-                        .await
-                }
-            })
-            .await?;
-        Ok(recorded.1)
+        self.layout_field_once("signingKey", candidate).await
     }
 
     /// The deployment's id (hex): made once by the first process that asks, the same for every
@@ -422,19 +404,25 @@ impl Store {
     /// Redis (a scratch copy on a shared disk) as its own, so that another deployment's workers
     /// leave it alone.
     pub async fn deployment_id(&self) -> Result<String, StoreError> {
-        let candidate = format!("{:032x}", rand::random::<u128>());
+        self.layout_field_once("deploymentId", &format!("{:032x}", rand::random::<u128>())).await
+    }
+
+    /// A field of the layout that the first process to ask sets to its `candidate`, and every
+    /// later one reads.
+    async fn layout_field_once(&self, field: &'static str, candidate: &str) -> Result<String, StoreError> {
+        let candidate = candidate.to_owned();
         let recorded: (bool, String) = self
-            .run("deployment_id", |mut c| {
+            .run(field, |mut c| {
                 let candidate = candidate.clone();
                 async move {
                     redis::pipe()
                         .cmd("HSETNX")
                         .arg(keys::LAYOUT)
-                        .arg("deploymentId")
+                        .arg(field)
                         .arg(candidate)
                         .cmd("HGET")
                         .arg(keys::LAYOUT)
-                        .arg("deploymentId")
+                        .arg(field)
                         .query_async(&mut c)
                         .await
                 }
