@@ -67,7 +67,7 @@ struct Rule {
     /// Resource URIs, likewise (they also grant the templates that produce them).
     #[serde(default)]
     resources: Vec<String>,
-    /// Principals, and groups as `group:<name>`.
+    /// Principals, and groups as `group:<name>` (an OAuth token's as `group:<issuer>#<name>`).
     allow: Vec<String>,
 }
 

@@ -319,8 +319,22 @@ async fn post_mcp(
             response
         }
         Ok(Reply::Result(result)) => {
-            // The answer's text is built while the read it came from is still held.
-            let text = rpc::response(&id, result).to_string();
+            // The answer's text is built while the read it came from is still held; one built of
+            // a read (it can be megabytes) off the threads that serve every request.
+            let text = if reply_budget.holds() {
+                let request = id.clone();
+                match tokio::task::spawn_blocking(move || rpc::response(&request, result).to_string()).await {
+                    Ok(text) => text,
+                    Err(e) => {
+                        return failure_response(
+                            &id,
+                            RpcFailure::internal(format!("building the answer: {e}")),
+                        );
+                    }
+                }
+            } else {
+                rpc::response(&id, result).to_string()
+            };
             return budgeted_json(StatusCode::OK, text, reply_budget);
         }
         Ok(Reply::Stream(stream)) => {

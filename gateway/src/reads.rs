@@ -100,6 +100,8 @@ pub(crate) async fn read_task(
                 return Ok(Some(Found::Read(Box::new(Held { detail: *detail, permit }))));
             }
             ReadOutcome::Same { .. } => return Ok(Some(Found::Same)),
+            // Changed between being measured and being read: measured again.
+            ReadOutcome::Moved => {}
             ReadOutcome::Missing => return Ok(None),
             ReadOutcome::Other => {
                 crate::methods::audit_denied(

@@ -275,9 +275,18 @@ impl Subscription {
         let hub = state.store.events().await.ok()?;
         let shard = state.store.shard_of(task_id)?;
         let waiter = hub.waiter(task_id);
-        match state.store.watch_task(task_id, &hub.inbox(shard), self.caller.owner_filter()).await {
+        // Without its result, which the script would copy while Redis serves no one else: a
+        // settled task's is read after, with a plain read.
+        let inbox = hub.inbox(shard);
+        match state.store.watch_task_without_result(task_id, &inbox, self.caller.owner_filter()).await {
             Ok(Some(task)) if task.mode == TaskMode::Task && self.caller.may_see(&task.owner) => {
-                Some((task, waiter))
+                if !task.status.is_terminal() {
+                    return Some((task, waiter));
+                }
+                match state.store.get_task(task_id).await {
+                    Ok(Some(settled)) => Some((settled, waiter)),
+                    _ => None,
+                }
             }
             Ok(Some(task)) if task.mode == TaskMode::Task => {
                 self.refused(task_id);

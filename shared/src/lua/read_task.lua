@@ -1,12 +1,15 @@
--- read_task: one task as a reader shows it, and no more than the reader holds memory for. Nothing
--- here changes the task: the only write is the caller's poll gate.
+-- read_task: whether and how a reader may read one task, and what it may read, without reading
+-- anything large. Nothing here changes the task: the only write is the caller's poll gate.
 --
 -- In order: the poll gate (a reader it refuses reads nothing), then whether the task is there and
 -- the reader's to see (another owner's task, or a synchronous call's hidden one, is not read),
 -- then whether it changed since the version the reader shows, then the size of what is large
--- (the large fields asked for, and with `nodes` each node's fields but its arguments and output):
--- over the reader's allowance only that size comes back, so that the reader holds memory for it
--- before it reads. A node's output is never read; its size is.
+-- (the large fields asked for, and with `nodes` each node's fields but its arguments and output).
+-- Over the reader's allowance only that size comes back, so that the reader holds memory for it
+-- before it reads. Within it, the small fields come back, and the names of the node fields to
+-- read: the caller reads those and the large fields with plain HMGETs, and checks the version
+-- again in the same round trip. Large values never pass through Lua, which would copy each one
+-- (and collect it later) while every other client waits.
 --
 -- KEYS[1] task hash   KEYS[2] the caller's gate for this read (only with gapMs > 0)
 -- ARGV[1] the record (MessagePack):
@@ -16,14 +19,13 @@
 --   hidden     a synchronous call's hidden task is read too
 --   small      fields read whatever their size (status and times)
 --   large      fields read only within the allowance
---   nodes      read the nodes too
+--   nodes      the nodes are read too
 --   allowance  bytes the large fields and the nodes may take
 --   since      a version the reader has shown ("" none): a task still at it is not read again
 -- Returns an array whose first element names the outcome:
 --   {'soon', retryAfterMs}   {'missing'}   {'other'}   {'same', version}
 --   {'over', bytes, version}
---   {'read', bytes, version, {small values}, {large values}, {node field, value, ...},
---    {node, output size, ...}}
+--   {'fits', bytes, version, {small values}, {node fields to read}, {node, output size, ...}}
 local r = cmsgpack.unpack(ARGV[1])
 if (r.gapMs or 0) > 0 then
   local earlier = redis.call('SET', KEYS[2], r.token, 'NX', 'PX', r.gapMs, 'GET')
@@ -46,7 +48,8 @@ if r.owner ~= '' and head[2] ~= r.owner then
   return {'other'}
 end
 -- What tells one state of the task from the next: every transition moves its status, its update
--- time or the number of its fields (a node that starts, finishes or fails adds fields).
+-- time or the number of its fields (a node that starts, finishes or fails adds fields). The
+-- caller builds the same text from the same three values to check that nothing moved.
 local version = head[1] .. '/' .. (head[6] or '') .. '/' .. redis.call('HLEN', KEYS[1])
 if (r.since or '') ~= '' and r.since == version then
   return {'same', version}
@@ -81,14 +84,4 @@ if bytes > (r.allowance or 0) then
   return {'over', bytes, version}
 end
 
-local small = redis.call('HMGET', KEYS[1], unpack(r.small))
-local large_values = {}
-if #large > 0 then
-  large_values = redis.call('HMGET', KEYS[1], unpack(large))
-end
-local pairs_read = {}
-for _, key in ipairs(node_fields) do
-  pairs_read[#pairs_read + 1] = key
-  pairs_read[#pairs_read + 1] = redis.call('HGET', KEYS[1], key) or ''
-end
-return {'read', bytes, version, small, large_values, pairs_read, outputs}
+return {'fits', bytes, version, redis.call('HMGET', KEYS[1], unpack(r.small)), node_fields, outputs}

@@ -4,6 +4,11 @@
 //! large; a read over its allowance gets that size back instead of the fields, so that the reader
 //! can hold memory for them (or refuse) before it reads them. Nodes are read without their
 //! outputs, whose sizes come instead.
+//!
+//! The large fields are then read with plain `HMGET`s, never through the script (Lua would copy
+//! every value, and Redis would serve no one else meanwhile), together with the task's version in
+//! the same round trip: when the version moved since the script looked, what was read may not be
+//! what was measured, and the read says so ([`ReadOutcome::Moved`]) instead of answering.
 
 use std::collections::HashMap;
 
@@ -127,7 +132,14 @@ pub enum ReadOutcome {
         bytes: u64,
         version: String,
     },
+    /// The task changed between being measured and being read: read it again.
+    Moved,
 }
+
+/// Node fields read by one `HMGET`.
+const FIELDS_PER_COMMAND: usize = 1000;
+/// Large fields of more bytes than this are parsed on a blocking thread.
+const PARSE_APART: u64 = 256 * 1024;
 
 /// The fields every read of a task returns whatever its size: all of [`TASK_FIELDS`] that are not
 /// large.
@@ -178,7 +190,83 @@ impl Store {
             since: read.since.unwrap_or_default(),
         };
         let reply: Vec<redis::Value> = self.script_reply(&scripts::READ_TASK, &keys, &record).await?;
-        decode(task_id, reply, &small, &large, read.parts)
+        let checked = match check(task_id, reply)? {
+            Checked::Done(outcome) => return Ok(outcome),
+            Checked::Fits(fits) => fits,
+        };
+        let Fits { bytes, version, small_values, node_fields, outputs } = *checked;
+        let key = &keys[0];
+        let (large_values, node_values) = if large.is_empty() && node_fields.is_empty() {
+            (Vec::new(), Vec::new())
+        } else {
+            let mut pipe = redis::pipe();
+            if !large.is_empty() {
+                pipe.cmd("HMGET").arg(key).arg(&large[..]);
+            }
+            for names in node_fields.chunks(FIELDS_PER_COMMAND) {
+                pipe.cmd("HMGET").arg(key).arg(names);
+            }
+            pipe.cmd("HMGET").arg(key).arg("status").arg("updatedAt");
+            pipe.cmd("HLEN").arg(key);
+            let mut replies: Vec<redis::Value> = self.pipeline(&pipe).await?;
+            let corrupt = |what: String| StoreError::Corrupt(format!("read of {task_id}: {what}"));
+            let hlen: u64 = redis::from_redis_value(replies.pop().ok_or_else(|| corrupt("no HLEN".into()))?)
+                .map_err(|e| corrupt(format!("HLEN: {e}")))?;
+            let head: Vec<Option<String>> =
+                redis::from_redis_value(replies.pop().ok_or_else(|| corrupt("no version".into()))?)
+                    .map_err(|e| corrupt(format!("version: {e}")))?;
+            let now = format!(
+                "{}/{}/{hlen}",
+                head.first().cloned().flatten().unwrap_or_default(),
+                head.get(1).cloned().flatten().unwrap_or_default()
+            );
+            if now != version {
+                return Ok(ReadOutcome::Moved);
+            }
+            let mut replies = replies.into_iter();
+            let large_values: Vec<Option<String>> = if large.is_empty() {
+                Vec::new()
+            } else {
+                redis::from_redis_value(replies.next().ok_or_else(|| corrupt("no large fields".into()))?)
+                    .map_err(|e| corrupt(format!("large fields: {e}")))?
+            };
+            let mut node_values: Vec<Option<String>> = Vec::with_capacity(node_fields.len());
+            for reply in replies {
+                let chunk: Vec<Option<String>> =
+                    redis::from_redis_value(reply).map_err(|e| corrupt(format!("node fields: {e}")))?;
+                node_values.extend(chunk);
+            }
+            (large_values, node_values)
+        };
+        let hash: HashMap<String, String> = small
+            .iter()
+            .zip(small_values)
+            .chain(large.iter().zip(large_values))
+            .filter_map(|(field, value)| Some(((*field).to_owned(), value?)))
+            .collect();
+        let call_read = read.parts.call;
+        let parsed = if bytes > PARSE_APART {
+            // Megabytes of JSON take a while to parse: off the threads that serve every request.
+            let id = task_id.to_owned();
+            tokio::task::spawn_blocking(move || TaskRecord::from_read(&id, hash, call_read))
+                .await
+                .map_err(|e| StoreError::Corrupt(format!("parsing task {task_id}: {e}")))?
+        } else {
+            TaskRecord::from_read(task_id, hash, call_read)
+        };
+        let Some(task) = parsed.map_err(StoreError::Corrupt)? else {
+            return Ok(ReadOutcome::Missing);
+        };
+        let fields: HashMap<String, String> = node_fields
+            .into_iter()
+            .zip(node_values)
+            .filter_map(|(field, value)| Some((field, value?)))
+            .collect();
+        let mut nodes = NodeRecord::from_hash(fields);
+        for node in &mut nodes {
+            node.output_bytes = outputs.get(&node.node_id).copied();
+        }
+        Ok(ReadOutcome::Read(Box::new(TaskDetail { task, nodes, bytes, version })))
     }
 
     /// A task's status and times, or `None` when there is no such task (whoever owns it): for a
@@ -207,14 +295,22 @@ impl Store {
     }
 }
 
+/// What the script found of a task the read may read.
+struct Fits {
+    bytes: u64,
+    version: String,
+    small_values: Vec<Option<String>>,
+    node_fields: Vec<String>,
+    outputs: HashMap<String, u64>,
+}
+
+enum Checked {
+    Done(ReadOutcome),
+    Fits(Box<Fits>),
+}
+
 /// Decodes `read_task`'s reply: an array whose first element names the outcome.
-fn decode(
-    task_id: &str,
-    reply: Vec<redis::Value>,
-    small: &[&'static str],
-    large: &[&'static str],
-    parts: TaskParts,
-) -> Result<ReadOutcome, StoreError> {
+fn check(task_id: &str, reply: Vec<redis::Value>) -> Result<Checked, StoreError> {
     let corrupt = |what: String| StoreError::Corrupt(format!("read_task reply for {task_id}: {what}"));
     let mut items = reply.into_iter();
     let mut next = |name: &str| items.next().ok_or_else(|| corrupt(format!("no {name}")));
@@ -226,56 +322,34 @@ fn decode(
         u64::try_from(n).map_err(|_| corrupt(format!("{name} is {n}")))
     };
     let outcome = text(next("outcome")?, "outcome")?;
-    Ok(match outcome.as_str() {
-        "soon" => {
-            ReadOutcome::TooSoon { retry_after_ms: number(next("retryAfterMs")?, "retryAfterMs")?.max(1) }
-        }
-        "missing" => ReadOutcome::Missing,
-        "other" => ReadOutcome::Other,
-        "same" => ReadOutcome::Same { version: text(next("version")?, "version")? },
+    let done = |outcome| Ok(Checked::Done(outcome));
+    match outcome.as_str() {
+        "soon" => done(ReadOutcome::TooSoon {
+            retry_after_ms: number(next("retryAfterMs")?, "retryAfterMs")?.max(1),
+        }),
+        "missing" => done(ReadOutcome::Missing),
+        "other" => done(ReadOutcome::Other),
+        "same" => done(ReadOutcome::Same { version: text(next("version")?, "version")? }),
         "over" => {
             let bytes = number(next("bytes")?, "bytes")?;
-            ReadOutcome::Over { bytes, version: text(next("version")?, "version")? }
+            done(ReadOutcome::Over { bytes, version: text(next("version")?, "version")? })
         }
-        "read" => {
+        "fits" => {
             let bytes = number(next("bytes")?, "bytes")?;
             let version = text(next("version")?, "version")?;
-            let values = |value: redis::Value, name: &str| {
-                redis::from_redis_value::<Vec<Option<String>>>(value)
-                    .map_err(|e| corrupt(format!("{name}: {e}")))
-            };
-            let small_values = values(next("small")?, "small")?;
-            let large_values = values(next("large")?, "large")?;
-            let node_fields = redis::from_redis_value::<Vec<String>>(next("nodes")?)
-                .map_err(|e| corrupt(format!("nodes: {e}")))?;
-            let outputs = redis::from_redis_value::<Vec<redis::Value>>(next("outputs")?)
+            let small_values = redis::from_redis_value::<Vec<Option<String>>>(next("small")?)
+                .map_err(|e| corrupt(format!("small: {e}")))?;
+            let node_fields = redis::from_redis_value::<Vec<String>>(next("node fields")?)
+                .map_err(|e| corrupt(format!("node fields: {e}")))?;
+            let pairs = redis::from_redis_value::<Vec<redis::Value>>(next("outputs")?)
                 .map_err(|e| corrupt(format!("outputs: {e}")))?;
-            let hash: HashMap<String, String> = small
-                .iter()
-                .zip(small_values)
-                .chain(large.iter().zip(large_values))
-                .filter_map(|(field, value)| Some(((*field).to_owned(), value?)))
-                .collect();
-            let Some(task) = TaskRecord::from_read(task_id, hash, parts.call).map_err(StoreError::Corrupt)?
-            else {
-                return Ok(ReadOutcome::Missing);
-            };
-            let mut pairs = node_fields.into_iter();
-            let mut fields = HashMap::new();
-            while let (Some(key), Some(value)) = (pairs.next(), pairs.next()) {
-                fields.insert(key, value);
+            let mut outputs = HashMap::new();
+            let mut pairs = pairs.into_iter();
+            while let (Some(node), Some(size)) = (pairs.next(), pairs.next()) {
+                outputs.insert(text(node, "output node")?, number(size, "output size")?);
             }
-            let mut nodes = NodeRecord::from_hash(fields);
-            let mut outputs = outputs.into_iter();
-            let mut sizes = HashMap::new();
-            while let (Some(node), Some(size)) = (outputs.next(), outputs.next()) {
-                sizes.insert(text(node, "output node")?, number(size, "output size")?);
-            }
-            for node in &mut nodes {
-                node.output_bytes = sizes.get(&node.node_id).copied();
-            }
-            ReadOutcome::Read(Box::new(TaskDetail { task, nodes, bytes, version }))
+            Ok(Checked::Fits(Box::new(Fits { bytes, version, small_values, node_fields, outputs })))
         }
-        other => return Err(corrupt(format!("unknown outcome {other:?}"))),
-    })
+        other => Err(corrupt(format!("unknown outcome {other:?}"))),
+    }
 }
