@@ -33,6 +33,11 @@ pub struct Caller {
     pub operator: bool,
 }
 
+/// An access the caller was refused, in the audit log.
+pub(crate) fn audit_denied(caller: &Caller, method: &str, subject: &str, reason: &str) {
+    tracing::info!(target: "conveyor::audit", event = "denied", principal = %caller.principal, method, subject, reason, "access denied");
+}
+
 impl Caller {
     /// The owner a store operation is restricted to: none for an operator (`""` skips the
     /// owner check in the scripts), the caller otherwise.

@@ -335,7 +335,7 @@ async fn post_mcp(
             } else {
                 rpc::response(&id, result).to_string()
             };
-            return budgeted_json(StatusCode::OK, text, reply_budget);
+            return reply_budget.json(StatusCode::OK, text);
         }
         Ok(Reply::Stream(stream)) => {
             let key = signer.signer.key(&signer.store).await.ok();
@@ -345,32 +345,6 @@ async fn post_mcp(
         Err(failure) => failure_response(&id, with_wire_status(wire, failure)),
     };
     if reply_budget.holds() { holding_body(response, reply_budget) } else { response }
-}
-
-/// Parts a held reply body is handed to the connection in: the budget it holds goes back once the
-/// last part is taken, so that what is still unsent when it does is at most a few of these.
-const REPLY_CHUNK: usize = 64 * 1024;
-
-/// A JSON response whose body keeps `held` (what its caller's budget holds for it) until its last
-/// part is handed to the connection, or the client goes away.
-pub(crate) fn budgeted_json(status: StatusCode, text: String, held: ReplyBudget) -> Response {
-    if !held.holds() {
-        return (status, [(header::CONTENT_TYPE, "application/json")], text).into_response();
-    }
-    let body = Bytes::from(text);
-    let length = body.len();
-    let parts = (0..length)
-        .step_by(REPLY_CHUNK)
-        .map(move |at| Ok::<_, Infallible>(body.slice(at..(at + REPLY_CHUNK).min(length))));
-    let stream = futures::stream::iter(parts).map(move |part| {
-        let _held = &held;
-        part
-    });
-    let mut response = (status, Body::from_stream(stream)).into_response();
-    let headers = response.headers_mut();
-    headers.insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
-    headers.insert(header::CONTENT_LENGTH, header::HeaderValue::from(length));
-    response
 }
 
 /// A response whose body keeps `held` until the body ends (every part handed to the connection,

@@ -104,7 +104,7 @@ pub(crate) async fn read_task(
             ReadOutcome::Moved => {}
             ReadOutcome::Missing => return Ok(None),
             ReadOutcome::Other => {
-                crate::methods::audit_denied(
+                crate::access::audit_denied(
                     caller,
                     reader.method,
                     task_id,

@@ -4,7 +4,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use conveyor_shared::{Config, Store};
+use futures::StreamExt;
 use serde_json::json;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -37,7 +41,8 @@ pub struct SharedLimits {
     /// Requests per second per principal (0: no limit), and how many may come at once.
     pub requests_per_second: f64,
     pub burst: u32,
-    /// Shortest time between two `tasks/get` of one task by one caller (0: no limit).
+    /// Shortest time between two reads of one task (of its state, of its result) or of one page of
+    /// a listing by one caller (0: no limit).
     pub min_poll_gap_ms: u64,
 }
 
@@ -90,7 +95,33 @@ impl ReplyBudget {
     pub fn holds(&self) -> bool {
         !self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).is_empty()
     }
+
+    /// A JSON response whose body keeps what is held until its last part is handed to the
+    /// connection, or the client goes away.
+    pub fn json(self, status: StatusCode, text: String) -> Response {
+        if !self.holds() {
+            return (status, [(header::CONTENT_TYPE, "application/json")], text).into_response();
+        }
+        let body = Bytes::from(text);
+        let length = body.len();
+        let parts = (0..length)
+            .step_by(REPLY_CHUNK)
+            .map(move |at| Ok::<_, std::convert::Infallible>(body.slice(at..(at + REPLY_CHUNK).min(length))));
+        let stream = futures::stream::iter(parts).map(move |part| {
+            let _held = &self;
+            part
+        });
+        let mut response = (status, Body::from_stream(stream)).into_response();
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+        response
+    }
 }
+
+/// Parts a held reply body is handed to the connection in: the budget it holds goes back once the
+/// last part is taken, so that what is still unsent when it does is at most a few of these.
+const REPLY_CHUNK: usize = 64 * 1024;
 
 /// How long a request waits for memory before it is refused as "busy".
 const BUDGET_WAIT: Duration = Duration::from_secs(2);

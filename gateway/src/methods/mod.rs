@@ -52,6 +52,7 @@ use crate::rpc::RpcFailure;
 use crate::state::{AppState, BudgetPermit, ReplyBudget};
 use crate::wire::{META_CLIENT_CAPABILITIES, Wire};
 
+pub(crate) use crate::access::audit_denied;
 pub(crate) use client_messages::{client_response, notification};
 pub use resume::ResumePoint;
 pub(crate) use tasks_cancel::cancel_task;
@@ -385,11 +386,6 @@ fn measured(
             Err(failure)
         }
     }
-}
-
-/// An access the caller was refused, in the audit log.
-pub(crate) fn audit_denied(caller: &Caller, method: &str, subject: &str, reason: &str) {
-    tracing::info!(target: "conveyor::audit", event = "denied", principal = %caller.principal, method, subject, reason, "access denied");
 }
 
 pub(crate) fn task_not_found(task_id: &str) -> RpcFailure {

@@ -72,7 +72,7 @@ async fn detail(state: &AppState, reader: Reader<'_>, task_id: &str) -> Result<H
 fn answer(text: String, permit: crate::state::BudgetPermit) -> Response {
     let held = ReplyBudget::default();
     held.hold(permit);
-    crate::http::budgeted_json(StatusCode::OK, text, held)
+    held.json(StatusCode::OK, text)
 }
 
 /// `POST /ui/api/tasks/{taskId}/cancel`: cancels a task the caller may see, through the same

@@ -7,9 +7,9 @@
 -- (the large fields asked for, and with `nodes` each node's fields but its arguments and output).
 -- Over the reader's allowance only that size comes back, so that the reader holds memory for it
 -- before it reads. Within it, the small fields come back, and the names of the node fields to
--- read: the caller reads those and the large fields with plain HMGETs, and checks the version
--- again in the same round trip. Large values never pass through Lua, which would copy each one
--- (and collect it later) while every other client waits.
+-- read: the caller reads those and the large fields with plain HMGETs (and measures again what it
+-- got). Large values never pass through Lua, which would copy each one (and collect it later)
+-- while every other client waits.
 --
 -- KEYS[1] task hash   KEYS[2] the caller's gate for this read (only with gapMs > 0)
 -- ARGV[1] the record (MessagePack):
@@ -48,8 +48,7 @@ if r.owner ~= '' and head[2] ~= r.owner then
   return {'other'}
 end
 -- What tells one state of the task from the next: every transition moves its status, its update
--- time or the number of its fields (a node that starts, finishes or fails adds fields). The
--- caller builds the same text from the same three values to check that nothing moved.
+-- time or the number of its fields (a node that starts, finishes or fails adds fields).
 local version = head[1] .. '/' .. (head[6] or '') .. '/' .. redis.call('HLEN', KEYS[1])
 if (r.since or '') ~= '' and r.since == version then
   return {'same', version}

@@ -6,9 +6,10 @@
 //! outputs, whose sizes come instead.
 //!
 //! The large fields are then read with plain `HMGET`s, never through the script (Lua would copy
-//! every value, and Redis would serve no one else meanwhile), together with the task's version in
-//! the same round trip: when the version moved since the script looked, what was read may not be
-//! what was measured, and the read says so ([`ReadOutcome::Moved`]) instead of answering.
+//! every value, and Redis would serve no one else meanwhile): the task's fields in one command, so
+//! that they are of one moment, its nodes' in others of the same round trip. A task that grew past
+//! the allowance between the script's look and the read (it settled with its result meanwhile) is
+//! not answered: the read says so ([`ReadOutcome::Moved`]), and is measured again.
 
 use std::collections::HashMap;
 
@@ -132,7 +133,7 @@ pub enum ReadOutcome {
         bytes: u64,
         version: String,
     },
-    /// The task changed between being measured and being read: read it again.
+    /// The task grew past the allowance between being measured and being read: measure it again.
     Moved,
 }
 
@@ -196,54 +197,46 @@ impl Store {
         };
         let Fits { bytes, version, small_values, node_fields, outputs } = *checked;
         let key = &keys[0];
-        let (large_values, node_values) = if large.is_empty() && node_fields.is_empty() {
-            (Vec::new(), Vec::new())
+        let (hash, node_values) = if large.is_empty() && node_fields.is_empty() {
+            let hash =
+                small.iter().zip(small_values).filter_map(|(f, v)| Some(((*f).to_owned(), v?))).collect();
+            (hash, Vec::new())
         } else {
+            // The task's fields in one command, so that they are of one moment; its small fields
+            // again with the large ones, which may be of a later moment than the script's look.
+            let task_fields: Vec<&str> = small.iter().chain(large.iter()).copied().collect();
             let mut pipe = redis::pipe();
-            if !large.is_empty() {
-                pipe.cmd("HMGET").arg(key).arg(&large[..]);
-            }
+            pipe.cmd("HMGET").arg(key).arg(&task_fields[..]);
             for names in node_fields.chunks(FIELDS_PER_COMMAND) {
                 pipe.cmd("HMGET").arg(key).arg(names);
             }
-            pipe.cmd("HMGET").arg(key).arg("status").arg("updatedAt");
-            pipe.cmd("HLEN").arg(key);
-            let mut replies: Vec<redis::Value> = self.pipeline(&pipe).await?;
+            let replies: Vec<redis::Value> = self.pipeline(&pipe).await?;
             let corrupt = |what: String| StoreError::Corrupt(format!("read of {task_id}: {what}"));
-            let hlen: u64 = redis::from_redis_value(replies.pop().ok_or_else(|| corrupt("no HLEN".into()))?)
-                .map_err(|e| corrupt(format!("HLEN: {e}")))?;
-            let head: Vec<Option<String>> =
-                redis::from_redis_value(replies.pop().ok_or_else(|| corrupt("no version".into()))?)
-                    .map_err(|e| corrupt(format!("version: {e}")))?;
-            let now = format!(
-                "{}/{}/{hlen}",
-                head.first().cloned().flatten().unwrap_or_default(),
-                head.get(1).cloned().flatten().unwrap_or_default()
-            );
-            if now != version {
-                return Ok(ReadOutcome::Moved);
-            }
             let mut replies = replies.into_iter();
-            let large_values: Vec<Option<String>> = if large.is_empty() {
-                Vec::new()
-            } else {
-                redis::from_redis_value(replies.next().ok_or_else(|| corrupt("no large fields".into()))?)
-                    .map_err(|e| corrupt(format!("large fields: {e}")))?
-            };
+            let values: Vec<Option<String>> =
+                redis::from_redis_value(replies.next().ok_or_else(|| corrupt("no task fields".into()))?)
+                    .map_err(|e| corrupt(format!("task fields: {e}")))?;
             let mut node_values: Vec<Option<String>> = Vec::with_capacity(node_fields.len());
             for reply in replies {
                 let chunk: Vec<Option<String>> =
                     redis::from_redis_value(reply).map_err(|e| corrupt(format!("node fields: {e}")))?;
                 node_values.extend(chunk);
             }
-            (large_values, node_values)
+            let large_read: usize =
+                values[small.len().min(values.len())..].iter().flatten().map(String::len).sum();
+            let nodes_read: usize = node_fields
+                .iter()
+                .zip(&node_values)
+                .map(|(name, value)| name.len() + value.as_ref().map_or(0, String::len))
+                .sum();
+            if (large_read + nodes_read) as u64 > read.allowance {
+                // It grew (settled with its result) since the script measured it.
+                return Ok(ReadOutcome::Moved);
+            }
+            let hash =
+                task_fields.iter().zip(values).filter_map(|(f, v)| Some(((*f).to_owned(), v?))).collect();
+            (hash, node_values)
         };
-        let hash: HashMap<String, String> = small
-            .iter()
-            .zip(small_values)
-            .chain(large.iter().zip(large_values))
-            .filter_map(|(field, value)| Some(((*field).to_owned(), value?)))
-            .collect();
         let call_read = read.parts.call;
         let parsed = if bytes > PARSE_APART {
             // Megabytes of JSON take a while to parse: off the threads that serve every request.
