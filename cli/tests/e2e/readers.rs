@@ -345,3 +345,37 @@ async fn what_a_client_sends_never_starts_a_log_line() {
     assert!(!log.contains('\u{1b}') && !log.contains('\r'), "no terminal control reaches the log");
     assert!(!log.lines().any(|l| l.starts_with("1999-01-01")), "no forged line:\n{log}");
 }
+
+#[tokio::test]
+async fn the_web_views_stream_reads_a_finished_task_once_not_every_tick() {
+    let redis = RedisServer::start().expect("redis");
+    let (_worker, gateway) = deployment(&redis, "readers-stream", &[]);
+    let alice = client(&gateway, "alice");
+    alice.wait_for_tool("big_output", Duration::from_secs(30)).await.expect("tools");
+    let id = big_task_polled(&alice, 4 * MIB).await;
+
+    let sent = redis_output_bytes(&redis);
+    let mut response = reqwest::Client::new()
+        .get(format!("{}/ui/api/stream?task={id}", gateway.base))
+        .bearer_auth(token("alice"))
+        .send()
+        .await
+        .expect("stream");
+    assert_eq!(response.status().as_u16(), 200);
+    // Six ticks of the stream, at 500 ms each.
+    let until = tokio::time::Instant::now() + Duration::from_secs(3);
+    let mut text = String::new();
+    while let Ok(Ok(Some(chunk))) = tokio::time::timeout_at(until, response.chunk()).await {
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    drop(response);
+    let read = redis_output_bytes(&redis) - sent;
+    let details = text.matches("event: task\n").count();
+    println!(
+        "the stream's first 3 s with a finished 4 MiB task open: {details} task event(s), {read} bytes read from Redis"
+    );
+    assert_eq!(details, 1, "the detail is sent once: {}", head(&text));
+    assert!(text.contains("event: tasks\n"), "the list too: {}", head(&text));
+    assert!(read > 4 * MIB, "the detail was read");
+    assert!(read < 8 * MIB, "and read once, not at every tick: {read} bytes");
+}
