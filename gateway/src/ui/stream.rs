@@ -111,7 +111,7 @@ struct Watch {
     /// Events read and not sent yet, last first.
     ready: Vec<Event>,
     /// What the last detail read holds of the caller's budget: given back when the stream is
-    /// asked for its next event, once the detail's event has been handed on.
+    /// asked for an event after the last one read has been handed on.
     held: Option<crate::state::BudgetPermit>,
     _permit: (OwnedSemaphorePermit, crate::state::Held, crate::state::Held),
 }
@@ -135,8 +135,10 @@ const RELOAD: Duration = Duration::from_secs(10);
 impl Watch {
     /// The next event, reading Redis as often as it takes; `None` ends the stream.
     async fn next(&mut self) -> Option<Event> {
-        // The event last returned has been handed on: what its read held goes back.
-        self.held = None;
+        // Every event read has been handed on: what the read held goes back.
+        if self.ready.is_empty() {
+            self.held = None;
+        }
         loop {
             if let Some(event) = self.ready.pop() {
                 return Some(event);

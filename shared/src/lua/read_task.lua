@@ -55,9 +55,11 @@ if (r.since or '') ~= '' and r.since == version then
 end
 
 -- Node fields a reader shows: every one but the arguments, the output and the bookkeeping of
--- queues and leases.
-local SHOWN = {status = true, attempt = true, tool = true, worker = true, startedAt = true,
-  finishedAt = true, error = true, dependents = true}
+-- queues and leases. Those whose size varies are measured; the others (a status, a count, a time,
+-- a tool or worker name) are counted at SMALL bytes each, which costs no command per field.
+local SHOWN = {status = 'small', attempt = 'small', tool = 'small', worker = 'small',
+  startedAt = 'small', finishedAt = 'small', error = 'sized', dependents = 'sized'}
+local SMALL = 128
 local large = r.large or {}
 local bytes = 0
 for _, field in ipairs(large) do
@@ -69,9 +71,14 @@ if r.nodes then
     local node, field = string.match(key, '^(.*):([^:]*)$')
     -- Fields of input requests (`ask/KEY`) hold a `/`, which no node id does.
     if node and not string.find(node, '/', 1, true) then
-      if SHOWN[field] then
+      local shown = SHOWN[field]
+      if shown then
         node_fields[#node_fields + 1] = key
-        bytes = bytes + #key + redis.call('HSTRLEN', KEYS[1], key)
+        if shown == 'sized' then
+          bytes = bytes + #key + redis.call('HSTRLEN', KEYS[1], key)
+        else
+          bytes = bytes + #key + SMALL
+        end
       elseif field == 'output' then
         outputs[#outputs + 1] = node
         outputs[#outputs + 1] = redis.call('HSTRLEN', KEYS[1], key)

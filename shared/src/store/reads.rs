@@ -139,6 +139,9 @@ pub enum ReadOutcome {
 
 /// Node fields read by one `HMGET`.
 const FIELDS_PER_COMMAND: usize = 1000;
+/// What the script counts for a node field of a size that hardly varies (`SMALL` in
+/// `read_task.lua`).
+const SMALL_NODE_FIELD: usize = 128;
 /// Large fields of more bytes than this are parsed on a blocking thread.
 const PARSE_APART: u64 = 256 * 1024;
 
@@ -224,10 +227,15 @@ impl Store {
             }
             let large_read: usize =
                 values[small.len().min(values.len())..].iter().flatten().map(String::len).sum();
+            // Measured as the script measures: the fields whose size varies by their size, the
+            // others at a fixed figure.
             let nodes_read: usize = node_fields
                 .iter()
                 .zip(&node_values)
-                .map(|(name, value)| name.len() + value.as_ref().map_or(0, String::len))
+                .map(|(name, value)| {
+                    let sized = name.ends_with(":error") || name.ends_with(":dependents");
+                    name.len() + if sized { value.as_ref().map_or(0, String::len) } else { SMALL_NODE_FIELD }
+                })
                 .sum();
             if (large_read + nodes_read) as u64 > read.allowance {
                 // It grew (settled with its result) since the script measured it.
