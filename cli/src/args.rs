@@ -422,8 +422,9 @@ pub struct LimitArgs {
     /// Most memory one request's JSON may take once parsed, in bytes (measured before parsing).
     #[arg(long, env = "CONVEYOR_MAX_PARSED_BYTES", default_value_t = 32 * 1024 * 1024)]
     pub max_parsed_bytes: usize,
-    /// Memory all requests of this gateway may hold at once for bodies and parsed JSON, in bytes;
-    /// past it a request waits up to 2 s, then is refused with a retryable error.
+    /// Memory all requests of this gateway may hold at once, in bytes: bodies and parsed JSON, and
+    /// three times what a reader of a task reads, until its answer is written; past it a request
+    /// waits up to 2 s, then is refused with a retryable error.
     #[arg(long, env = "CONVEYOR_MAX_INFLIGHT_BYTES", default_value_t = 256 * 1024 * 1024)]
     pub max_inflight_bytes: usize,
     /// The share of that memory one principal's requests may hold at once, in bytes; a request
@@ -456,8 +457,10 @@ pub struct LimitArgs {
     /// Requests a principal may send at once above its rate. 0: twice the rate.
     #[arg(long, env = "CONVEYOR_RATE_LIMIT_BURST", default_value_t = 0)]
     pub rate_limit_burst: u32,
-    /// Shortest time between two tasks/get of one task by one principal, over every gateway, in
-    /// milliseconds (clients should poll at the task's pollInterval). 0: no limit.
+    /// Shortest time between two reads of one task by one principal, over every gateway, in
+    /// milliseconds (clients should poll at the task's pollInterval): tasks/get, the task resource
+    /// and the web view share one gap, tasks/result and the result resource another, and each page
+    /// of each listing has its own. 0: no limit.
     #[arg(long, env = "CONVEYOR_MIN_POLL_GAP_MS", default_value_t = 0)]
     pub min_poll_gap_ms: u64,
 }

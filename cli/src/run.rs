@@ -586,7 +586,13 @@ async fn show(redis: &RedisArgs, id: &str, json: bool) -> anyhow::Result<()> {
         .with_context(|| format!("no task `{id}` (unknown, or expired after its TTL)"))?;
     let nodes = store.get_nodes(id).await?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&conveyor_shared::store::task_summary(&task, &nodes))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&conveyor_shared::store::task_summary(
+                &task.status_record(),
+                &nodes
+            ))?
+        );
         return Ok(());
     }
     println!("task      {}", task.task_id);

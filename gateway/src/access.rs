@@ -33,6 +33,11 @@ pub struct Caller {
     pub operator: bool,
 }
 
+/// An access the caller was refused, in the audit log.
+pub(crate) fn audit_denied(caller: &Caller, method: &str, subject: &str, reason: &str) {
+    tracing::info!(target: "conveyor::audit", event = "denied", principal = %caller.principal, method, subject, reason, "access denied");
+}
+
 impl Caller {
     /// The owner a store operation is restricted to: none for an operator (`""` skips the
     /// owner check in the scripts), the caller otherwise.
@@ -67,7 +72,7 @@ struct Rule {
     /// Resource URIs, likewise (they also grant the templates that produce them).
     #[serde(default)]
     resources: Vec<String>,
-    /// Principals, and groups as `group:<name>`.
+    /// Principals, and groups as `group:<name>` (an OAuth token's as `group:<issuer>#<name>`).
     allow: Vec<String>,
 }
 

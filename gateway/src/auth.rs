@@ -390,12 +390,24 @@ impl JwtVerifier {
             return Err(AuthError::InsufficientScope { required: self.settings.required_scopes.clone() });
         }
         let principal = self.principal_of(&claims)?;
-        let groups = match claims.get(&self.settings.groups_claim) {
-            Some(Value::Array(items)) => items.iter().filter_map(Value::as_str).map(str::to_owned).collect(),
-            Some(Value::String(s)) => s.split_whitespace().map(str::to_owned).collect(),
+        let groups: Vec<&str> = match claims.get(&self.settings.groups_claim) {
+            Some(Value::Array(items)) => items.iter().filter_map(Value::as_str).collect(),
+            Some(Value::String(s)) => s.split_whitespace().collect(),
             _ => Vec::new(),
         };
+        let groups = groups.into_iter().filter(|g| !g.is_empty()).map(|g| self.group_of(g)).collect();
         Ok(Identity { principal, groups })
+    }
+
+    /// `<issuer>#<group>`, as a principal is named, so that no token puts its caller in a static
+    /// token's group (`group:ops` in the access file) or another issuer's; the group alone with
+    /// `bare_principals`.
+    fn group_of(&self, group: &str) -> String {
+        if self.settings.bare_principals {
+            group.to_owned()
+        } else {
+            format!("{}#{group}", self.settings.issuer)
+        }
     }
 
     /// `<issuer>#<claim>`, so that no token names the principal of a static token (or of
@@ -883,7 +895,8 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_tokens_principal_is_namespaced_by_its_issuer_unless_bare_principals_are_asked_for() {
+    async fn a_tokens_principal_and_groups_are_namespaced_by_its_issuer_unless_bare_principals_are_asked_for()
+    {
         let server = KeyServer::start(jwks_of(&[("issuer", "k1")])).await;
         let namespaced = JwtVerifier::new_allowing_http(settings(server.url("/jwks"))).await.expect("keys");
         let mut bare = settings(server.url("/jwks"));
@@ -892,8 +905,13 @@ mod tests {
         let alice = sign(&claims("alice"), "issuer", "k1");
         let identity = namespaced.verify(&alice).await.expect("valid");
         assert_eq!(identity.principal, "https://idp.example.test#alice");
-        assert_eq!(identity.groups, ["research"]);
-        assert_eq!(bare.verify(&alice).await.expect("valid").principal, "alice");
+        // A token's group is no static token's group of the same name (`group:research`).
+        assert_eq!(identity.groups, ["https://idp.example.test#research"]);
+        let bare_identity = bare.verify(&alice).await.expect("valid");
+        assert_eq!(
+            (bare_identity.principal.as_str(), bare_identity.groups.as_slice()),
+            ("alice", &["research".to_owned()][..])
+        );
 
         // The limit holds on the principal as named: a claim that fits alone may not with its
         // issuer in front.

@@ -30,7 +30,7 @@ use crate::admission::{Admitted, AllowedOrigin, MCP_PATH, authenticate, origin_o
 use crate::methods::{self, Reply, RequestCtx, StreamItem, resume};
 use crate::rpc::{self, RpcFailure};
 use crate::signing::Purpose;
-use crate::state::AppState;
+use crate::state::{AppState, ReplyBudget};
 use crate::wire::{self, Wire};
 
 /// The router of a gateway. Built by a plain function so tests can drive it without a socket.
@@ -108,7 +108,8 @@ async fn get_mcp(
         Ok(held) => held,
         Err(failure) => return failure_response(&id, failure.with_status(StatusCode::TOO_MANY_REQUESTS)),
     };
-    match resume::resume(state.clone(), caller, point).await {
+    let reply_budget = ReplyBudget::default();
+    match resume::resume(state.clone(), caller, point, reply_budget.clone()).await {
         Ok(stream) => {
             let stream = stream
                 .map(move |item| {
@@ -116,7 +117,7 @@ async fn get_mcp(
                     item
                 })
                 .boxed();
-            sse_response(id, stream, Some(key), seq)
+            holding_body(sse_response(id, stream, Some(key), seq), reply_budget)
         }
         Err(failure) => failure_response(&id, failure.with_status(StatusCode::NOT_FOUND)),
     }
@@ -282,6 +283,7 @@ async fn post_mcp(
     };
     let new_session = (wire == Wire::V2025 && method == "initialize")
         .then(|| Session::new(input::kept_capabilities(params.get("capabilities")), &caller.principal));
+    let reply_budget = ReplyBudget::default();
     let ctx = RequestCtx {
         id: id.clone(),
         method,
@@ -290,6 +292,7 @@ async fn post_mcp(
         accepts_sse: accepts.sse,
         caller,
         budget: Some(budget),
+        reply_budget: reply_budget.clone(),
         client_capabilities,
         session: session.map(|s| s.nonce),
         param_headers: if wire == Wire::V2026 { wire::param_headers(&headers) } else { Vec::new() },
@@ -299,7 +302,7 @@ async fn post_mcp(
     if let Err(failure) = &handled {
         crate::telemetry::record_error(&span, failure.error.code.0, &failure.error.message);
     }
-    match handled {
+    let response = match handled {
         Ok(Reply::Result(result)) if new_session.is_some() => {
             // A 2025-11-25 session id carries what the gateway must remember of the session (its
             // client's capabilities), signed, so that every gateway reads it and none stores it.
@@ -315,13 +318,44 @@ async fn post_mcp(
             }
             response
         }
-        Ok(Reply::Result(result)) => json_response(StatusCode::OK, rpc::response(&id, result)),
+        Ok(Reply::Result(result)) => {
+            // The answer's text is built while the read it came from is still held; one built of
+            // a read (it can be megabytes) off the threads that serve every request.
+            let text = if reply_budget.holds() {
+                let request = id.clone();
+                match tokio::task::spawn_blocking(move || rpc::response(&request, result).to_string()).await {
+                    Ok(text) => text,
+                    Err(e) => {
+                        return failure_response(
+                            &id,
+                            RpcFailure::internal(format!("building the answer: {e}")),
+                        );
+                    }
+                }
+            } else {
+                rpc::response(&id, result).to_string()
+            };
+            return reply_budget.json(StatusCode::OK, text);
+        }
         Ok(Reply::Stream(stream)) => {
             let key = signer.signer.key(&signer.store).await.ok();
-            sse_response(id, stream, key, 0)
+            // A stream may read a result at its end (a task that settled with a large one).
+            return holding_body(sse_response(id, stream, key, 0), reply_budget);
         }
         Err(failure) => failure_response(&id, with_wire_status(wire, failure)),
-    }
+    };
+    if reply_budget.holds() { holding_body(response, reply_budget) } else { response }
+}
+
+/// A response whose body keeps `held` until the body ends (every part handed to the connection,
+/// or the client gone): a stream, which may hold a read it makes at its end.
+fn holding_body(response: Response, held: ReplyBudget) -> Response {
+    let (parts, body) = response.into_parts();
+    let stream = body.into_data_stream().map(move |part| {
+        let _held = &held;
+        part
+    });
+    Response::from_parts(parts, Body::from_stream(stream))
 }
 
 /// What a 2025-11-25 session id says, signed: the client's input capabilities, a nonce that

@@ -17,6 +17,8 @@
 //!   deployment's gauges, on its own listener (`--metrics-listen`).
 //! - [`gauges`]: the deployment's gauges as last read for a scrape, shared by scrapes.
 //! - [`probes`]: `/healthz` and `/readyz`, on both listeners.
+//! - [`reads`]: how a task is read for a client: only what the reader shows, behind the poll gap,
+//!   held against the caller's in-flight budget until the reply is written.
 //! - [`rpc`]: JSON-RPC envelopes and [`rpc::RpcFailure`], the one error type handlers return.
 //! - [`signing`]: signed tokens any replica recognises: 2025-11-25 session ids, MRTR request
 //!   states.
@@ -39,6 +41,7 @@ pub mod http;
 pub mod methods;
 pub mod metrics;
 pub mod probes;
+pub mod reads;
 pub mod rpc;
 pub mod serve;
 pub mod signing;

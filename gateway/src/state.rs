@@ -4,7 +4,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use conveyor_shared::{Config, Store};
+use futures::StreamExt;
 use serde_json::json;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -37,11 +41,13 @@ pub struct SharedLimits {
     /// Requests per second per principal (0: no limit), and how many may come at once.
     pub requests_per_second: f64,
     pub burst: u32,
-    /// Shortest time between two `tasks/get` of one task by one caller (0: no limit).
+    /// Shortest time between two reads of one task (of its state, of its result) or of one page of
+    /// a listing by one caller (0: no limit).
     pub min_poll_gap_ms: u64,
 }
 
-/// The memory requests in flight may hold for bodies and parsed JSON, in KiB permits: all of them
+/// The memory requests in flight may hold, in KiB permits: their bodies and parsed JSON, and the
+/// tasks a reader read and the replies built of them until they are written; all of them
 /// together, and those of one principal, so that one principal's slow or large requests never
 /// take what every caller shares.
 pub struct Budget {
@@ -73,10 +79,56 @@ impl BudgetPermit {
     }
 }
 
+/// Memory a reply holds until it has been written: a handler that read a task for it puts the
+/// permit of that read here, and the response's body gives it back once its last byte is handed
+/// to the connection (or the client is gone). Cheap to clone: the handler and the response share it.
+#[derive(Clone, Default)]
+pub struct ReplyBudget(Arc<Mutex<Vec<BudgetPermit>>>);
+
+impl ReplyBudget {
+    /// Keeps `permit` until the reply is written.
+    pub fn hold(&self, permit: BudgetPermit) {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(permit);
+    }
+
+    /// Whether anything is held.
+    pub fn holds(&self) -> bool {
+        !self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).is_empty()
+    }
+
+    /// A JSON response whose body keeps what is held until its last part is handed to the
+    /// connection, or the client goes away.
+    pub fn json(self, status: StatusCode, text: String) -> Response {
+        if !self.holds() {
+            return (status, [(header::CONTENT_TYPE, "application/json")], text).into_response();
+        }
+        let body = Bytes::from(text);
+        let length = body.len();
+        let parts = (0..length)
+            .step_by(REPLY_CHUNK)
+            .map(move |at| Ok::<_, std::convert::Infallible>(body.slice(at..(at + REPLY_CHUNK).min(length))));
+        let stream = futures::stream::iter(parts).map(move |part| {
+            let _held = &self;
+            part
+        });
+        let mut response = (status, Body::from_stream(stream)).into_response();
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+        response
+    }
+}
+
+/// Parts a held reply body is handed to the connection in: the budget it holds goes back once the
+/// last part is taken, so that what is still unsent when it does is at most a few of these.
+const REPLY_CHUNK: usize = 64 * 1024;
+
 /// How long a request waits for memory before it is refused as "busy".
 const BUDGET_WAIT: Duration = Duration::from_secs(2);
 /// The retry hint of a request refused for lack of memory.
 pub const BUSY_RETRY_AFTER_MS: u64 = 1_000;
+/// The retry hint of a read refused because it is larger than a principal's whole share.
+const NEVER_FITS: &str = "it can never fit; an operator can raise the limit";
 /// Principals whose shares are remembered before idle ones are forgotten.
 const REMEMBERED_PRINCIPALS: usize = 1024;
 
@@ -103,6 +155,35 @@ impl Budget {
             .entry(principal.to_owned())
             .or_insert_with(|| Arc::new(Semaphore::new(self.principal_kib)))
             .clone()
+    }
+
+    /// Holds `bytes` of the budget for what `principal` reads (a task and the reply built of it),
+    /// like [`Budget::reserve`]; but a read larger than the principal's whole share (or the whole
+    /// budget) is refused at once ([`Budget::check_fits`]), since no wait makes room for it.
+    pub async fn reserve_read(&self, principal: &str, bytes: usize) -> Result<BudgetPermit, RpcFailure> {
+        self.check_fits(bytes)?;
+        self.reserve(principal, bytes).await
+    }
+
+    /// Refuses, naming the limit, what no principal's share (or not the whole budget) can hold.
+    pub fn check_fits(&self, bytes: usize) -> Result<(), RpcFailure> {
+        let kib = bytes.div_ceil(1024);
+        let (limit, max_kib, what) = if kib > self.principal_kib {
+            ("max_inflight_bytes_per_principal", self.principal_kib, "your share of")
+        } else if kib > self.total_kib {
+            ("max_inflight_bytes", self.total_kib, "all of")
+        } else {
+            return Ok(());
+        };
+        Err(RpcFailure::new(
+            crate::rpc::codes::OVERLOADED,
+            format!(
+                "Too large to read: this answer would hold {:.1} MiB, more than {what} this gateway's memory for requests in flight ({:.1} MiB, limit {limit}); {NEVER_FITS}. Read less at once.",
+                bytes as f64 / 1048576.0,
+                max_kib as f64 / 1024.0,
+            ),
+            Some(json!({"limit": limit, "retryable": false, "size": bytes, "max": max_kib * 1024})),
+        ))
     }
 
     /// Holds `bytes` of the budget for `principal`, waiting briefly for requests in flight to
@@ -287,6 +368,26 @@ mod tests {
         let _alice = budget.reserve("alice", 4 * 1024).await.expect("alice is not held back");
         drop(held);
         budget.reserve("mallory", 1024).await.expect("given back");
+    }
+
+    #[tokio::test]
+    async fn a_read_larger_than_a_share_is_refused_at_once_and_names_the_limit() {
+        let budget = Budget::new(16 * 1024, 4 * 1024);
+        let refused = budget.reserve_read("alice", 5 * 1024).await.map(|_| ()).expect_err("over her share");
+        let data = refused.error.data.as_ref().expect("data");
+        assert_eq!(data["limit"], "max_inflight_bytes_per_principal");
+        assert_eq!(data["retryable"], false, "no wait makes room for it");
+        let held = budget.reserve_read("alice", 4 * 1024).await.expect("her whole share");
+        let busy = budget.reserve_read("alice", 1024).await.map(|_| ()).expect_err("held");
+        assert_eq!(busy.error.data.as_ref().expect("data")["retryable"], true, "a wait may make room");
+        let reply = ReplyBudget::default();
+        assert!(!reply.holds());
+        reply.hold(held);
+        reply.hold(budget.reserve_read("bob", 1024).await.expect("bob's own"));
+        assert!(reply.holds());
+        assert!(budget.reserve_read("alice", 1024).await.is_err(), "held until the reply is written");
+        drop(reply);
+        budget.reserve_read("alice", 4 * 1024).await.expect("given back with the reply");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use axum::http::{HeaderMap, StatusCode};
 use base64::Engine;
-use conveyor_shared::model::{TaskRecord, TaskStatus, iso8601};
+use conveyor_shared::model::{TaskRecord, TaskStatus, TaskStatusRecord, iso8601};
 use rmcp::model::{self, DetailedTask, ErrorCode, GetTaskResult, ProtocolVersion, TaskPayload};
 use serde_json::{Map, Value, json};
 
@@ -150,8 +150,8 @@ pub fn supported_versions() -> Vec<&'static str> {
     all
 }
 
-/// A 2025-11-25 `Task`.
-pub fn task_2025(task: &TaskRecord) -> Value {
+/// A 2025-11-25 `Task`: its status and times, and how often to poll it.
+pub fn task_2025(task: &TaskStatusRecord, poll_interval_ms: u64) -> Value {
     let mut out = Map::new();
     out.insert("taskId".into(), json!(task.task_id));
     out.insert("status".into(), json!(task.status.as_str()));
@@ -161,12 +161,12 @@ pub fn task_2025(task: &TaskRecord) -> Value {
     out.insert("createdAt".into(), json!(iso8601(task.created_at_ms)));
     out.insert("lastUpdatedAt".into(), json!(iso8601(task.updated_at_ms)));
     out.insert("ttl".into(), json!(task.ttl_ms));
-    out.insert("pollInterval".into(), json!(task.call.poll_interval_ms));
+    out.insert("pollInterval".into(), json!(poll_interval_ms));
     Value::Object(out)
 }
 
-/// A 2026-07-28 `Task`.
-pub fn task_2026(task: &TaskRecord) -> model::Task {
+/// A 2026-07-28 `Task`: its status and times, and how often to poll it.
+pub fn task_2026(task: &TaskStatusRecord, poll_interval_ms: u64) -> model::Task {
     let status = match task.status {
         TaskStatus::Working => model::TaskStatus::Working,
         TaskStatus::InputRequired => model::TaskStatus::InputRequired,
@@ -181,38 +181,46 @@ pub fn task_2026(task: &TaskRecord) -> model::Task {
         iso8601(task.updated_at_ms),
     )
     .with_ttl_ms(task.ttl_ms)
-    .with_poll_interval_ms(task.call.poll_interval_ms);
+    .with_poll_interval_ms(poll_interval_ms);
     out.status_message = task.status_message.clone();
     out
 }
 
 /// A 2026-07-28 `tasks/get` result: the task with its result or error inlined.
 pub fn detailed_2026(task: &TaskRecord) -> GetTaskResult {
-    let object = |v: &Value| v.as_object().cloned().unwrap_or_default();
+    detailed_2026_owned(task.clone())
+}
+
+/// [`detailed_2026`] of a task the caller lets go of: its result moves into the answer instead of
+/// being copied (a result can be megabytes).
+pub fn detailed_2026_owned(mut task: TaskRecord) -> GetTaskResult {
+    let object = |v: Value| match v {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    };
+    let head = task_2026(&task.status_record(), task.call.poll_interval_ms);
     let payload = match task.status {
         TaskStatus::Working => TaskPayload::Working,
         TaskStatus::InputRequired => TaskPayload::InputRequired {
             input_requests: task
                 .input_requests
-                .clone()
+                .take()
                 .and_then(|r| serde_json::from_value(r).map_err(|e| tracing::warn!(task = %task.task_id, error = %e, "stored input requests are not in MCP shape")).ok())
                 .unwrap_or_default(),
         },
         TaskStatus::Cancelled => TaskPayload::Cancelled,
-        TaskStatus::Completed => {
-            TaskPayload::Completed { result: task.result.as_ref().map(object).unwrap_or_default() }
-        }
-        TaskStatus::Failed => match (&task.error, &task.result) {
+        TaskStatus::Completed => TaskPayload::Completed { result: task.result.take().map(object).unwrap_or_default() },
+        TaskStatus::Failed => match (&task.error, task.result.take()) {
             // A 2025-11-25 client's tool error settles as failed with a result; on this wire a
             // tool error is a completed task whose result says isError.
             (None, Some(result)) => TaskPayload::Completed { result: object(result) },
             _ => {
-                let error = conveyor_shared::store::task_error(task);
-                TaskPayload::Failed { error: object(&json!(error)) }
+                let error = conveyor_shared::store::task_error(&task);
+                TaskPayload::Failed { error: object(json!(error)) }
             }
         },
     };
-    GetTaskResult::new(DetailedTask::new(task_2026(task), payload))
+    GetTaskResult::new(DetailedTask::new(head, payload))
 }
 
 /// The `Mcp-Param-*` headers of a request, by lower-cased parameter name (SEP-2243), kept for the
@@ -293,8 +301,10 @@ pub fn check_param_headers(
 /// The create result of each wire.
 pub fn create_result(wire: Wire, task: &TaskRecord) -> Value {
     match wire {
-        Wire::V2025 => json!({"task": task_2025(task)}),
-        Wire::V2026 => json!(model::CreateTaskResult::new(task_2026(task))),
+        Wire::V2025 => json!({"task": task_2025(&task.status_record(), task.call.poll_interval_ms)}),
+        Wire::V2026 => {
+            json!(model::CreateTaskResult::new(task_2026(&task.status_record(), task.call.poll_interval_ms)))
+        }
     }
 }
 
@@ -364,7 +374,8 @@ mod tests {
 
     #[test]
     fn shapes_of_2025() {
-        let t = task_2025(&record(TaskStatus::Working));
+        let working = record(TaskStatus::Working);
+        let t = task_2025(&working.status_record(), working.call.poll_interval_ms);
         assert_eq!(t["ttl"], 60_000);
         assert_eq!(t["pollInterval"], 500);
         assert_eq!(t["createdAt"], "1970-01-01T00:00:00.000Z");

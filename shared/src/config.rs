@@ -21,7 +21,8 @@ pub struct Config {
     /// Nesting and parsed-memory limits of a request body (`CONVEYOR_MAX_JSON_DEPTH`,
     /// `CONVEYOR_MAX_PARSED_BYTES`), checked before it is parsed.
     pub json_limits: crate::json_limits::JsonLimits,
-    /// Memory all requests of one gateway may hold at once for their bodies and parsed JSON
+    /// Memory all requests of one gateway may hold at once for their bodies and parsed JSON, and
+    /// for what readers of tasks read until their answers are written
     /// (`CONVEYOR_MAX_INFLIGHT_BYTES`); a request that would exceed it waits briefly, then is
     /// refused with a retryable error.
     pub max_inflight_bytes: usize,

@@ -126,6 +126,13 @@ impl Shard {
         format!("{}:poll:{task_id}:{caller}", self.tag())
     }
 
+    /// When `caller` may next read a task's result (`tasks/result`, the result resource): a gate
+    /// of its own, so that a client that polls `tasks/get` until the end fetches the result at
+    /// once, and reads it again no faster than the poll gap.
+    pub fn result_gate(self, task_id: &str, caller: &str) -> String {
+        format!("{}:poll-result:{task_id}:{caller}", self.tag())
+    }
+
     /// Sharded channel on which cancellations of this shard's tasks reach every worker.
     pub fn cancel_channel(self) -> String {
         format!("{}:cancel", self.tag())
@@ -160,6 +167,13 @@ pub fn queue_of_stream(stream: &str) -> Option<&str> {
 /// principal, outside the shards: the script that reads it touches nothing else.
 pub fn rate(principal: &str) -> String {
     format!("{PREFIX}:rate:{principal}")
+}
+
+/// When `caller` may next read one page of one listing of tasks (`listing` names the reader:
+/// `tasks/list`, the tasks resource, the web view; `page` its cursor, or `first`), shared by every
+/// gateway. Outside the shards: a listing spans them all.
+pub fn list_gate(listing: &str, page: &str, caller: &str) -> String {
+    format!("{PREFIX}:poll-list:{}:{}:{}", part(listing), part(page), part(caller))
 }
 
 /// The shard a task id names: its first four hex digits. `None` for an id that names no shard of

@@ -147,6 +147,89 @@ pub const TASK_FIELDS: [&str; 17] = [
     "mode",
     "inputRounds",
 ];
+
+/// The fields of [`TASK_FIELDS`] that a listing reads: a task's status and times, never what it
+/// carries (its call, its result, its error, its input requests), which can be megabytes.
+pub const TASK_STATUS_FIELDS: [&str; 10] = [
+    "status",
+    "statusMessage",
+    "createdAt",
+    "updatedAt",
+    "ttlMs",
+    "owner",
+    "tool",
+    "progress",
+    "total",
+    "mode",
+];
+
+/// The fields of [`TASK_FIELDS`] that can be large: a reader counts them against its memory budget
+/// before it reads them (`call` holds the arguments; the others, what the task produced or asks).
+pub const TASK_LARGE_FIELDS: [&str; 5] = ["call", "result", "error", "inputRequests", "inputRounds"];
+
+/// A task's status and times, as a listing shows them ([`TASK_STATUS_FIELDS`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskStatusRecord {
+    pub task_id: String,
+    pub status: TaskStatus,
+    pub status_message: Option<String>,
+    pub created_at_ms: u64,
+    pub updated_at_ms: u64,
+    pub ttl_ms: u64,
+    pub owner: String,
+    pub tool: String,
+    pub progress: Option<f64>,
+    pub total: Option<f64>,
+    pub mode: TaskMode,
+}
+
+impl TaskStatusRecord {
+    /// Parses the values of [`TASK_STATUS_FIELDS`], in that order; `None` when there is no such
+    /// task. What the task carries is not read, so a task whose payload cannot be decoded lists
+    /// with its stored status; reading it in full says why it failed.
+    pub fn from_fields(task_id: &str, values: Vec<Option<String>>) -> Result<Option<Self>, String> {
+        let mut hash: HashMap<String, String> = TASK_STATUS_FIELDS
+            .iter()
+            .zip(values)
+            .filter_map(|(field, value)| Some(((*field).to_owned(), value?)))
+            .collect();
+        if hash.is_empty() {
+            return Ok(None);
+        }
+        Self::take(task_id, &mut hash).map(Some)
+    }
+
+    /// Takes the status fields out of a task's hash.
+    fn take(task_id: &str, hash: &mut HashMap<String, String>) -> Result<Self, String> {
+        let mut take = |field: &str| hash.remove(field).filter(|v| !v.is_empty());
+        let status = take("status").ok_or("task hash has no status")?.parse::<TaskStatus>()?;
+        let number = |v: Option<String>, field: &str| -> Result<u64, String> {
+            v.ok_or_else(|| format!("task hash has no {field}"))?
+                .parse::<u64>()
+                .map_err(|e| format!("task field {field}: {e}"))
+        };
+        let float = |v: Option<String>| v.and_then(|s| s.parse::<f64>().ok()).filter(|f| f.is_finite());
+        Ok(Self {
+            task_id: task_id.to_owned(),
+            status,
+            status_message: take("statusMessage"),
+            created_at_ms: number(take("createdAt"), "createdAt")?,
+            updated_at_ms: number(take("updatedAt"), "updatedAt")?,
+            ttl_ms: number(take("ttlMs"), "ttlMs")?,
+            owner: take("owner").unwrap_or_default(),
+            tool: take("tool").unwrap_or_default(),
+            progress: float(take("progress")),
+            total: float(take("total")),
+            mode: take("mode").map_or(TaskMode::Task, |m| TaskMode::parse(&m)),
+        })
+    }
+
+    /// Whether the task's TTL, counted from its creation, has run out at `now_ms`.
+    pub fn expired_at(&self, now_ms: u64) -> bool {
+        self.created_at_ms.saturating_add(self.ttl_ms) <= now_ms
+    }
+}
+
 impl TaskRecord {
     /// Parses the values of [`TASK_FIELDS`], in that order; `None` when there is no such task.
     pub fn from_fields(task_id: &str, values: Vec<Option<String>>) -> Result<Option<Self>, String> {
@@ -159,27 +242,27 @@ impl TaskRecord {
     }
 
     /// Parses the fields of a task hash; `None` when the hash is empty (no such task).
-    pub fn from_hash(task_id: &str, mut hash: HashMap<String, String>) -> Result<Option<Self>, String> {
+    pub fn from_hash(task_id: &str, hash: HashMap<String, String>) -> Result<Option<Self>, String> {
+        Self::from_read(task_id, hash, true)
+    }
+
+    /// Parses the fields a reader read of a task hash; `None` when it holds none (no such task).
+    /// Without `call_read` the call record was not read (a reader that does not show it): the
+    /// record carries a default one, and its absence is no fault.
+    pub fn from_read(
+        task_id: &str,
+        mut hash: HashMap<String, String>,
+        call_read: bool,
+    ) -> Result<Option<Self>, String> {
         if hash.is_empty() {
             return Ok(None);
         }
+        let head = TaskStatusRecord::take(task_id, &mut hash)?;
+        let mut status = head.status;
         let mut take = |field: &str| hash.remove(field).filter(|v| !v.is_empty());
-        let mut status = take("status").ok_or("task hash has no status")?.parse::<TaskStatus>()?;
-        let number = |v: Option<String>, field: &str| -> Result<u64, String> {
-            v.ok_or_else(|| format!("task hash has no {field}"))?
-                .parse::<u64>()
-                .map_err(|e| format!("task field {field}: {e}"))
-        };
         let json = |v: Option<String>, field: &str| -> Result<Option<Value>, String> {
             v.map(|s| serde_json::from_str(&s).map_err(|e| format!("task field {field}: {e}"))).transpose()
         };
-        let float = |v: Option<String>| v.and_then(|s| s.parse::<f64>().ok());
-        let status_message = take("statusMessage");
-        let created_at_ms = number(take("createdAt"), "createdAt")?;
-        let updated_at_ms = number(take("updatedAt"), "updatedAt")?;
-        let ttl_ms = number(take("ttlMs"), "ttlMs")?;
-        let owner = take("owner").unwrap_or_default();
-        let tool = take("tool").unwrap_or_default();
         // A payload that cannot be read (written by an older or broken writer) breaks only this
         // task, which shows as failed and says why; the record, listings and other tasks stay
         // readable.
@@ -190,10 +273,11 @@ impl TaskRecord {
                 unreadable.get_or_insert(e);
                 CallRecord::default()
             }
-            None => {
+            None if call_read => {
                 unreadable.get_or_insert("task hash has no call record".to_owned());
                 CallRecord::default()
             }
+            None => CallRecord::default(),
         };
         let mut payload = |field: &str, value: Option<String>| match json(value, field) {
             Ok(value) => value,
@@ -203,8 +287,6 @@ impl TaskRecord {
             }
         };
         let traceparent = take("traceparent");
-        let progress = float(take("progress")).filter(|p| p.is_finite());
-        let total = float(take("total")).filter(|t| t.is_finite());
         let mut result = payload("result", take("result"));
         let mut error =
             payload("error", take("error")).and_then(|e| serde_json::from_value::<RpcError>(e).ok());
@@ -222,27 +304,43 @@ impl TaskRecord {
             });
         }
         let output_node = take("outputNode");
-        let mode = take("mode").map_or(TaskMode::Task, |m| TaskMode::parse(&m));
         Ok(Some(Self {
-            task_id: task_id.to_owned(),
+            task_id: head.task_id,
             status,
-            status_message,
-            created_at_ms,
-            updated_at_ms,
-            ttl_ms,
-            owner,
-            tool,
+            status_message: head.status_message,
+            created_at_ms: head.created_at_ms,
+            updated_at_ms: head.updated_at_ms,
+            ttl_ms: head.ttl_ms,
+            owner: head.owner,
+            tool: head.tool,
             call,
             traceparent,
-            progress,
-            total,
+            progress: head.progress,
+            total: head.total,
             result,
             error,
             input_requests,
             input_rounds,
             output_node,
-            mode,
+            mode: head.mode,
         }))
+    }
+
+    /// The task's status and times, as a listing shows them.
+    pub fn status_record(&self) -> TaskStatusRecord {
+        TaskStatusRecord {
+            task_id: self.task_id.clone(),
+            status: self.status,
+            status_message: self.status_message.clone(),
+            created_at_ms: self.created_at_ms,
+            updated_at_ms: self.updated_at_ms,
+            ttl_ms: self.ttl_ms,
+            owner: self.owner.clone(),
+            tool: self.tool.clone(),
+            progress: self.progress,
+            total: self.total,
+            mode: self.mode,
+        }
     }
 }
 
@@ -259,6 +357,10 @@ pub struct NodeRecord {
     pub finished_at_ms: Option<u64>,
     pub error: Option<Value>,
     pub output: Option<Value>,
+    /// The size of the node's stored output, in bytes of JSON: given where the output itself is
+    /// not read (a task's detail shows how large each output is, and reads none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_bytes: Option<u64>,
     /// The nodes that wait on this one: the edges of the graph, for drawing it.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub dependents: Vec<String>,
@@ -285,6 +387,7 @@ impl NodeRecord {
                 started_at_ms: f.get("startedAt").and_then(|v| v.parse().ok()),
                 finished_at_ms: f.get("finishedAt").and_then(|v| v.parse().ok()),
                 error: f.get("error").and_then(|v| serde_json::from_str(v).ok()),
+                output_bytes: f.get("output").map(|v| v.len() as u64),
                 output: f.get("output").and_then(|v| serde_json::from_str(v).ok()),
                 dependents: f
                     .get("dependents")

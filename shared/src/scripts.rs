@@ -61,6 +61,7 @@ script!(SETTLE_DAG, "settle_dag");
 script!(EXPAND_PLAN, "expand_plan");
 script!(MAINTAIN, "maintain");
 script!(WATCH_TASK, "watch_task");
+script!(READ_TASK, "read_task");
 script!(RELEASE_HELD, "release_held");
 script!(HEARTBEAT, "heartbeat");
 script!(FORGET_WORKER, "forget_worker");

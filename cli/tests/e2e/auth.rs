@@ -483,7 +483,7 @@ async fn a_key_set_url_must_be_https() {
 }
 
 #[tokio::test]
-async fn jwt_principals_are_namespaced_by_issuer_unless_bare_principals_are_asked_for() {
+async fn jwt_principals_and_groups_are_namespaced_by_issuer_unless_bare_principals_are_asked_for() {
     let redis = RedisServer::start().expect("redis");
     let dir = scratch_dir("auth-jwt-principals");
     let tokens = tokens_file(&dir);
@@ -492,7 +492,9 @@ async fn jwt_principals_are_namespaced_by_issuer_unless_bare_principals_are_aske
         &dir,
         "access.toml",
         &format!(
-            "default = \"deny\"\n[[rule]]\ntools = [\"slow_compute\"]\nallow = [\"alice\", \"{ISSUER}#carol\"]\n"
+            "default = \"deny\"\n[[rule]]\ntools = [\"slow_compute\"]\nallow = [\"alice\", \"{ISSUER}#carol\"]\n\
+             [[rule]]\ntools = [\"echo\"]\nallow = [\"group:research\"]\n\
+             [[rule]]\ntools = [\"greet\"]\nallow = [\"group:{ISSUER}#research\"]\n"
         ),
     );
     let args = [
@@ -516,36 +518,49 @@ async fn jwt_principals_are_namespaced_by_issuer_unless_bare_principals_are_aske
     let static_alice = Mcp::new(namespaced.mcp_url()).with_api_key(ALICE);
     let task = start_slow_task(&static_alice).await;
     let tools = |reply: conveyor_tests::mcp::Reply| -> Vec<String> {
-        reply.result()["tools"]
+        let mut names: Vec<String> = reply.result()["tools"]
             .as_array()
             .unwrap_or_else(|| panic!("{}", reply.raw))
             .iter()
             .filter_map(|t| t["name"].as_str().map(str::to_owned))
-            .collect()
+            .collect();
+        names.sort();
+        names
     };
 
     // By default a token whose `sub` is alice is not the static token's alice: not her tasks,
-    // not her rights; the access file names token principals as `<issuer>#<sub>`.
+    // not her rights; the access file names token principals as `<issuer>#<sub>`, and their
+    // groups as `group:<issuer>#<group>`: the token's `research` is not the static tokens'.
+    assert_eq!(
+        tools(static_alice.call_2025("tools/list", json!({})).await.expect("list")),
+        ["echo", "slow_compute"]
+    );
     let alice = Mcp::new(namespaced.mcp_url()).with_api_key(&alice_jwt);
     let reply = alice.call_2025("tasks/get", json!({"taskId": task})).await.expect("get");
     assert_eq!(reply.error_code(), Some(-32602), "{}", reply.raw);
     assert_eq!(alice.call_2025("tasks/list", json!({})).await.expect("list").result()["tasks"], json!([]));
-    assert!(tools(alice.call_2025("tools/list", json!({})).await.expect("list")).is_empty());
+    assert_eq!(tools(alice.call_2025("tools/list", json!({})).await.expect("list")), ["greet"]);
     let carol = Mcp::new(namespaced.mcp_url()).with_api_key(&carol_jwt);
-    assert_eq!(tools(carol.call_2025("tools/list", json!({})).await.expect("list")), ["slow_compute"]);
+    assert_eq!(
+        tools(carol.call_2025("tools/list", json!({})).await.expect("list")),
+        ["greet", "slow_compute"]
+    );
     let log = namespaced.log_text();
     assert!(
         log.lines().any(|l| l.contains("conveyor::audit") && l.contains(&format!("{ISSUER}#alice"))),
         "the audit log names the token's principal with its issuer: {log}"
     );
 
-    // With --jwt-bare-principals the claim alone is the principal, as before.
+    // With --jwt-bare-principals the claim alone is the principal, and the group alone the group.
     let alice = Mcp::new(bare.mcp_url()).with_api_key(&alice_jwt);
     let reply = alice.call_2025("tasks/get", json!({"taskId": task})).await.expect("get");
     assert_eq!(reply.result()["status"], "working", "{}", reply.raw);
-    assert_eq!(tools(alice.call_2025("tools/list", json!({})).await.expect("list")), ["slow_compute"]);
+    assert_eq!(
+        tools(alice.call_2025("tools/list", json!({})).await.expect("list")),
+        ["echo", "slow_compute"]
+    );
     let carol = Mcp::new(bare.mcp_url()).with_api_key(&carol_jwt);
-    assert!(tools(carol.call_2025("tools/list", json!({})).await.expect("list")).is_empty());
+    assert_eq!(tools(carol.call_2025("tools/list", json!({})).await.expect("list")), ["echo"]);
     assert!(bare.log_text().contains("--jwt-bare-principals with a tokens file"), "{}", bare.log_text());
 
     let cancelled = static_alice.call_2025("tasks/cancel", json!({"taskId": task})).await.expect("cancel");
@@ -578,4 +593,30 @@ async fn placeholder_and_guessable_signing_keys_stop_the_gateway_at_start() {
         Conveyor::with_env("gateway", &redis.url(), &["--no-auth"], &[("CONVEYOR_SIGNING_KEY", &key)])
             .expect("a gateway with a random key");
     assert_eq!(Mcp::new(gateway.mcp_url()).get_status("/healthz").await.expect("healthz"), 200);
+}
+
+#[tokio::test]
+async fn a_line_break_in_a_tokens_header_does_not_start_a_log_line() {
+    let redis = RedisServer::start().expect("redis");
+    let dir = scratch_dir("auth-jwt-forged-log");
+    let jwks_path = write(&dir, "jwks.json", &jwks(&[("issuer", "k1")]));
+    let conveyor = Conveyor::gateway(
+        &redis.url(),
+        &["--jwt-issuer", ISSUER, "--jwks", jwks_path.to_str().expect("path"), "--resource-url", RESOURCE],
+    )
+    .expect("gateway");
+    // The header's algorithm is not one there is: its error quotes it, line break and all.
+    let forged = "RS256\n1999-01-01T00:00:00.000000Z  INFO conveyor::audit: event=\"granted\" principal=\"root\"\u{1b}[2K";
+    let header = URL_SAFE_NO_PAD.encode(json!({"alg": forged, "typ": "JWT", "kid": "k1"}).to_string());
+    let token = format!("{header}.{}.c2ln", URL_SAFE_NO_PAD.encode(claims("carol").to_string()));
+    let (status, _, body) = probe(&conveyor.mcp_url(), Some(&token)).await;
+    assert_eq!(status, 401, "{body}");
+    let log = conveyor.log_text();
+    let line = log
+        .lines()
+        .find(|l| l.contains("not authenticated") && l.contains("1999-01-01"))
+        .unwrap_or_else(|| panic!("the refusal is logged with the header's text:\n{log}"));
+    assert!(line.contains(r"RS256\n1999-01-01T00:00:00.000000Z"), "kept, escaped: {line}");
+    assert!(!log.lines().any(|l| l.starts_with("1999-01-01")), "no forged line:\n{log}");
+    assert!(!log.contains('\u{1b}'), "no terminal control reaches the log");
 }

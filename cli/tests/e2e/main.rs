@@ -25,6 +25,7 @@ mod metrics;
 mod pools;
 mod python_asking;
 mod python_sdk;
+mod readers;
 mod redis_cluster;
 mod rmcp_client;
 mod root_grants;

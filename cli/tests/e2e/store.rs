@@ -13,11 +13,11 @@ use conveyor_shared::keys::{self, Shard};
 use conveyor_shared::model::{
     ROOT_NODE, RpcError, TaskMode, TaskStatus, ToolOutcome, WorkItem, new_task_id, now_ms, result,
 };
-use conveyor_shared::store::limits::Polled;
 use conveyor_shared::store::{
     AnswerOutcome, Attempt, CancelOutcome, CompleteOutcome, Created, Limits, MaintainOutcome, NewTask,
     NodeStart, ParkOutcome, ReclaimOutcome, SlotShares, StartOutcome, TaskIndex, WorkReader,
 };
+use conveyor_shared::store::{Gate, GateKind, ReadOutcome, TaskParts, TaskRead};
 use conveyor_tests::RedisServer;
 use conveyor_tests::process::{nodes_key, shard_of, task_key};
 use redis::Commands;
@@ -1576,11 +1576,19 @@ async fn a_cancel_sent_again_after_its_reply_was_lost_still_says_cancelled() {
 async fn a_read_sent_again_after_its_reply_was_lost_is_not_held_by_its_own_poll_gap() {
     let h = setup().await;
     let id = h.create(&new_task(Shard(1))).await;
+    let gated = || {
+        let mut read = TaskRead::new("alice", TaskParts::STATUS);
+        read.gate = Some(Gate { caller: "alice", gap_ms: 60_000, kind: GateKind::Poll });
+        read
+    };
+    // (Another task's read loads the script, so that the lost try below runs it.)
+    let other = h.create(&new_task(Shard(1))).await;
+    h.store.read_task(&other, &gated()).await.expect("read");
     let store = losing_replies(&h.redis, 600).await;
-    let read = store.get_task_polled(&id, "alice", 60_000).await.expect("read");
-    assert!(matches!(read, Polled::Read(Some(_))), "{read:?}");
-    let soon = h.store.get_task_polled(&id, "alice", 60_000).await.expect("read");
-    assert!(matches!(soon, Polled::TooSoon { .. }), "another read within the gap waits: {soon:?}");
+    let read = store.read_task(&id, &gated()).await.expect("read");
+    assert!(matches!(read, ReadOutcome::Read(_)), "{read:?}");
+    let soon = h.store.read_task(&id, &gated()).await.expect("read");
+    assert!(matches!(soon, ReadOutcome::TooSoon { .. }), "another read within the gap waits: {soon:?}");
 }
 
 #[tokio::test]

@@ -1,8 +1,8 @@
 //! `subscriptions/listen` (2026-07-28) against real processes: a stream acknowledges first, tags
 //! every message with its subscription id, delivers a task's status as it changes and its result
 //! resource's update when it finishes, tells of tool and prompt list changes when a worker with
-//! new offers starts, refuses task notifications to a client without the Tasks extension, and ends
-//! with a result when its gateway shuts down.
+//! new offers starts, refuses task notifications to a client without the Tasks extension, agrees
+//! only to the caller's own tasks, and ends with a result when its gateway shuts down.
 
 use std::time::{Duration, Instant};
 
@@ -14,6 +14,17 @@ use tokio::sync::mpsc;
 
 /// Opens a listen stream; its messages arrive on the returned channel as they come.
 async fn listen(url: &str, id: u64, notifications: Value, capabilities: Value) -> mpsc::Receiver<Value> {
+    listen_as(url, None, id, notifications, capabilities).await
+}
+
+/// [`listen`] with a bearer token.
+async fn listen_as(
+    url: &str,
+    bearer: Option<&str>,
+    id: u64,
+    notifications: Value,
+    capabilities: Value,
+) -> mpsc::Receiver<Value> {
     let body = json!({
         "jsonrpc": "2.0", "id": id, "method": "subscriptions/listen",
         "params": {
@@ -24,8 +35,11 @@ async fn listen(url: &str, id: u64, notifications: Value, capabilities: Value) -
             "notifications": notifications,
         }
     });
-    let response = reqwest::Client::new()
-        .post(url)
+    let mut request = reqwest::Client::new().post(url);
+    if let Some(bearer) = bearer {
+        request = request.bearer_auth(bearer);
+    }
+    let response = request
         .header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream")
         .header("mcp-protocol-version", "2026-07-28")
@@ -171,4 +185,84 @@ async fn a_listen_stream_tells_of_task_status_result_updates_and_list_changes() 
         next_where(&mut stream, 7, Duration::from_secs(10), &mut seen, |m| m.get("result").is_some()).await;
     assert_eq!(end["id"], 7, "{end}");
     assert_eq!(end["result"]["resultType"], "complete", "{end}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_listen_stream_agrees_only_to_the_callers_own_tasks() {
+    let redis = RedisServer::start().expect("redis");
+    let dir = conveyor_tests::process::scratch_dir("subscriptions-own");
+    let token = |p: &str| format!("{p}-token-0123456789");
+    let tokens: String = ["alice", "mallory"]
+        .iter()
+        .map(|p| {
+            format!(
+                "[[token]]\nprincipal = \"{p}\"\nsha256 = \"{}\"\n\n",
+                conveyor_gateway::auth::token_digest(&token(p))
+            )
+        })
+        .collect();
+    let tokens_path = dir.join("tokens.toml");
+    std::fs::write(&tokens_path, tokens).expect("tokens file");
+    let conveyor =
+        Conveyor::up(&redis.url(), &["--fixtures", "--tokens-file", tokens_path.to_str().expect("utf-8")])
+            .expect("conveyor up");
+    let alice = Mcp::new(conveyor.mcp_url()).with_api_key(&token("alice"));
+    let mallory = Mcp::new(conveyor.mcp_url()).with_api_key(&token("mallory"));
+    alice.wait_for_tool("slow_compute", Duration::from_secs(20)).await.expect("tools");
+    let create = |mcp: Mcp| async move {
+        let created = mcp
+            .call_2026(
+                "tools/call",
+                json!({"name": "slow_compute", "arguments": {"seconds": 30}}),
+                tasks_client_capabilities(),
+            )
+            .await
+            .expect("tools/call");
+        created.result()["taskId"].as_str().unwrap_or_else(|| panic!("{}", created.raw)).to_owned()
+    };
+    let alices = create(alice.clone()).await;
+    let mallorys = create(mallory.clone()).await;
+    let unknown = "0000ffffffffffffffffffffffffffff";
+
+    let filter = json!({
+        "taskIds": [alices, mallorys, unknown],
+        "resourceSubscriptions": [
+            format!("conveyor://tasks/{mallorys}/result"),
+            format!("conveyor://tasks/{mallorys}"),
+            format!("conveyor://tasks/{alices}/result"),
+            "conveyor://tasks",
+        ],
+    });
+    let mut stream =
+        listen_as(&alice.url, Some(&token("alice")), 3, filter, tasks_client_capabilities()).await;
+    let mut seen = Vec::new();
+    let ack = next_where(&mut stream, 3, Duration::from_secs(10), &mut seen, |_| true).await;
+    assert_eq!(method(&ack), "notifications/subscriptions/acknowledged", "{ack}");
+    assert_eq!(
+        ack["params"]["notifications"],
+        json!({
+            "taskIds": [alices],
+            "resourceSubscriptions": [format!("conveyor://tasks/{alices}/result"), "conveyor://tasks"],
+        }),
+        "another principal's task and an unknown one are not agreed to"
+    );
+    let status = next_where(&mut stream, 3, Duration::from_secs(10), &mut seen, |m| {
+        method(m) == "notifications/tasks"
+    })
+    .await;
+    assert_eq!(status["params"]["taskId"], alices.as_str(), "{status}");
+    let log = conveyor.log_text();
+    assert!(
+        log.lines().any(|l| l.contains("conveyor::audit")
+            && l.contains("principal=alice")
+            && l.contains(&mallorys)
+            && l.contains("left out of the acknowledgement")),
+        "the refusal is audited:\n{log}"
+    );
+    assert!(!seen.iter().any(|m| m.to_string().contains(&mallorys)), "nothing of mallory's: {seen:#?}");
+    for (mcp, id) in [(&alice, &alices), (&mallory, &mallorys)] {
+        mcp.call_2026("tasks/cancel", json!({"taskId": id}), tasks_client_capabilities())
+            .await
+            .expect("cancel");
+    }
 }

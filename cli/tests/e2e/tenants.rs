@@ -788,7 +788,7 @@ async fn store_blob(mcp: &Mcp, bytes: u64) -> Result<String, Value> {
     let reply = mcp
         .call_2025(
             "tools/call",
-            json!({"name": "blob", "arguments": {"bytes": bytes}, "task": {"ttl": 600_000}}),
+            json!({"name": "big_output", "arguments": {"bytes": bytes}, "task": {"ttl": 600_000}}),
         )
         .await
         .expect("tools/call");
@@ -812,7 +812,7 @@ async fn a_principal_that_keeps_storing_is_stopped_at_its_budget_and_another_kee
     );
     let alice = client(&conveyor, "alice");
     let bob = client(&conveyor, "bob");
-    alice.wait_for_tool("blob", Duration::from_secs(20)).await.expect("tools");
+    alice.wait_for_tool("big_output", Duration::from_secs(20)).await.expect("tools");
     let (_, redis_before) = redis_memory(&redis);
 
     let (mut completed, mut failed_at_limit, mut refusal) = (0, 0, None);

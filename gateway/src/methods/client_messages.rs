@@ -95,7 +95,7 @@ pub(crate) async fn notification(
         Ok(CancelOutcome::Cancelled) => {
             tracing::info!(target: "conveyor::audit", event = "call_cancelled", principal = %caller.principal, task = %task_id, "synchronous call cancelled");
         }
-        Ok(CancelOutcome::Missing) if state.store.get_task(&task_id).await.ok().flatten().is_some() => {
+        Ok(CancelOutcome::Missing) if state.store.task_status(&task_id).await.ok().flatten().is_some() => {
             super::audit_denied(caller, method, &task_id, "the call belongs to another principal");
         }
         Ok(_) => {}

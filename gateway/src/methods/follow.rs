@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use conveyor_shared::events::{Delivery, Waiter};
 use conveyor_shared::model::{LogLevel, TaskEvent, TaskMode, TaskRecord, TaskStatus};
-use conveyor_shared::store::CancelOutcome;
+use conveyor_shared::store::{CancelOutcome, TaskParts};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -47,6 +47,9 @@ pub(super) struct Follow {
     /// The reply stream can be resumed after a disconnect, from this point; a tool may then let
     /// the stream close (`ToolContext::release_stream`).
     pub resume: Option<super::resume::ResumePoint>,
+    /// Where a result read from Redis (one too large to travel with its event) holds its memory
+    /// of the caller's budget until the reply is written.
+    pub reply_budget: crate::state::ReplyBudget,
 }
 
 /// Where a follow stopped.
@@ -207,6 +210,7 @@ async fn wait_until_stopped(
         relay_input,
         related_task,
         resume,
+        reply_budget,
         ..
     } = follow;
     // Whether a task as read from Redis stops the follow.
@@ -227,24 +231,51 @@ async fn wait_until_stopped(
     let hub = state.store.events().await?;
     let shard = state.store.shard_of(&task_id).ok_or_else(|| task_not_found(&task_id))?;
     let inbox = hub.inbox(shard);
-    let watch = async |task_id: &str| -> Result<TaskRecord, RpcFailure> {
-        match state.store.watch_task(task_id, &inbox, caller.owner_filter()).await? {
-            Some(t) if caller.may_see(&t.owner) => Ok(t),
-            Some(_) => {
-                super::audit_denied(&caller, "follow", task_id, "the task belongs to another principal");
-                Err(task_not_found(task_id))
+    // What a settled task or one that asks for input holds is read in the caller's budget, which
+    // the reply keeps until it is written.
+    let read = async |task_id: &str| -> Result<TaskRecord, RpcFailure> {
+        // A synchronous call's hidden task is the follower's to read.
+        let reader = crate::reads::Reader {
+            hidden: true,
+            ..crate::reads::Reader::new(&caller, "follow", TaskParts::OUTCOME)
+        };
+        match crate::reads::read_task(state, reader, task_id).await? {
+            Some(crate::reads::Found::Read(held)) => {
+                let held = *held;
+                reply_budget.hold(held.permit);
+                Ok(held.detail.task)
             }
-            None => Err(task_not_found(task_id)),
+            _ => Err(task_not_found(task_id)),
         }
     };
-    let read = async |task_id: &str| -> Result<TaskRecord, RpcFailure> {
-        state.store.get_task(task_id).await?.ok_or_else(|| task_not_found(task_id))
+    // Joins the task's waiters and reads it, without its result: that is read (in the budget)
+    // only when the task has settled.
+    let watch = async |task_id: &str| -> Result<TaskRecord, RpcFailure> {
+        let task = match state.store.watch_task_without_result(task_id, &inbox, caller.owner_filter()).await?
+        {
+            Some(t) if caller.may_see(&t.owner) => t,
+            Some(_) => {
+                super::audit_denied(&caller, "follow", task_id, "the task belongs to another principal");
+                return Err(task_not_found(task_id));
+            }
+            None => return Err(task_not_found(task_id)),
+        };
+        if task.status.is_terminal() {
+            let mut settled = read(task_id).await?;
+            settled.call = task.call;
+            return Ok(settled);
+        }
+        Ok(task)
     };
     let mut waiter = match waiter {
         Some(waiter) => waiter,
         None => {
             let waiter = hub.waiter(&task_id);
             task = watch(&task_id).await?;
+            // A follow that was given no progress token relays the one the call asked with.
+            if relay.progress_token.is_none() {
+                relay.progress_token = task.call.progress_token.clone();
+            }
             if stops(&task) {
                 return Ok(Some(Stopped::of(task)));
             }
@@ -278,7 +309,9 @@ async fn wait_until_stopped(
                         task.error = error;
                         return Ok(Some(Stopped::Terminal(task)));
                     }
-                    return Ok(Some(Stopped::Terminal(read(&task_id).await?)));
+                    let mut settled = read(&task_id).await?;
+                    settled.call = std::mem::take(&mut task.call);
+                    return Ok(Some(Stopped::Terminal(settled)));
                 }
                 Some(Delivery::Event(TaskEvent::Status { escalated: true, status, message, .. })) if stop_on_input => {
                     task.status = status;
@@ -297,7 +330,11 @@ async fn wait_until_stopped(
                             task.input_requests = Some(requests);
                             task.input_rounds = *input_rounds;
                         }
-                        None => task = read(&task_id).await?,
+                        None => {
+                            let call = std::mem::take(&mut task.call);
+                            task = read(&task_id).await?;
+                            task.call = call;
+                        }
                     }
                     if stops(&task) {
                         return Ok(Some(Stopped::of(task)));

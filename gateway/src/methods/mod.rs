@@ -43,9 +43,8 @@ mod tools_list;
 use std::sync::Arc;
 
 use conveyor_shared::call::CallRecord;
-use conveyor_shared::model::{RpcError, TaskMode, TaskRecord};
+use conveyor_shared::model::{RpcError, TaskMode};
 use conveyor_shared::store::NewTask;
-use conveyor_shared::store::limits::Polled;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use rmcp::model::{ErrorCode, TASKS_EXTENSION_ID};
@@ -53,9 +52,10 @@ use serde_json::{Value, json};
 
 use crate::access::Caller;
 use crate::rpc::RpcFailure;
-use crate::state::{AppState, BudgetPermit};
+use crate::state::{AppState, BudgetPermit, ReplyBudget};
 use crate::wire::{META_CLIENT_CAPABILITIES, Wire};
 
+pub(crate) use crate::access::audit_denied;
 pub(crate) use client_messages::{client_response, notification};
 pub use resume::ResumePoint;
 pub(crate) use tasks_cancel::cancel_task;
@@ -72,6 +72,9 @@ pub struct RequestCtx {
     /// The request's share of the gateway's memory budget; a handler that keeps running after it
     /// has let go of the request's JSON (a synchronous call waiting for its task) gives it back.
     pub budget: Option<BudgetPermit>,
+    /// What the reply holds of the caller's budget until it is written: a handler that read a
+    /// task for its answer puts that read's permit here.
+    pub reply_budget: ReplyBudget,
     /// The client's input capabilities (elicitation, sampling, roots): from the request's `_meta`
     /// on 2026-07-28, from the signed session id on 2025-11-25; `{}` when unknown.
     pub client_capabilities: Value,
@@ -263,87 +266,6 @@ pub(crate) async fn reply_from(mut stream: ReplyStream, mode: ReplyMode) -> Resu
     Err(RpcFailure::internal("the task stream ended without a result"))
 }
 
-pub(crate) async fn owned_task(state: &AppState, ctx: &RequestCtx) -> Result<TaskRecord, RpcFailure> {
-    let task_id = string_param(&ctx.params, "taskId")?;
-    visible_task(&state.store, &ctx.caller, &ctx.method, task_id)
-        .await?
-        .ok_or_else(|| task_not_found(task_id))
-}
-
-/// [`owned_task`] within the poll gap ([`polled_task`]).
-pub(crate) async fn owned_task_polled(state: &AppState, ctx: &RequestCtx) -> Result<TaskRecord, RpcFailure> {
-    let task_id = string_param(&ctx.params, "taskId")?;
-    polled_task(state, &ctx.caller, &ctx.method, task_id).await?.ok_or_else(|| task_not_found(task_id))
-}
-
-/// `task_id`'s record if `caller` may see it (its own, or any for an operator). `None` for an
-/// unknown or expired task, for the hidden task of a synchronous call (it is never listed, so it
-/// is not found either), and for another principal's, whose refusal goes to the audit log under
-/// `method`: all three answer alike, so that others' task ids are not confirmed.
-pub(crate) async fn visible_task(
-    store: &conveyor_shared::Store,
-    caller: &Caller,
-    method: &str,
-    task_id: &str,
-) -> Result<Option<TaskRecord>, conveyor_shared::StoreError> {
-    Ok(visible(caller, method, task_id, store.get_task(task_id).await?))
-}
-
-/// [`visible_task`], synchronous calls included: for what a call's result names (its embedded
-/// documents), which its caller reads whether the call was a task or not.
-pub(crate) async fn visible_task_or_call(
-    store: &conveyor_shared::Store,
-    caller: &Caller,
-    method: &str,
-    task_id: &str,
-) -> Result<Option<TaskRecord>, conveyor_shared::StoreError> {
-    Ok(owned(caller, method, task_id, store.get_task(task_id).await?))
-}
-
-fn visible(caller: &Caller, method: &str, task_id: &str, task: Option<TaskRecord>) -> Option<TaskRecord> {
-    match task {
-        Some(task) if task.mode == TaskMode::Sync => None,
-        task => owned(caller, method, task_id, task),
-    }
-}
-
-/// The task if the caller may see its owner's tasks; a refusal is audited.
-fn owned(caller: &Caller, method: &str, task_id: &str, task: Option<TaskRecord>) -> Option<TaskRecord> {
-    match task {
-        Some(task) if caller.may_see(&task.owner) => Some(task),
-        Some(_) => {
-            audit_denied(caller, method, task_id, "the task belongs to another principal");
-            None
-        }
-        None => None,
-    }
-}
-
-/// [`visible_task`] for a reader that polls (`tasks/get`, the task resources, the web view's task
-/// API): with a poll gap configured, a caller that reads one task faster than the gap is told when
-/// to come back, whichever of them it reads through, so that none is a way around the gap.
-pub(crate) async fn polled_task(
-    state: &AppState,
-    caller: &Caller,
-    method: &str,
-    task_id: &str,
-) -> Result<Option<TaskRecord>, RpcFailure> {
-    let gap = state.shared_limits.min_poll_gap_ms;
-    if gap == 0 {
-        return Ok(visible_task(&state.store, caller, method, task_id).await?);
-    }
-    match state.store.get_task_polled(task_id, &caller.principal, gap).await? {
-        Polled::Read(task) => Ok(visible(caller, method, task_id, task.map(|t| *t))),
-        Polled::TooSoon { retry_after_ms } => Err(RpcFailure::new(
-            crate::rpc::codes::OVERLOADED,
-            format!(
-                "Polling too fast: read task `{task_id}` at most every {gap} ms (limit min_poll_gap_ms; its pollInterval says how often to poll). Retry in {retry_after_ms} ms."
-            ),
-            Some(json!({"limit": "min_poll_gap_ms", "max": gap, "retryAfterMs": retry_after_ms})),
-        )),
-    }
-}
-
 /// Owner index entries are kept as long as the longest-lived task could be listed.
 const OWNER_INDEX_SLACK_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 
@@ -474,11 +396,6 @@ fn measured(
             Err(failure)
         }
     }
-}
-
-/// An access the caller was refused, in the audit log.
-pub(crate) fn audit_denied(caller: &Caller, method: &str, subject: &str, reason: &str) {
-    tracing::info!(target: "conveyor::audit", event = "denied", principal = %caller.principal, method, subject, reason, "access denied");
 }
 
 pub(crate) fn task_not_found(task_id: &str) -> RpcFailure {

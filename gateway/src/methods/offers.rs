@@ -79,6 +79,7 @@ pub(super) async fn run_offer(
             request_state,
             round.responses,
             ctx.accepts_sse,
+            ctx.reply_budget.clone(),
         )
         .await;
         return super::holding(reply, held);
@@ -121,6 +122,7 @@ pub(super) async fn run_offer(
         None,
         mode,
         true,
+        ctx.reply_budget.clone(),
     )
     .await;
     super::holding(reply, held)

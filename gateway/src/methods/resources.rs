@@ -4,17 +4,24 @@
 //! list at `conveyor://tasks`, one task with its progress and its graph's nodes at
 //! `conveyor://tasks/{taskId}`, and every finished task's result at
 //! `conveyor://tasks/{taskId}/result`. Any MCP client can read them; `conveyor tasks` does.
+//!
+//! Each reads what it shows ([`crate::reads`]): the list each task's status and times, the task
+//! its status and its nodes without their outputs (each output's size instead), the result
+//! resource the result, held of the caller's in-flight budget until the answer is written. With a
+//! poll gap configured, the list page and the task share the gap of `tasks/get`; the result and
+//! the documents it embeds share the gap of `tasks/result`.
 
 use std::sync::Arc;
 
-use conveyor_shared::model::{OfferKind, TaskMode, TaskRecord};
-use conveyor_shared::store::TaskIndex;
+use conveyor_shared::model::{NodeRecord, OfferKind, TaskMode, TaskRecord, TaskStatusRecord};
+use conveyor_shared::store::{GateKind, TaskIndex, TaskParts};
 use serde_json::{Value, json};
 
 use super::offers::{LIST_TTL_MS, reply_with_cache_hints, run_offer, with_cache_hints};
 use super::{Reply, RequestCtx, string_param};
 use crate::access::Offer;
 use crate::catalog::CatalogTool;
+use crate::reads::{Found, Held, Reader, read_task};
 use crate::rpc::RpcFailure;
 use crate::state::AppState;
 use crate::uri_template::match_template;
@@ -44,7 +51,7 @@ fn task_state_template() -> Value {
         "uriTemplate": TASK_STATE_TEMPLATE,
         "name": "task",
         "title": "One of your tasks, with its nodes",
-        "description": "A task's status, status message and progress, and each node of its graph: status, attempts, worker, start and finish times, error, and the nodes that wait on it.",
+        "description": "A task's status, status message and progress, and each node of its graph: status, attempts, worker, start and finish times, error, the size of its output (outputBytes; the output itself is not shown), and the nodes that wait on it.",
         "mimeType": "application/json",
     })
 }
@@ -175,6 +182,7 @@ async fn task_list(state: &AppState, ctx: &RequestCtx, uri: &str, query: &str) -
         }
     };
     let index = if ctx.caller.operator { TaskIndex::Live } else { TaskIndex::Owner(&ctx.caller.principal) };
+    crate::reads::pass_list_gate(state, &ctx.caller, TASKS_RESOURCE, cursor.unwrap_or("first")).await?;
     let page = state.store.list_tasks(index, cursor, TASKS_PAGE).await?.map_err(|why| {
         RpcFailure::invalid_params(format!("`{uri}`: {why}")).with_data(json!({"uri": uri}))
     })?;
@@ -195,18 +203,32 @@ async fn task_state(
     uri: &str,
     task_id: &str,
 ) -> Result<Value, RpcFailure> {
-    let task =
-        super::polled_task(state, &ctx.caller, &ctx.method, task_id).await?.ok_or_else(|| not_found(uri))?;
-    let nodes = state.store.get_nodes(task_id).await?;
-    let body = task_view(&task, Some(&nodes));
+    let parts = TaskParts { nodes: true, ..TaskParts::STATUS };
+    let reader = Reader::new(&ctx.caller, &ctx.method, parts).gated(GateKind::Poll);
+    let held = read_detail(state, reader, task_id, uri).await?;
+    let body = task_view(&held.task().status_record(), Some(&held.detail.nodes));
+    let cache = if held.task().status.is_terminal() { cacheable_for(held.task()) } else { 0 };
     let contents = json!([{"uri": uri, "mimeType": "application/json", "text": body.to_string()}]);
-    let cache = if task.status.is_terminal() { cacheable_for(&task) } else { 0 };
+    ctx.reply_budget.hold(held.permit);
     Ok(with_cache_hints(ctx.wire, json!({"contents": contents}), cache))
 }
 
-/// What the task resources say of a task: its summary, and with `nodes` its graph without the
-/// nodes' outputs (which can be large, and which the result resource carries).
-fn task_view(task: &TaskRecord, nodes: Option<&[conveyor_shared::model::NodeRecord]>) -> Value {
+/// A task read for a resource, or the resource's "not found".
+async fn read_detail(
+    state: &AppState,
+    reader: Reader<'_>,
+    task_id: &str,
+    uri: &str,
+) -> Result<Held, RpcFailure> {
+    match read_task(state, reader, task_id).await? {
+        Some(Found::Read(held)) => Ok(*held),
+        _ => Err(not_found(uri)),
+    }
+}
+
+/// What the task resources say of a task: its summary, and with `nodes` its graph, each node
+/// with the size of its output rather than the output (which the result resource carries).
+fn task_view(task: &TaskStatusRecord, nodes: Option<&[NodeRecord]>) -> Value {
     let mut view = conveyor_shared::store::task_summary(task, nodes.unwrap_or_default());
     match (view.as_object_mut(), nodes) {
         (Some(object), None) => {
@@ -231,11 +253,11 @@ async fn task_result(
     uri: &str,
     task_id: &str,
 ) -> Result<Value, RpcFailure> {
-    let task = super::visible_task(&state.store, &ctx.caller, &ctx.method, task_id)
-        .await?
-        .ok_or_else(|| not_found(uri))?;
-    let body = match (&task.result, &task.error) {
-        (Some(result), _) => result.clone(),
+    let reader = Reader::new(&ctx.caller, &ctx.method, TaskParts::OUTCOME).gated(GateKind::Result);
+    let Held { detail, permit } = read_detail(state, reader, task_id, uri).await?;
+    let mut task = detail.task;
+    let body = match (task.result.take(), &task.error) {
+        (Some(result), _) => result,
         (None, Some(error)) => json!({"error": error}),
         (None, None) if task.status.is_terminal() => json!({"status": task.status}),
         (None, None) => {
@@ -247,6 +269,8 @@ async fn task_result(
         }
     };
     let contents = json!([{"uri": uri, "mimeType": "application/json", "text": body.to_string()}]);
+    drop(body);
+    ctx.reply_budget.hold(permit);
     Ok(with_cache_hints(ctx.wire, json!({"contents": contents}), cacheable_for(&task)))
 }
 
@@ -264,9 +288,13 @@ async fn task_embedded(
     uri: &str,
     task_id: &str,
 ) -> Result<Value, RpcFailure> {
-    let task = super::visible_task_or_call(&state.store, &ctx.caller, &ctx.method, task_id)
-        .await?
-        .ok_or_else(|| not_found(uri))?;
+    // A result reader like the result resource: its gap, and the caller's budget.
+    let reader = Reader {
+        hidden: true,
+        ..Reader::new(&ctx.caller, &ctx.method, TaskParts::OUTCOME).gated(GateKind::Result)
+    };
+    let Held { detail, permit } = read_detail(state, reader, task_id, uri).await?;
+    let task = detail.task;
     let embedded = task
         .result
         .as_ref()
@@ -280,6 +308,7 @@ async fn task_embedded(
             })
         })
         .ok_or_else(|| not_found(uri))?;
+    ctx.reply_budget.hold(permit);
     Ok(with_cache_hints(ctx.wire, json!({"contents": [embedded]}), cacheable_for(&task)))
 }
 
@@ -296,6 +325,14 @@ pub(super) fn resources_subscribe(state: &AppState, ctx: &RequestCtx) -> Result<
         return Err(not_found(uri));
     }
     Ok(json!({}))
+}
+
+/// The task a task resource's `uri` names (its state, its result, a document its result embeds);
+/// `None` for the task list and any other resource.
+pub(super) fn task_of_resource(uri: &str) -> Option<String> {
+    [TASK_STATE_TEMPLATE, TASK_RESULT_TEMPLATE, TASK_EMBEDDED_TEMPLATE]
+        .into_iter()
+        .find_map(|template| match_template(template, uri)?.get("taskId")?.as_str().map(str::to_owned))
 }
 
 /// Whether `uri` is one of the gateway's resources of the caller's own tasks, which need no rule.

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use conveyor_shared::store::TaskParts;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -16,6 +17,7 @@ use super::tasks_result::task_result_payload;
 use super::tools_call::sync_outcome;
 use super::{ReplyStream, task_not_found};
 use crate::access::Caller;
+use crate::reads::{Found, Reader, read_task};
 use crate::rpc::RpcFailure;
 use crate::signing::{Purpose, Refused, SigningKey};
 use crate::state::AppState;
@@ -62,23 +64,24 @@ pub fn parse_event_id(key: &SigningKey, id: &str) -> Result<(ResumePoint, u64), 
     key.verify::<EventId>(Purpose::StreamEvent, id).map(|e| (e.point, e.seq))
 }
 
-/// The rest of a stream at `point`, for its owner (or an operator).
+/// The rest of a stream at `point`, for its owner (or an operator). A result read from Redis holds
+/// its memory in `reply_budget` until the stream has sent it.
 pub async fn resume(
     state: Arc<AppState>,
     caller: Caller,
     point: ResumePoint,
+    reply_budget: crate::state::ReplyBudget,
 ) -> Result<ReplyStream, RpcFailure> {
-    let task = match state.store.get_task(&point.task_id).await? {
-        Some(task) if caller.may_see(&task.owner) => task,
-        Some(_) => {
-            super::audit_denied(&caller, "GET /mcp", &point.task_id, "a stream of another principal's task");
-            return Err(task_not_found(&point.task_id));
-        }
-        None => return Err(task_not_found(&point.task_id)),
+    // Its status only: the wait joins the task's waiters and reads what it needs then.
+    let reader = Reader { hidden: true, ..Reader::new(&caller, "GET /mcp", TaskParts::STATUS) };
+    let Some(Found::Read(held)) = read_task(&state, reader, &point.task_id).await? else {
+        return Err(task_not_found(&point.task_id));
     };
+    let task = held.detail.task;
     let kind = point.kind;
     let follow = Follow {
-        progress_token: task.call.progress_token.clone(),
+        // The wait takes it from the call record when it joins the task's waiters.
+        progress_token: None,
         task,
         caller,
         deadline: match kind {
@@ -90,10 +93,11 @@ pub async fn resume(
         related_task: kind == ResumeKind::Result,
         cancel_when_gone: kind == ResumeKind::Call,
         resume: Some(point),
+        reply_budget,
     };
     Ok(follow_task(state, follow, None, move |stopped| match stopped {
         Stopped::Terminal(task) if kind == ResumeKind::Call => sync_outcome(&task),
-        Stopped::Terminal(task) => task_result_payload(&task),
+        Stopped::Terminal(task) => task_result_payload(task),
         Stopped::InputRequired(task) | Stopped::Escalated(task) => Err(RpcFailure::internal(format!(
             "task `{}` stopped being followed before its end",
             task.task_id

@@ -103,6 +103,7 @@ pub(super) async fn follow_call(
     progress_token: Option<Value>,
     mode: ReplyMode,
     cancel_when_gone: bool,
+    reply_budget: crate::state::ReplyBudget,
 ) -> Result<Reply, RpcFailure> {
     // A 2025-11-25 client that takes no SSE cannot be asked anything: its call stops there.
     let stop_on_input = wire == Wire::V2026 || mode == ReplyMode::Json;
@@ -123,6 +124,7 @@ pub(super) async fn follow_call(
         related_task: false,
         cancel_when_gone,
         resume,
+        reply_budget,
     };
     let store = state.store.clone();
     let stream = follow_task(state, follow, waiter, move |stopped| match stopped {
@@ -171,6 +173,7 @@ fn input_required(key: &SigningKey, task: &TaskRecord) -> Value {
 
 /// A later round: checks its `requestState`, hands the answers to the call's hidden task (which
 /// resumes the parked node), and follows the task to its next stop.
+#[allow(clippy::too_many_arguments)] // each is a distinct fact of the round; a struct would only rename them
 pub(super) async fn continue_round(
     state: Arc<AppState>,
     request_id: Value,
@@ -179,6 +182,7 @@ pub(super) async fn continue_round(
     request_state: &str,
     responses: Option<Map<String, Value>>,
     accepts_sse: bool,
+    reply_budget: crate::state::ReplyBudget,
 ) -> Result<Reply, RpcFailure> {
     let key = state.signer.key(&state.store).await?;
     let round: RoundState = key.verify(Purpose::RequestState, request_state).map_err(|why| {
@@ -223,7 +227,8 @@ pub(super) async fn continue_round(
     let progress_token = task.call.progress_token.clone();
     let mode = ReplyMode::of(accepts_sse, progress_token.is_some());
     // A round's connection is the client's hold on the call: when it goes away, the work stops.
-    follow_call(state, Wire::V2026, request_id, caller, task, None, progress_token, mode, true).await
+    follow_call(state, Wire::V2026, request_id, caller, task, None, progress_token, mode, true, reply_budget)
+        .await
 }
 
 #[cfg(test)]

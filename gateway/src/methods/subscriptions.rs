@@ -2,7 +2,8 @@
 //! for. Task status (`notifications/tasks`, a full DetailedTask, for the client's own tasks named
 //! in `taskIds`; Tasks extension), resource updates (a task result resource changes when its task
 //! finishes) and list changes (tools, prompts, resources, noticed as the catalog live workers
-//! offer changes). The first message acknowledges what the gateway agreed to send; every message
+//! offer changes). The first message acknowledges what the gateway agreed to send: only the
+//! caller's own tasks and the resources it may read (others are left out, and audited); every message
 //! carries the subscription id (the request's id); when the gateway shuts down it ends the stream
 //! with a result, so the client knows to listen again elsewhere.
 
@@ -10,14 +11,14 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use conveyor_shared::events::Delivery;
+use conveyor_shared::events::{Delivery, Waiter};
 use conveyor_shared::model::{OfferKind, TaskEvent, TaskMode, TaskRecord};
 use futures::StreamExt;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::resources::TASK_RESULT_TEMPLATE;
+use super::resources::{TASK_RESULT_TEMPLATE, task_of_resource};
 use super::{Reply, RequestCtx, StreamItem, client_has_tasks_extension, missing_capability};
 use crate::access::Caller;
 use crate::rpc::{self, RpcFailure};
@@ -179,28 +180,54 @@ impl Subscription {
         self.tx.send(StreamItem::Message(rpc::notification(method, params))).await.is_ok()
     }
 
-    async fn run(self, state: Arc<AppState>, filter: Filter) {
+    async fn run(self, state: Arc<AppState>, mut filter: Filter) {
+        // Only the caller's own tasks are agreed to. Each task named (by id, or by a task
+        // resource) is looked at before the acknowledgement, which leaves out every one that is
+        // not the caller's, unknown ones included, so that it confirms no other principal's task
+        // id; another principal's is in the audit log. A task watched for changes is joined (its
+        // waiters) in the same step as it is read, so that no change falls before the watch.
+        let mut watches: HashMap<String, Watch> = HashMap::new();
+        for task_id in &filter.task_ids {
+            watches.entry(task_id.clone()).or_default().status = true;
+        }
+        let mut named_only = BTreeSet::new();
+        for uri in &filter.resource_uris {
+            if let Some(id) = match_template(TASK_RESULT_TEMPLATE, uri).and_then(|v| v.get("taskId").cloned())
+            {
+                watches.entry(id.as_str().unwrap_or_default().to_owned()).or_default().result_uri =
+                    Some(uri.clone());
+            } else if let Some(id) = task_of_resource(uri) {
+                named_only.insert(id);
+            }
+        }
+        let mut joined = HashMap::new();
+        for task_id in watches.keys() {
+            if let Some(found) = self.join(&state, task_id).await {
+                joined.insert(task_id.clone(), found);
+            }
+        }
+        let mut owned_only = BTreeSet::new();
+        for task_id in named_only.into_iter().filter(|id| !watches.contains_key(id)) {
+            if self.owns(&state, &task_id).await {
+                owned_only.insert(task_id);
+            }
+        }
+        filter.task_ids.retain(|id| joined.contains_key(id));
+        filter.resource_uris.retain(|uri| match task_of_resource(uri) {
+            Some(id) => joined.contains_key(&id) || owned_only.contains(&id),
+            None => true,
+        });
+        watches.retain(|id, _| joined.contains_key(id));
         if !self
             .send("notifications/subscriptions/acknowledged", json!({"notifications": filter.agreed()}))
             .await
         {
             return;
         }
-        // Tasks to watch: those named, and those whose result resource is named.
-        let mut watches: HashMap<String, Watch> = HashMap::new();
-        for task_id in &filter.task_ids {
-            watches.entry(task_id.clone()).or_default().status = true;
-        }
-        for uri in &filter.resource_uris {
-            if let Some(id) = match_template(TASK_RESULT_TEMPLATE, uri).and_then(|v| v.get("taskId").cloned())
-            {
-                watches.entry(id.as_str().unwrap_or_default().to_owned()).or_default().result_uri =
-                    Some(uri.clone());
-            }
-        }
         let (events, mut deliveries) = mpsc::channel::<(String, Delivery)>(64);
-        for (task_id, watch) in &watches {
-            self.watch_task(&state, task_id, watch, events.clone()).await;
+        for (task_id, (task, waiter)) in joined {
+            let watch = watches.get(&task_id).cloned().unwrap_or_default();
+            self.start_watch(task, waiter, &watch, events.clone()).await;
         }
         drop(events);
         let lists = filter.tools || filter.prompts || filter.resources;
@@ -241,32 +268,64 @@ impl Subscription {
         }
     }
 
-    /// Starts hearing of a task's events (joining its waiters), and tells the client its status
-    /// now when it asked for status. A task that is not the caller's is silently not watched.
-    async fn watch_task(
+    /// Joins a named task's waiters and reads it, when it is the caller's (a client's task, of the
+    /// caller or seen by an operator); another principal's is audited, and neither it nor an
+    /// unknown one is joined.
+    async fn join(&self, state: &AppState, task_id: &str) -> Option<(TaskRecord, Waiter)> {
+        let hub = state.store.events().await.ok()?;
+        let shard = state.store.shard_of(task_id)?;
+        let waiter = hub.waiter(task_id);
+        // Without its result, which the script would copy while Redis serves no one else: a
+        // settled task's is read after, with a plain read.
+        let inbox = hub.inbox(shard);
+        match state.store.watch_task_without_result(task_id, &inbox, self.caller.owner_filter()).await {
+            Ok(Some(task)) if task.mode == TaskMode::Task && self.caller.may_see(&task.owner) => {
+                if !task.status.is_terminal() {
+                    return Some((task, waiter));
+                }
+                match state.store.get_task(task_id).await {
+                    Ok(Some(settled)) => Some((settled, waiter)),
+                    _ => None,
+                }
+            }
+            Ok(Some(task)) if task.mode == TaskMode::Task => {
+                self.refused(task_id);
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether a task a resource names is the caller's (looked at, not joined).
+    async fn owns(&self, state: &AppState, task_id: &str) -> bool {
+        match state.store.task_status(task_id).await {
+            Ok(Some(task)) if task.mode == TaskMode::Task && self.caller.may_see(&task.owner) => true,
+            Ok(Some(task)) if task.mode == TaskMode::Task => {
+                self.refused(task_id);
+                false
+            }
+            _ => false,
+        }
+    }
+
+    fn refused(&self, task_id: &str) {
+        super::audit_denied(
+            &self.caller,
+            "subscriptions/listen",
+            task_id,
+            "the task belongs to another principal; left out of the acknowledgement",
+        );
+    }
+
+    /// Tells the client a joined task's status now when it asked for status, and hears of its
+    /// events from then on until it settles.
+    async fn start_watch(
         &self,
-        state: &AppState,
-        task_id: &str,
+        task: TaskRecord,
+        mut waiter: Waiter,
         watch: &Watch,
         events: mpsc::Sender<(String, Delivery)>,
     ) {
-        let Ok(hub) = state.store.events().await else { return };
-        let Some(shard) = state.store.shard_of(task_id) else { return };
-        let mut waiter = hub.waiter(task_id);
-        let task = match state.store.watch_task(task_id, &hub.inbox(shard), self.caller.owner_filter()).await
-        {
-            Ok(Some(task)) if task.mode == TaskMode::Task && self.caller.may_see(&task.owner) => task,
-            Ok(Some(task)) if task.mode == TaskMode::Task => {
-                super::audit_denied(
-                    &self.caller,
-                    "subscriptions/listen",
-                    task_id,
-                    "the task belongs to another principal",
-                );
-                return;
-            }
-            _ => return,
-        };
         if watch.status {
             self.send("notifications/tasks", task_params(&task)).await;
         }
@@ -276,7 +335,7 @@ impl Subscription {
             }
             return;
         }
-        let task_id = task_id.to_owned();
+        let task_id = task.task_id;
         tokio::spawn(async move {
             while let Some(delivery) = waiter.recv().await {
                 if events.send((task_id.clone(), delivery)).await.is_err() {

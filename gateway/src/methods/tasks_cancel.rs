@@ -19,8 +19,8 @@ pub(super) async fn tasks_cancel(state: &AppState, ctx: &RequestCtx) -> Result<V
             "Cannot cancel task `{task_id}`: it is already {status}, and a terminal task never changes"
         ))),
         (Wire::V2025, CancelOutcome::Cancelled) => {
-            let task = state.store.get_task(task_id).await?.ok_or_else(|| task_not_found(task_id))?;
-            Ok(wire::task_2025(&task))
+            let task = state.store.task_status(task_id).await?.ok_or_else(|| task_not_found(task_id))?;
+            Ok(wire::task_2025(&task, state.config.poll_interval_ms))
         }
     }
 }
@@ -41,7 +41,8 @@ pub(crate) async fn cancel_task(
         CancelOutcome::Cancelled => {
             tracing::info!(target: "conveyor::audit", event = "task_cancelled", principal = %caller.principal, operator = caller.operator, task = %task_id, "task cancelled");
         }
-        CancelOutcome::Missing if state.store.get_task(task_id).await.ok().flatten().is_some() => {
+        // Whether the id names another principal's task: its status says so, nothing more is read.
+        CancelOutcome::Missing if state.store.task_status(task_id).await.ok().flatten().is_some() => {
             super::audit_denied(caller, method, task_id, "the task belongs to another principal");
         }
         CancelOutcome::Missing | CancelOutcome::AlreadyTerminal(_) => {}

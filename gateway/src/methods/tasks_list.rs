@@ -1,5 +1,6 @@
 //! `tasks/list` (2025-11-25): the caller's tasks, a page at a time; for an operator, every
-//! principal's unfinished tasks.
+//! principal's unfinished tasks. Each task's status and times only: a listing never reads what a
+//! task carries. With a poll gap configured, one page is read no faster than the gap.
 
 use serde_json::{Value, json};
 
@@ -20,8 +21,11 @@ pub(super) async fn tasks_list(state: &AppState, ctx: &RequestCtx) -> Result<Val
         Some(_) => return Err(RpcFailure::invalid_params("Invalid params: `cursor` must be a string")),
     };
     let index = if ctx.caller.operator { TaskIndex::Live } else { TaskIndex::Owner(&ctx.caller.principal) };
+    crate::reads::pass_list_gate(state, &ctx.caller, "tasks/list", cursor.unwrap_or("first")).await?;
     let page = state.store.list_tasks(index, cursor, LIST_PAGE).await?.map_err(RpcFailure::invalid_params)?;
-    let mut result = json!({"tasks": page.tasks.iter().map(wire::task_2025).collect::<Vec<_>>()});
+    let poll = state.config.poll_interval_ms;
+    let tasks: Vec<Value> = page.tasks.iter().map(|t| wire::task_2025(t, poll)).collect();
+    let mut result = json!({"tasks": tasks});
     if let Some(next) = page.next_cursor {
         result["nextCursor"] = json!(next);
     }

@@ -146,6 +146,7 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
             request_state,
             call.round.responses,
             ctx.accepts_sse,
+            ctx.reply_budget.clone(),
         )
         .await;
         return super::holding(reply, held);
@@ -410,6 +411,7 @@ async fn reply(state: Arc<AppState>, mut ctx: RequestCtx, started: Started) -> R
         started.progress_token,
         mode,
         started.cancel_when_gone,
+        ctx.reply_budget.clone(),
     )
     .await;
     match started.held {

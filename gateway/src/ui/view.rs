@@ -1,10 +1,11 @@
 //! The JSON the web view reads. Built here rather than taken from the MCP wire shapes: the page
 //! shows what a person needs (owner, times in milliseconds for durations, the graph's edges)
-//! and leaves out what only a client needs (progress tokens, trace context, node outputs).
+//! and leaves out what only a client needs (progress tokens, trace context, node outputs, of
+//! which it shows the size).
 
 use std::collections::{BTreeMap, HashMap};
 
-use conveyor_shared::model::{NodeRecord, ROOT_NODE, TaskRecord, iso8601};
+use conveyor_shared::model::{NodeRecord, ROOT_NODE, TaskRecord, TaskStatusRecord, iso8601};
 use conveyor_shared::store::{ClusterStats, DeadLetter, TaskIndex, WorkerRecord, catalog::LIVE_FOR_MS};
 use conveyor_shared::{Store, StoreError};
 use serde_json::{Value, json};
@@ -17,7 +18,7 @@ pub const LIST_LIMIT: usize = 200;
 pub const DEAD_LETTERS_SHOWN: usize = 50;
 
 /// A task as a row of the list.
-pub(crate) fn task_row(task: &TaskRecord) -> Value {
+pub(crate) fn task_row(task: &TaskStatusRecord) -> Value {
     json!({
         "taskId": task.task_id,
         "tool": task.tool,
@@ -35,7 +36,7 @@ pub(crate) fn task_row(task: &TaskRecord) -> Value {
 }
 
 /// The list the caller sees: its own tasks, and for an operator every principal's unfinished
-/// ones too; newest first, at most [`LIST_LIMIT`].
+/// ones too; newest first, at most [`LIST_LIMIT`]. Each task's status and times only.
 pub(crate) async fn task_list(store: &Store, caller: &Caller) -> Result<Value, StoreError> {
     let mut tasks = store.newest_tasks(TaskIndex::Owner(&caller.principal), LIST_LIMIT).await?;
     if caller.operator {
@@ -51,7 +52,7 @@ pub(crate) async fn task_list(store: &Store, caller: &Caller) -> Result<Value, S
 /// One task with its nodes: the row's fields, its arguments, its result (the `CallToolResult`
 /// of a completed task) or error, and each node with its status, attempts, times and edges.
 pub(crate) fn task_detail(task: &TaskRecord, nodes: &[NodeRecord]) -> Value {
-    let mut detail = task_row(task);
+    let mut detail = task_row(&task.status_record());
     detail["ttlMs"] = json!(task.ttl_ms);
     detail["arguments"] = task.call.arguments.clone();
     detail["result"] = task.result.clone().unwrap_or(Value::Null);
@@ -93,6 +94,7 @@ fn node_view(node: &NodeRecord) -> Value {
         "finishedAtMs": node.finished_at_ms,
         "durationMs": duration_ms,
         "error": node.error,
+        "outputBytes": node.output_bytes,
         "dependents": node.dependents,
     })
 }

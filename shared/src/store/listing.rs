@@ -2,13 +2,16 @@
 //! the last listed task's (creation time, id); a page continues strictly after it in that order,
 //! which is also the order of each shard's index, so tasks created in the same millisecond are
 //! neither skipped nor repeated. The web view reads the other end: the newest few, at once.
+//!
+//! A listing reads each task's status and times only ([`TASK_STATUS_FIELDS`]), never what it
+//! carries: a page of finished tasks costs the same whether their results are bytes or megabytes.
 
 use std::collections::HashMap;
 
 use super::Store;
 use crate::error::StoreError;
 use crate::keys::Shard;
-use crate::model::{TASK_FIELDS, TaskMode, TaskRecord};
+use crate::model::{TASK_STATUS_FIELDS, TaskMode, TaskStatusRecord, now_ms};
 
 /// Which tasks a listing walks.
 #[derive(Debug, Clone, Copy)]
@@ -27,7 +30,7 @@ impl TaskIndex<'_> {
         }
     }
 
-    fn admits(&self, task: &TaskRecord) -> bool {
+    fn admits(&self, task: &TaskStatusRecord) -> bool {
         // The hidden task of a synchronous call is never the client's to see.
         if task.mode == TaskMode::Sync {
             return false;
@@ -42,7 +45,7 @@ impl TaskIndex<'_> {
 /// A page of tasks and the cursor of the next one.
 #[derive(Debug, Clone)]
 pub struct TaskPage {
-    pub tasks: Vec<TaskRecord>,
+    pub tasks: Vec<TaskStatusRecord>,
     pub next_cursor: Option<String>,
 }
 
@@ -87,7 +90,7 @@ impl Store {
         &self,
         index: TaskIndex<'_>,
         count: usize,
-    ) -> Result<Vec<TaskRecord>, StoreError> {
+    ) -> Result<Vec<TaskStatusRecord>, StoreError> {
         if count == 0 {
             return Ok(Vec::new());
         }
@@ -126,16 +129,16 @@ impl Store {
         &self,
         index: TaskIndex<'_>,
         candidates: &[(u64, String, Shard)],
-    ) -> Result<HashMap<String, TaskRecord>, StoreError> {
+    ) -> Result<HashMap<String, TaskStatusRecord>, StoreError> {
         let mut by_shard: HashMap<Shard, Vec<String>> = HashMap::new();
         for (_, id, shard) in candidates {
             by_shard.entry(*shard).or_default().push(id.clone());
         }
-        let mut found: HashMap<String, TaskRecord> = HashMap::new();
+        let mut found: HashMap<String, TaskStatusRecord> = HashMap::new();
         for (shard, ids) in by_shard {
             let mut pipe = redis::pipe();
             for id in &ids {
-                pipe.cmd("HMGET").arg(shard.task(id)).arg(&TASK_FIELDS[..]);
+                pipe.cmd("HMGET").arg(shard.task(id)).arg(&TASK_STATUS_FIELDS[..]);
             }
             let records: Vec<Vec<Option<String>>> = self.pipeline(&pipe).await?;
             let mut gone = Vec::new();
@@ -160,9 +163,9 @@ impl Store {
         Ok(found)
     }
 
-    fn readable(id: &str, values: Vec<Option<String>>) -> Option<TaskRecord> {
-        match Self::live_record(id, values) {
-            Ok(task) => task,
+    fn readable(id: &str, values: Vec<Option<String>>) -> Option<TaskStatusRecord> {
+        match TaskStatusRecord::from_fields(id, values) {
+            Ok(task) => task.filter(|t| !t.expired_at(now_ms())),
             Err(e) => {
                 tracing::warn!(task = %id, error = %e, "leaving an unreadable task out of a listing");
                 None

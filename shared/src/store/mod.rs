@@ -10,6 +10,8 @@
 //! - [`maintenance`]: each shard's due retries and expiries, run by one worker at a time;
 //! - [`catalog`]: live workers and the tools they offer;
 //! - [`dead_letters`]: nodes that failed for good, for operators;
+//! - [`reads`]: one task read for a client: behind the poll gate, no more than the reader shows
+//!   and holds memory for;
 //! - [`listing`]: an owner's tasks (or every live task, for operators), page by page across shards,
 //!   or the newest few (the web view);
 //! - [`limits`]: limits every gateway shares: request rate per principal, poll gaps;
@@ -31,6 +33,7 @@ pub mod listing;
 pub mod maintenance;
 pub mod nodes;
 pub mod queues;
+pub mod reads;
 pub mod stats;
 pub mod tasks;
 
@@ -51,6 +54,7 @@ pub use nodes::{
     StartOutcome,
 };
 pub use queues::WorkReader;
+pub use reads::{Gate, GateKind, ReadOutcome, TaskDetail, TaskParts, TaskRead};
 pub use stats::{ClusterStats, QueueDepth};
 pub use tasks::{AnswerOutcome, CancelOutcome, Created, LimitHit, Limits, NewTask, task_error, task_summary};
 

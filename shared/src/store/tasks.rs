@@ -702,20 +702,49 @@ impl Store {
         inbox: &str,
         owner: &str,
     ) -> Result<Option<TaskRecord>, StoreError> {
-        let Some(shard) = self.task_shard(task_id) else { return Ok(None) };
+        let values = self.watch_fields(task_id, inbox, owner, &TASK_FIELDS).await?;
+        Self::live_record(task_id, values)
+    }
+
+    /// [`Store::watch_task`] without the task's result and error, for a follower that reads them
+    /// only once the task has settled, and counts them against its caller's memory budget then.
+    pub async fn watch_task_without_result(
+        &self,
+        task_id: &str,
+        inbox: &str,
+        owner: &str,
+    ) -> Result<Option<TaskRecord>, StoreError> {
+        let fields: Vec<&str> =
+            TASK_FIELDS.into_iter().filter(|f| !matches!(*f, "result" | "error")).collect();
+        let values = self.watch_fields(task_id, inbox, owner, &fields).await?;
+        let hash: HashMap<String, String> = fields
+            .iter()
+            .zip(values)
+            .filter_map(|(field, value)| Some(((*field).to_owned(), value?)))
+            .collect();
+        let task = TaskRecord::from_hash(task_id, hash).map_err(StoreError::Corrupt)?;
+        Ok(task.filter(|t| t.created_at_ms.saturating_add(t.ttl_ms) > now_ms()))
+    }
+
+    async fn watch_fields(
+        &self,
+        task_id: &str,
+        inbox: &str,
+        owner: &str,
+        fields: &[&str],
+    ) -> Result<Vec<Option<String>>, StoreError> {
+        let Some(shard) = self.task_shard(task_id) else { return Ok(Vec::new()) };
         let key = shard.task(task_id);
         let (inbox, owner) = (inbox.to_owned(), owner.to_owned());
-        let values: Vec<Option<String>> = self
-            .run(scripts::WATCH_TASK.name, |mut c| {
-                let (key, inbox, owner) = (key.clone(), inbox.clone(), owner.clone());
-                async move {
-                    let mut invocation = scripts::WATCH_TASK.prepare_invoke();
-                    invocation.key(key).arg(inbox).arg(owner).arg(&TASK_FIELDS[..]);
-                    invocation.invoke_async(&mut c).await
-                }
-            })
-            .await?;
-        Self::live_record(task_id, values)
+        self.run(scripts::WATCH_TASK.name, |mut c| {
+            let (key, inbox, owner) = (key.clone(), inbox.clone(), owner.clone());
+            async move {
+                let mut invocation = scripts::WATCH_TASK.prepare_invoke();
+                invocation.key(key).arg(inbox).arg(owner).arg(fields);
+                invocation.invoke_async(&mut c).await
+            }
+        })
+        .await
     }
 
     /// Reads a task's nodes, ordered by node id.
@@ -795,7 +824,7 @@ impl Store {
 }
 
 /// A task as JSON for a person or a script (the `conveyor redis tasks show` output).
-pub fn task_summary(task: &TaskRecord, nodes: &[NodeRecord]) -> Value {
+pub fn task_summary(task: &crate::model::TaskStatusRecord, nodes: &[NodeRecord]) -> Value {
     json!({
         "taskId": task.task_id,
         "status": task.status,

@@ -1,6 +1,13 @@
 //! Log lines: human-readable on a terminal, one JSON object per line for a log pipeline. Every
 //! line written inside a span carries that span's `trace_id` and `span_id`, so that a line found
 //! in the logs leads to its trace and back.
+//!
+//! A log line is one line whatever it quotes: values come from clients (a request id, a token's
+//! header, a tool's name), and one holding a line break would otherwise start a line of its own
+//! that reads like Conveyor's. The JSON format escapes them as JSON does; the human format writes
+//! every control character (line breaks, carriage returns, escape sequences) and Unicode line or
+//! paragraph separator as an escape (`\n`, `\r`, `\u{1b}`), so that nothing written there can
+//! start a line, move the cursor or colour a terminal.
 
 use std::str::FromStr;
 
@@ -80,24 +87,96 @@ where
             let sc = cx.span().span_context().clone();
             sc.is_valid().then(|| (sc.trace_id(), sc.span_id()))
         });
-        let Some((trace_id, span_id)) = ids else {
+        if self.json && ids.is_none() {
             return self.inner.format_event(ctx, writer, event);
-        };
+        }
         let mut line = String::new();
         self.inner.format_event(ctx, Writer::new(&mut line), event)?;
         let body = line.trim_end_matches('\n');
-        if self.json && body.ends_with('}') {
-            let open = &body[..body.len() - 1];
-            writeln!(writer, "{open},\"trace_id\":\"{trace_id}\",\"span_id\":\"{span_id}\"}}")
-        } else {
-            writeln!(writer, "{body} trace_id={trace_id} span_id={span_id}")
+        match ids {
+            Some((trace_id, span_id)) if self.json && body.ends_with('}') => {
+                let open = &body[..body.len() - 1];
+                writeln!(writer, "{open},\"trace_id\":\"{trace_id}\",\"span_id\":\"{span_id}\"}}")
+            }
+            // JSON escapes what it quotes already.
+            _ if self.json => writeln!(writer, "{body}"),
+            Some((trace_id, span_id)) => {
+                writeln!(writer, "{} trace_id={trace_id} span_id={span_id}", one_line(body))
+            }
+            None => writeln!(writer, "{}", one_line(body)),
         }
     }
+}
+
+/// `text` with every character that could end a line or drive a terminal written as an escape.
+fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}');
+    if !text.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if unsafe_char(c) => out.push_str(&c.escape_unicode().to_string()),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Log lines as `format` writes them, for events logged inside `emit`.
+    fn logged(format: LogFormat, emit: impl FnOnce()) -> String {
+        #[derive(Clone, Default)]
+        struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Captured {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().expect("lock").extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let base = tracing_subscriber::fmt::layer().with_writer(move || writer.clone()).with_ansi(false);
+        let layer: Box<dyn Layer<tracing_subscriber::Registry> + Send + Sync> = match format {
+            LogFormat::Human => base.map_event_format(|inner| WithTraceIds { inner, json: false }).boxed(),
+            LogFormat::Json => base
+                .json()
+                .flatten_event(true)
+                .map_event_format(|inner| WithTraceIds { inner, json: true })
+                .boxed(),
+        };
+        let subscriber =
+            tracing_subscriber::layer::SubscriberExt::with(tracing_subscriber::Registry::default(), layer);
+        tracing::subscriber::with_default(subscriber, emit);
+        let bytes = captured.0.lock().expect("lock").clone();
+        String::from_utf8(bytes).expect("utf-8")
+    }
+
+    #[test]
+    fn a_value_with_a_line_break_or_an_escape_sequence_stays_on_its_line() {
+        let forged =
+            "x\n2026-01-01T00:00:00Z  INFO conveyor::audit: event=\"granted\" principal=root\r\u{1b}[2J";
+        for format in [LogFormat::Human, LogFormat::Json] {
+            let text = logged(format, || {
+                tracing::info!(error = %forged, id = ?forged, "{forged} in the message too");
+            });
+            assert_eq!(text.lines().count(), 1, "one event, one line:\n{text}");
+            assert!(!text.contains('\r') && !text.contains('\u{1b}'), "{text:?}");
+            assert!(text.contains("principal=root"), "the text itself is kept, escaped: {text}");
+        }
+        let human = logged(LogFormat::Human, || tracing::warn!(id = %"a\u{2028}b\tc", "plain"));
+        assert!(human.contains("a\\u{2028}b\\tc"), "{human}");
+    }
 
     #[test]
     fn formats_are_named_and_bad_names_say_what_is_accepted() {
