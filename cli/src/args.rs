@@ -344,8 +344,10 @@ pub struct GatewayArgs {
     #[arg(long, env = "CONVEYOR_MAX_STORED_BYTES_PER_PRINCIPAL", default_value_t = 256 * 1024 * 1024)]
     pub max_stored_bytes_per_principal: u64,
     /// Most bytes one task may store in Redis in all (its arguments, every node's output, its
-    /// result); a node that would pass it fails with an error naming the limit. 0: no limit.
-    #[arg(long, env = "CONVEYOR_MAX_TASK_BYTES", default_value_t = 64 * 1024 * 1024)]
+    /// result); a node that would pass it fails with an error naming the limit. A reader holds
+    /// three times a result's size of its caller's in-flight budget, so this is at most a third
+    /// of that budget.
+    #[arg(long, env = "CONVEYOR_MAX_TASK_BYTES", default_value_t = 16 * 1024 * 1024)]
     pub max_task_bytes: u64,
     /// How long a synchronous tools/call waits for its worker, in milliseconds.
     #[arg(long, env = "CONVEYOR_SYNC_TIMEOUT_MS", default_value_t = 300_000)]

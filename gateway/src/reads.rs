@@ -20,7 +20,7 @@ use crate::state::{AppState, BudgetPermit};
 
 /// Memory a read holds per byte of large fields it reads: the text read from Redis, the parsed
 /// JSON, and the reply's text built of it, each about as large as what is stored.
-pub const READ_COST: u64 = 3;
+pub const READ_COST: u64 = conveyor_shared::config::READ_COST;
 /// Bytes of large fields a read takes without asking first.
 pub const FIRST_ALLOWANCE: u64 = 64 * 1024;
 /// Reads of a task that grew between being measured and being read, before giving up.

@@ -69,6 +69,10 @@ pub struct Config {
     pub max_task_bytes: u64,
 }
 
+/// Memory a gateway's reader of a task holds per byte of the result it reads, against its
+/// caller's in-flight budget: the text read from Redis, the parsed JSON, and the reply built of it.
+pub const READ_COST: u64 = 3;
+
 impl Default for Config {
     fn default() -> Self {
         Self {
@@ -100,7 +104,7 @@ impl Default for Config {
                 max_nodes_per_principal: 50_000,
                 max_stored_bytes_per_principal: 256 * 1024 * 1024,
             },
-            max_task_bytes: 64 * 1024 * 1024,
+            max_task_bytes: 16 * 1024 * 1024,
         }
     }
 }
@@ -182,6 +186,14 @@ impl Config {
                 self.max_argument_bytes as u64 * u64::from(self.shards.max(1))
             ));
         }
+        let readable = self.inflight_bytes_per_principal() as u64 / READ_COST;
+        if self.max_task_bytes > readable {
+            return Err(format!(
+                "a task may store {} bytes (CONVEYOR_MAX_TASK_BYTES), but a result read holds {READ_COST} times its size of its caller's in-flight budget ({} bytes, CONVEYOR_MAX_INFLIGHT_BYTES_PER_PRINCIPAL), so results over {readable} bytes could never be read: lower the one or raise the other",
+                self.max_task_bytes,
+                self.inflight_bytes_per_principal()
+            ));
+        }
         if self.max_dag_nodes == 0 {
             return Err("the DAG node limit (CONVEYOR_MAX_DAG_NODES) must be at least 1".to_owned());
         }
@@ -248,6 +260,15 @@ mod tests {
         );
         bad.limits.max_stored_bytes_per_principal = 0;
         assert!(bad.validate().is_ok(), "0 is no limit");
+        let bad = Config { max_task_bytes: 32 * 1024 * 1024, ..Config::default() };
+        let refused = bad.validate().expect_err("results too large to read");
+        assert!(
+            refused.contains("CONVEYOR_MAX_TASK_BYTES")
+                && refused.contains("CONVEYOR_MAX_INFLIGHT_BYTES_PER_PRINCIPAL"),
+            "{refused}"
+        );
+        let raised = Config { max_inflight_bytes_per_principal: 96 * 1024 * 1024, ..bad };
+        assert!(raised.validate().is_ok(), "{:?}", raised.validate());
     }
 
     #[test]

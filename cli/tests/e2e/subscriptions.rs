@@ -266,3 +266,72 @@ async fn a_listen_stream_agrees_only_to_the_callers_own_tasks() {
             .expect("cancel");
     }
 }
+
+/// A task that ended before the stream joined it is told of with its outcome, read within the
+/// caller's in-flight budget: an outcome too large for it is left out (the client reads it with
+/// `tasks/get`), and the status still comes.
+#[tokio::test]
+async fn a_listen_stream_inlines_an_outcome_only_within_the_callers_budget() {
+    let redis = RedisServer::start().expect("redis");
+    let conveyor = Conveyor::up(
+        &redis.url(),
+        &[
+            "--fixtures",
+            "--no-auth",
+            // The smallest share of in-flight memory (a largest request): an outcome of 14 MiB
+            // takes three times that to read.
+            "--max-inflight-bytes-per-principal",
+            "37748736",
+            "--max-task-bytes",
+            "12582912",
+            "--max-node-output-bytes",
+            "16777216",
+        ],
+    )
+    .expect("conveyor up");
+    let mcp = Mcp::new(conveyor.mcp_url());
+    mcp.wait_for_tool("big_output", Duration::from_secs(20)).await.expect("tools");
+    let mut ended = Vec::new();
+    for bytes in [1_000, 14 * 1024 * 1024] {
+        let created = mcp
+            .call_2026(
+                "tools/call",
+                json!({"name": "big_output", "arguments": {"bytes": bytes}}),
+                tasks_client_capabilities(),
+            )
+            .await
+            .expect("tools/call");
+        let id = created.result()["taskId"].as_str().unwrap_or_else(|| panic!("{}", created.raw)).to_owned();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while conveyor_tests::mcp::status_2025(&mcp, &id).await != "completed" {
+            assert!(Instant::now() < deadline, "task {id} never completed");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        ended.push(id);
+    }
+    let filter = json!({"taskIds": ended});
+    let mut stream = listen(&mcp.url, 5, filter, tasks_client_capabilities()).await;
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        next_where(&mut stream, 5, Duration::from_secs(20), &mut seen, |m| {
+            method(m) == "notifications/tasks"
+        })
+        .await;
+    }
+    let told = |id: &str| {
+        seen.iter()
+            .find(|m| method(m) == "notifications/tasks" && m["params"]["taskId"] == id)
+            .unwrap_or_else(|| panic!("no notification of {id}"))
+            .clone()
+    };
+    let small = told(&ended[0]);
+    assert_eq!(small["params"]["status"], "completed", "{small}");
+    assert!(small["params"]["result"]["content"].is_array(), "a small outcome travels along: {small}");
+    let large = told(&ended[1]);
+    assert_eq!(large["params"]["status"], "completed");
+    assert!(
+        large["params"].get("result").is_none(),
+        "an outcome past the budget stays behind: {}",
+        &large.to_string()[..300]
+    );
+}

@@ -20,9 +20,12 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use super::resources::{TASK_RESULT_TEMPLATE, task_of_resource};
 use super::{Reply, RequestCtx, StreamItem, client_has_tasks_extension, missing_capability};
+use conveyor_shared::store::TaskParts;
+
 use crate::access::Caller;
+use crate::reads::{Found, Reader, read_task};
 use crate::rpc::{self, RpcFailure};
-use crate::state::AppState;
+use crate::state::{AppState, BudgetPermit};
 use crate::uri_template::match_template;
 use crate::wire;
 
@@ -227,7 +230,7 @@ impl Subscription {
         let (events, mut deliveries) = mpsc::channel::<(String, Delivery)>(64);
         for (task_id, (task, waiter)) in joined {
             let watch = watches.get(&task_id).cloned().unwrap_or_default();
-            self.start_watch(task, waiter, &watch, events.clone()).await;
+            self.start_watch(&state, task, waiter, &watch, events.clone()).await;
         }
         drop(events);
         let lists = filter.tools || filter.prompts || filter.resources;
@@ -321,19 +324,19 @@ impl Subscription {
     /// events from then on until it settles.
     async fn start_watch(
         &self,
+        state: &AppState,
         task: TaskRecord,
         mut waiter: Waiter,
         watch: &Watch,
         events: mpsc::Sender<(String, Delivery)>,
     ) {
+        if task.status.is_terminal() {
+            // Joined without its outcome: read now, within the caller's budget.
+            self.task_changed(state, &task.task_id, watch).await;
+            return;
+        }
         if watch.status {
             self.send("notifications/tasks", task_params(&task)).await;
-        }
-        if task.status.is_terminal() {
-            if let Some(uri) = &watch.result_uri {
-                self.send("notifications/resources/updated", json!({"uri": uri})).await;
-            }
-            return;
         }
         let task_id = task.task_id;
         tokio::spawn(async move {
@@ -345,23 +348,46 @@ impl Subscription {
         });
     }
 
+    /// Reads a watched task for a notification: its outcome within the caller's in-flight
+    /// budget (the permit comes along), or, when that has no room for it, how it stands without
+    /// its outcome, which the client reads with `tasks/get`. `None`: gone, or unreadable.
+    async fn read(&self, state: &AppState, task_id: &str) -> Option<(TaskRecord, BudgetPermit)> {
+        let read =
+            |parts| read_task(state, Reader::new(&self.caller, "subscriptions/listen", parts), task_id);
+        let found = match read(TaskParts::OUTCOME).await {
+            Err(refused) => {
+                tracing::debug!(task = %task_id, error = %refused.error.message, "notifying a task's status without its outcome");
+                read(TaskParts::STATUS).await
+            }
+            found => found,
+        };
+        match found {
+            Ok(Some(Found::Read(held))) => Some((held.detail.task, held.permit)),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!(task = %task_id, error = %e.error.message, "could not read a watched task");
+                None
+            }
+        }
+    }
+
     /// Tells the client a watched task changed; `false` when the client has gone.
     async fn task_changed(&self, state: &AppState, task_id: &str, watch: &Watch) -> bool {
-        let task = match state.store.get_task(task_id).await {
-            Ok(Some(task)) => task,
-            // Expired: nothing more will happen to it.
-            Ok(None) => return true,
-            Err(e) => {
-                tracing::warn!(task = %task_id, error = %e, "could not read a watched task");
-                return true;
+        // Expired or unreadable: nothing more will be told of it.
+        let Some((task, permit)) = self.read(state, task_id).await else { return true };
+        let terminal = task.status.is_terminal();
+        if watch.status {
+            if !self.send("notifications/tasks", task_params(&task)).await {
+                return false;
             }
-        };
-        if watch.status && !self.send("notifications/tasks", task_params(&task)).await {
-            return false;
+            // What the notification holds stays counted until the stream's writer has taken it
+            // (the queue has room for all it can hold again), so that a client that reads slowly
+            // holds no more than its budget of outcomes.
+            drop(task);
+            let _ = self.tx.reserve_many(self.tx.max_capacity()).await;
         }
-        if task.status.is_terminal()
-            && let Some(uri) = &watch.result_uri
-        {
+        drop(permit);
+        if terminal && let Some(uri) = &watch.result_uri {
             return self.send("notifications/resources/updated", json!({"uri": uri})).await;
         }
         true
@@ -373,6 +399,11 @@ fn task_params(task: &TaskRecord) -> Value {
     let mut params = json!(wire::detailed_2026(task));
     if let Some(object) = params.as_object_mut() {
         object.remove("resultType");
+        if task.result.is_none() && task.error.is_none() {
+            // Its outcome was not read (past the caller's budget): `tasks/get` reads it.
+            object.remove("result");
+            object.remove("error");
+        }
     }
     params
 }
