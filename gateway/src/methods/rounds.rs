@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use conveyor_shared::events::Waiter;
 use conveyor_shared::model::TaskRecord;
-use conveyor_shared::store::AnswerOutcome;
+use conveyor_shared::store::{AnswerOutcome, TaskParts};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
@@ -219,7 +219,20 @@ pub(super) async fn continue_round(
         }
         AnswerOutcome::Answered { .. } | AnswerOutcome::NotWaiting(_) => {}
     }
-    let task = state.store.get_task(&round.t).await?.ok_or_else(gone)?;
+    // The call's record (its progress token), not its outcome: that is read, within the caller's
+    // budget, when the call settles.
+    let reader = crate::reads::Reader {
+        hidden: true,
+        ..crate::reads::Reader::new(
+            &caller,
+            "tools/call",
+            TaskParts { call: true, outcome: false, nodes: false },
+        )
+    };
+    let task = match crate::reads::read_task(&state, reader, &round.t).await? {
+        Some(crate::reads::Found::Read(held)) => held.detail.task,
+        _ => return Err(gone()),
+    };
     if task.mode == conveyor_shared::model::TaskMode::Task {
         // The call became a task in an earlier round (this one is a repeat): answer with it.
         return Ok(Reply::Result(wire::create_result(Wire::V2026, &task)));

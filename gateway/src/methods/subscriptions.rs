@@ -282,14 +282,9 @@ impl Subscription {
         // settled task's is read after, with a plain read.
         let inbox = hub.inbox(shard);
         match state.store.watch_task_without_result(task_id, &inbox, self.caller.owner_filter()).await {
+            // A settled task's outcome is read when it is told of, within the caller's budget.
             Ok(Some(task)) if task.mode == TaskMode::Task && self.caller.may_see(&task.owner) => {
-                if !task.status.is_terminal() {
-                    return Some((task, waiter));
-                }
-                match state.store.get_task(task_id).await {
-                    Ok(Some(settled)) => Some((settled, waiter)),
-                    _ => None,
-                }
+                Some((task, waiter))
             }
             Ok(Some(task)) if task.mode == TaskMode::Task => {
                 self.refused(task_id);

@@ -358,7 +358,15 @@ async fn create(
 
 /// The task an idempotent call's first attempt created, for its retry.
 async fn earlier_task(state: &AppState, caller: &Caller, earlier: &str) -> Result<TaskRecord, RpcFailure> {
-    let record = state.store.get_task(earlier).await?.ok_or_else(|| task_not_found(earlier))?;
+    // Its state, not what it stores: a retry of a call whose result is large reads none of it.
+    let reader = crate::reads::Reader {
+        hidden: true,
+        ..crate::reads::Reader::new(caller, "tools/call", conveyor_shared::store::TaskParts::STATUS)
+    };
+    let record = match crate::reads::read_task(state, reader, earlier).await? {
+        Some(crate::reads::Found::Read(held)) => held.detail.task,
+        _ => return Err(task_not_found(earlier)),
+    };
     if record.owner != caller.principal {
         // Keys are per principal; a task of another one here is a fault, never an answer.
         super::audit_denied(
