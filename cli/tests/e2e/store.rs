@@ -1783,3 +1783,35 @@ async fn a_dead_letter_keeps_no_large_copies_and_its_retry_reads_them_from_the_t
     let task = h.store.get_task(&retried).await.expect("get").expect("exists");
     assert_eq!(task.call.arguments["pad"].as_str().map(str::len), Some(100_000));
 }
+
+#[tokio::test]
+async fn after_an_output_that_did_not_fit_a_shard_takes_no_call_of_its_owner_until_bytes_come_back() {
+    let mut h = setup().await;
+    let s = Shard(0);
+    // 4 shards of 10,000 bytes.
+    let limits = Limits { max_stored_bytes_per_principal: 40_000, ..Limits::default() };
+    let task = NewTask { ttl_ms: 300, ..new_task(s) };
+    assert_eq!(h.store.create_task(&task, &limits).await.expect("create"), Created::Created);
+    let attempt = h.start(&task.task_id).await;
+    let big = ToolOutcome::Result(result::text("x".repeat(20_000)));
+    h.store.complete(&attempt, Some(&big), false, 0).await.expect("complete");
+    assert_eq!(h.store.get_task(&task.task_id).await.expect("get").expect("task").status, TaskStatus::Failed);
+
+    // Shard 0 keeps a few hundred bytes of alice's, far below its share, yet takes no call of hers.
+    assert!(kept(&h, "alice") < 1_000);
+    match h.store.create_task(&new_task(s), &limits).await.expect("create") {
+        Created::OverLimit(hit) => assert_eq!(hit.limit, "stored_bytes_per_principal", "{hit:?}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    // Another shard does, and so does shard 0 for bob.
+    let (created, moved) = spread(&h.store, "alice", s, limits).await;
+    assert_eq!(created, Created::Created);
+    assert_ne!(shard_of(&moved.task_id), s);
+    assert_eq!(spread(&h.store, "bob", s, limits).await.0, Created::Created);
+
+    // The failed task's TTL runs out and its bytes come back: shard 0 takes her calls again.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    h.store.maintain(s, 100, Duration::from_secs(5)).await.expect("maintain");
+    assert!(!h.load(s).contains_key("full:alice"), "{:?}", h.load(s));
+    assert_eq!(h.store.create_task(&new_task(s), &limits).await.expect("create"), Created::Created);
+}

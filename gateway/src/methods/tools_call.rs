@@ -476,14 +476,14 @@ fn over_limit(hit: &LimitHit) -> RpcFailure {
 /// tasks to run out of TTL (or stores less).
 fn over_stored_bytes(hit: &LimitHit) -> RpcFailure {
     let when = match hit.frees_in_ms {
-        Some(ms) => format!("the oldest of your tasks gives its bytes back in about {} s", ms.div_ceil(1000)),
-        None => "your running tasks give their bytes back when their TTL runs out".to_owned(),
+        Some(ms) => format!("The oldest of your tasks gives its bytes back in about {} s", ms.div_ceil(1000)),
+        None => "Your running tasks give their bytes back when their TTL runs out".to_owned(),
     };
     RpcFailure::new(
         codes::OVERLOADED,
         format!(
-            "Overloaded: you keep {} bytes in Redis, and this call needs {} more; the budget of stored bytes per principal is {} (stored_bytes_per_principal); nothing was started. {when}; shorter TTLs keep less.",
-            hit.current, hit.needed, hit.max
+            "Overloaded: you keep {} bytes in Redis of a budget of {} (stored_bytes_per_principal), and what your calls store no longer fits in it (this one brings {}); nothing was started. {when}; shorter TTLs keep less.",
+            hit.current, hit.max, hit.needed
         ),
         Some(json!({
             "limit": hit.limit, "current": hit.current, "max": hit.max, "needed": hit.needed,

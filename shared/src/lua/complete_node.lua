@@ -87,6 +87,7 @@ local function complete(r)
     end
     local room, held, max = kept_room(KEYS[2], task.owner, #payload, t.keptMax)
     if not room then
+      mark_full(KEYS[2], task.owner)
       payload = over_kept(node, #payload, held, max)
       r.message = 'Failed: ' .. cjson.decode(payload).message
       failed = true

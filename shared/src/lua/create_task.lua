@@ -68,7 +68,7 @@ end
 local lim = r.limits
 -- The load counts, and the shard's planned maintenance look, in one read.
 local load = redis.call('HMGET', KEYS[2], 'live:' .. r.owner, 'queued', 'nodes:' .. r.owner, 'wake',
-  'kept:' .. r.owner)
+  'kept:' .. r.owner, 'full:' .. r.owner)
 local planned = load[4]
 do
   local live, queued = tonumber(load[1] or '0'), tonumber(load[2] or '0')
@@ -78,7 +78,8 @@ do
     return cjson.encode({outcome = 'limit', limit = limit, current = current, max = max, needed = needed,
       tool = tool or '', live = live, nodes = held, queued = queued, kept = kept})
   end
-  if lim.kept >= 0 and kept + r.bytes > lim.kept then
+  -- Over the share, or an output of the owner's did not fit since it last gave bytes back.
+  if lim.kept >= 0 and (kept + r.bytes > lim.kept or load[6]) then
     -- The owner's oldest tasks here, for the caller to tell when their bytes come back.
     local reply = cjson.decode(over('stored_bytes_per_principal', kept, lim.kept, r.bytes))
     local oldest = redis.call('ZRANGE', KEYS[4], 0, 9)

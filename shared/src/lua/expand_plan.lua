@@ -39,6 +39,7 @@ if not fits then
 end
 local room, held, share = kept_room(KEYS[2], t[5] or '', planned_bytes, t[9])
 if not room then
+  mark_full(KEYS[2], t[5] or '')
   return cjson.encode({outcome = 'refused', reason = 'the planned graph takes ' .. planned_bytes ..
     ' bytes, which passes what its principal may keep in Redis (stored_bytes_per_principal: ' .. held ..
     ' bytes kept where this task lives, whose share of the budget is ' .. share .. ')'})

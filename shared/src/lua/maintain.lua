@@ -20,7 +20,7 @@ local freed = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, r.ma
 for _, member in ipairs(freed) do
   local bytes, owner = string.match(member, '^[^\t]*\t(%d+)\t(.*)$')
   if bytes then
-    count_down(KEYS[3], 'kept:' .. owner, tonumber(bytes))
+    give_back(KEYS[3], owner, tonumber(bytes))
   end
 end
 if #freed > 0 then

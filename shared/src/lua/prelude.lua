@@ -177,6 +177,19 @@ local function kept_room(load, owner, more, share)
   return held + more <= share, held, share
 end
 
+-- A principal's output did not fit in what it may keep in the shard: until some of its bytes
+-- there are given back, a new call of its is refused in this shard (`full:<owner>`), so that it
+-- hears of the budget at the door instead of from one failed task after another.
+local function mark_full(load, owner)
+  redis.call('HSET', load, 'full:' .. owner, '1')
+end
+
+-- `by` bytes fewer are kept by `owner` in the shard: room again for its calls.
+local function give_back(load, owner, by)
+  count_down(load, 'kept:' .. owner, by)
+  redis.call('HDEL', load, 'full:' .. owner)
+end
+
 -- `by` bytes more (fewer, when negative) are stored in a task of `owner`: its `bytes` and the
 -- owner's `kept:<owner>` move together, so that what the task gives back when its keys go is what
 -- it took.
@@ -191,7 +204,7 @@ local function store_bytes(task, load, owner, by)
   if by > 0 then
     redis.call('HINCRBY', load, 'kept:' .. owner, by)
   else
-    count_down(load, 'kept:' .. owner, -by)
+    give_back(load, owner, -by)
   end
 end
 

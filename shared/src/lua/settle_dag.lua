@@ -19,6 +19,7 @@ local result, message, is_error = r.result, r.message, r.isError
 local fits, used, budget = fits_budget({maxBytes = t[8], bytes = t[9]}, #result)
 local room, held, share = kept_room(KEYS[2], t[3] or '', #result, t[10])
 if not room then
+  mark_full(KEYS[2], t[3] or '')
   -- Past what the principal may keep in Redis, the task fails saying so.
   message = 'Failed: the result would be ' .. #result .. ' bytes, which passes what its principal may keep ' ..
     'in Redis (stored_bytes_per_principal: ' .. held .. ' bytes kept where this task lives, whose share of ' ..

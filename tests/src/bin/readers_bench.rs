@@ -28,8 +28,14 @@
 //! caller's share until its answer is written (here three of alice's reads at once), and parses
 //! and writes a large answer off the threads that serve every request, so bob is not held up.
 //!
+//! The `storing` phase (`--phase storing`, or `all`) measures what one principal can make Redis
+//! keep: on a fresh Redis, alice calls `big_output` (B bytes) N times in a row, each to its end,
+//! under the default budget of stored bytes per principal (256 MiB), while bob greets. Printed:
+//! Redis's used memory before and after, how alice's calls ended (kept, failed at the budget,
+//! refused at the door) with the last answer she got, and bob's greet latency.
+//!
 //! Usage: cargo run --release -p conveyor-tests --bin readers-bench -- [--tasks T] [--bytes B]
-//! [--readers R] [--seconds S] [--phase listings|details|both]
+//! [--readers R] [--seconds S] [--stores N] [--phase listings|details|both|storing|all]
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -65,6 +71,9 @@ struct Options {
     /// How long each phase reads
     #[arg(long, value_name = "S", default_value_t = 10, value_parser = at_least_one::<u64>())]
     seconds: u64,
+    /// Calls of alice's in the storing phase
+    #[arg(long, value_name = "N", default_value_t = 60, value_parser = at_least_one::<u64>())]
+    stores: u64,
     /// Which phase to run
     #[arg(long, value_enum, default_value_t = Phase::Both)]
     phase: Phase,
@@ -74,7 +83,11 @@ struct Options {
 enum Phase {
     Listings,
     Details,
+    /// Listings and details.
     Both,
+    Storing,
+    /// Listings, details and storing.
+    All,
 }
 
 const PRINCIPALS: [&str; 2] = ["alice", "bob"];
@@ -90,6 +103,17 @@ async fn main() -> anyhow::Result<()> {
         // A release benchmark measures the release build of conveyor too.
         conveyor_tests::process::prefer_release_binary();
     }
+    if matches!(options.phase, Phase::Listings | Phase::Details | Phase::Both | Phase::All) {
+        reading(&options).await?;
+    }
+    if matches!(options.phase, Phase::Storing | Phase::All) {
+        storing(&options).await?;
+    }
+    Ok(())
+}
+
+/// The listings and details phases, over alice's finished tasks.
+async fn reading(options: &Options) -> anyhow::Result<()> {
     let redis = RedisServer::start().context("redis-server starts")?;
     let tokens = tokens_file()?;
     let tokens = tokens.to_str().context("utf-8 path")?.to_owned();
@@ -122,12 +146,93 @@ async fn main() -> anyhow::Result<()> {
     );
     let tasks = Arc::new(tasks);
     if options.phase != Phase::Details {
-        phase(&redis, &tokens, &options, "listings", tasks.clone()).await?;
+        phase(&redis, &tokens, options, "listings", tasks.clone()).await?;
     }
     if options.phase != Phase::Listings {
-        phase(&redis, &tokens, &options, "details", tasks).await?;
+        phase(&redis, &tokens, options, "details", tasks).await?;
     }
     Ok(())
+}
+
+/// The storing phase: alice keeps storing results while bob greets.
+async fn storing(options: &Options) -> anyhow::Result<()> {
+    let redis = RedisServer::start().context("redis-server starts")?;
+    let tokens = tokens_file()?;
+    let tokens = tokens.to_str().context("utf-8 path")?.to_owned();
+    let _worker = Conveyor::worker(&redis.url(), &["--fixtures"]).context("conveyor worker starts")?;
+    let gateway = Conveyor::gateway(&redis.url(), &["--tokens-file", &tokens]).context("gateway starts")?;
+    let alice = Mcp::new(gateway.mcp_url()).with_api_key(&token("alice"));
+    let bob = Mcp::new(gateway.mcp_url()).with_api_key(&token("bob"));
+    alice.wait_for_tool("big_output", Duration::from_secs(20)).await?;
+    for _ in 0..20 {
+        greet(&bob).await?;
+    }
+    let memory_before = redis_used_memory(&redis)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let greeter = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                greet(&bob).await?;
+                latencies.push(t.elapsed());
+            }
+            Ok::<_, anyhow::Error>(latencies)
+        })
+    };
+    let (mut kept, mut failed, mut refused, mut last) = (0, 0, 0, String::new());
+    for _ in 0..options.stores {
+        let reply = alice
+            .call_2025(
+                "tools/call",
+                json!({"name": "big_output", "arguments": {"bytes": options.bytes}, "task": {}}),
+            )
+            .await?;
+        if let Some(error) = reply.message.get("error") {
+            refused += 1;
+            last = error.to_string();
+            continue;
+        }
+        let id =
+            reply.result()["task"]["taskId"].as_str().with_context(|| format!("no task: {}", reply.raw))?;
+        match settle(&alice, id).await {
+            Ok(()) => kept += 1,
+            Err(e) => {
+                failed += 1;
+                last = e.to_string();
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut latencies = greeter.await??;
+    let memory_after = redis_used_memory(&redis)?;
+    latencies.sort();
+    let at = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
+    println!(
+        "storing: alice called big_output ({:.1} MiB) {} times: {kept} kept, {failed} failed at the budget, {refused} refused; \
+         Redis used memory {:.1} -> {:.1} MiB (+{:.1} MiB); bob's greet ({} calls) p50 {:.1} ms, p95 {:.1} ms; last answer: {}",
+        options.bytes as f64 / 1048576.0,
+        options.stores,
+        mib(memory_before),
+        mib(memory_after),
+        mib(memory_after.saturating_sub(memory_before)),
+        latencies.len(),
+        ms(at(0.5)),
+        ms(at(0.95)),
+        last.chars().take(600).collect::<String>(),
+    );
+    Ok(())
+}
+
+/// Redis's `used_memory`, in bytes.
+fn redis_used_memory(redis: &RedisServer) -> anyhow::Result<u64> {
+    let mut conn = redis.connection()?;
+    let info: String = redis::cmd("INFO").arg("memory").query(&mut conn)?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .context("INFO memory has used_memory")
 }
 
 /// What one reader saw.
@@ -264,7 +369,7 @@ async fn settle(mcp: &Mcp, id: &str) -> anyhow::Result<()> {
         match reply.result()["status"].as_str() {
             Some("completed") => return Ok(()),
             Some("working") => {}
-            _ => anyhow::bail!("task {id} did not complete: {}", reply.raw),
+            _ => anyhow::bail!("task {id} did not complete: {}", reply.result()["statusMessage"]),
         }
         ensure!(Instant::now() < deadline, "task {id} did not complete in time");
         tokio::time::sleep(Duration::from_millis(100)).await;
