@@ -198,15 +198,22 @@ async fn a_detail_read_larger_than_a_principals_share_is_refused_while_another_r
             "16777216",
             "--max-inflight-bytes-per-principal",
             "4194304",
+            "--max-task-bytes",
+            "1048576",
         ],
     );
     let (alice, bob) = (client(&gateway, "alice"), client(&gateway, "bob"));
     alice.wait_for_tool("big_output", Duration::from_secs(30)).await.expect("tools");
     let bobs = big_task_polled(&bob, 512 * 1024).await;
-    // A read holds three times what it reads: 2 MiB of result is 6 MiB, over alice's 4 MiB. A
-    // graph of one node, so that the node keeps its output too.
+    // This gateway's configuration lets no task store more than a third of a share, so the large
+    // task comes through a gateway of the default configuration, as during a rolling change of
+    // limits. A read holds three times what it reads: 2 MiB of result is 6 MiB, over alice's
+    // 4 MiB. A graph of one node, so that the node keeps its output too.
+    let tokens = tokens_file(&scratch_dir("readers-roomy"), &["alice", "bob"]);
+    let roomy = Conveyor::gateway(&redis.url(), &["--tokens-file", tokens.to_str().expect("utf-8")])
+        .expect("gateway");
     let graph = json!({"nodes": [{"id": "big", "tool": "big_output", "arguments": {"bytes": 2 * MIB}}], "output": "big"});
-    let large = create_2025(&alice, "run_dag", graph).await;
+    let large = create_2025(&client(&roomy, "alice"), "run_dag", graph).await;
     assert_eq!(status_2025(&alice, &large, Duration::from_secs(60)).await, "completed");
     let small = big_task_polled(&alice, 1024).await;
 

@@ -527,6 +527,8 @@ async fn one_principal_cannot_hold_every_stream_or_the_request_memory() {
             "16777216",
             "--max-inflight-bytes-per-principal",
             "4194304",
+            "--max-task-bytes",
+            "1048576",
         ],
     );
     let alice = client(&conveyor, "alice");
