@@ -19,7 +19,8 @@
 //!   `bootstrap_validation_loop` (run them where the operator allows, learn, propose ADR updates).
 //! - [`configured`]: the operator's own tools, declared in the tools file ([`operator_config`]).
 //! - [`process`]: child processes for operators' commands (no shell, allowlisted environment,
-//!   capped output, the process group killed on timeout or cancellation).
+//!   capped output, the process group killed on timeout or cancellation, and with its worker:
+//!   [`process::orphans`]).
 
 pub mod adr_templates;
 pub mod adr_todo;
@@ -63,6 +64,10 @@ pub fn register(registry: &mut ToolRegistry, settings: &Settings) {
     readiness::tool::register(registry, &settings.roots, &settings.operator);
     bootstrap::register(registry, &settings.roots, &settings.operator);
     configured::register(registry, &settings.roots, &settings.operator);
+    // Every worker of a host ends what the commands of its dead workers left, whatever it serves.
+    for queue in registry.queues() {
+        registry.add_chore(process::orphans::chore(&queue));
+    }
 }
 
 /// The definition of a step (a node tool clients never see): its name and what it does.

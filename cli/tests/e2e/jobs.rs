@@ -914,6 +914,55 @@ async fn a_cancelled_readiness_run_kills_its_check_and_is_not_kept() {
     assert_eq!(kept, [third.clone(), first.clone()]);
 }
 
+#[tokio::test]
+async fn a_killed_workers_commands_and_what_they_started_end_with_it() {
+    let (alone, first, second) = (sleep_marker(), sleep_marker(), sleep_marker());
+    let tools = scratch_dir("orphans-tools").join("tools.toml");
+    std::fs::write(
+        &tools,
+        format!(
+            r#"
+[[tool]]
+name = "nap"
+description = "Sleeps"
+argv = ["sleep", "{alone}"]
+timeout_s = 900
+
+[[tool]]
+name = "nap_family"
+description = "Starts two sleeps of its own"
+argv = ["sh", "-c", "sleep {first} & sleep {second}"]
+timeout_s = 900
+"#
+        ),
+    )
+    .expect("tools file");
+    let tools_arg = tools.display().to_string();
+    let mut s = stack(&["--tools-file", &tools_arg], "nap_family").await;
+    for tool in ["nap", "nap_family"] {
+        start(&s.mcp, tool, json!({}), tasks_client_capabilities())
+            .await
+            .unwrap_or_else(|reply| panic!("refused: {}", reply.raw));
+    }
+    let patterns = [format!("sleep {alone}"), format!("sleep {first}"), format!("sleep {second}")];
+    let [alone, first, second] = [&patterns[0], &patterns[1], &patterns[2]].map(String::as_str);
+    wait_started(&[alone, first, second], Duration::from_secs(30), || s.up.log_text()).await;
+
+    // Killed outright: no chance to signal anything. The commands it started die with it.
+    s.up.kill();
+    wait_gone(alone, Duration::from_secs(10)).await;
+    // What a command started (the shell's two sleeps) outlives it only until a worker of the host
+    // looks: here the next incarnation, at its start.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let orphans =
+        conveyor_tests::process::processes(first).len() + conveyor_tests::process::processes(second).len();
+    assert_eq!(orphans, 2, "the shell's children were reparented, not killed");
+    let next = Conveyor::up(&s.redis.url(), &["--tools-file", &tools_arg]).expect("conveyor up");
+    Mcp::new(next.mcp_url()).wait_for_tool("nap", Duration::from_secs(30)).await.expect("tools");
+    wait_gone(first, Duration::from_secs(20)).await;
+    wait_gone(second, Duration::from_secs(20)).await;
+}
+
 /// The tools file of the configured-tool and path-escape tests: `grep_code` (fixed strings, so
 /// that a pattern is never a regular expression) and `line_count`, both in root `ROOT`.
 fn grep_tools_file(root: &str) -> PathBuf {

@@ -69,9 +69,15 @@ struct Stack {
     _redis: RedisServer,
 }
 
-fn stack() -> Stack {
+/// `conveyor up` with the fixtures, once its workers have published them: on a busy machine `up`
+/// may serve before its workers have announced themselves.
+async fn stack() -> Stack {
     let redis = RedisServer::start().expect("redis-server starts");
     let conveyor = Conveyor::up(&redis.url(), &["--fixtures"]).expect("conveyor up starts");
+    conveyor_tests::Mcp::new(conveyor.mcp_url())
+        .wait_for_tool("test_input_required_result_elicitation", Duration::from_secs(60))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\nconveyor log:\n{}", conveyor.log_text()));
     Stack { conveyor, _redis: redis }
 }
 
@@ -160,7 +166,7 @@ fn completed_result(task: DetailedTask) -> CallToolResult {
 
 #[tokio::test]
 async fn lists_the_fixture_tools() {
-    let stack = stack();
+    let stack = stack().await;
     let session = connect(&stack, Client::with_tasks()).await;
     let listed = session.list_tools(None).await.expect("tools/list answers");
     let names: Vec<&str> = listed.tools.iter().map(|t| t.name.as_ref()).collect();
@@ -175,7 +181,7 @@ async fn lists_the_fixture_tools() {
 
 #[tokio::test]
 async fn greet_answers_directly_even_to_a_tasks_client() {
-    let stack = stack();
+    let stack = stack().await;
     let session = connect(&stack, Client::with_tasks()).await;
     let result = expect_complete(&session, call("greet", json!({"name": "Rust"}))).await;
     assert_eq!(text_of(&result), "Hello, Rust!");
@@ -186,7 +192,7 @@ async fn greet_answers_directly_even_to_a_tasks_client() {
 
 #[tokio::test]
 async fn slow_compute_runs_as_a_task_and_completes() {
-    let stack = stack();
+    let stack = stack().await;
     let session = connect(&stack, Client::with_tasks()).await;
     let task = expect_task(&session, call("slow_compute", json!({"seconds": 1, "label": "rmcp"}))).await;
     assert_eq!(task.result_type, ResultType::TASK);
@@ -202,7 +208,7 @@ async fn slow_compute_runs_as_a_task_and_completes() {
 
 #[tokio::test]
 async fn a_tool_error_completes_and_a_protocol_error_fails() {
-    let stack = stack();
+    let stack = stack().await;
     let session = connect(&stack, Client::with_tasks()).await;
 
     let failing = expect_task(&session, call("failing_job", json!({}))).await;
@@ -225,7 +231,7 @@ async fn a_tool_error_completes_and_a_protocol_error_fails() {
 
 #[tokio::test]
 async fn cancelling_a_task_acks_settles_and_stays_idempotent() {
-    let stack = stack();
+    let stack = stack().await;
     let session = connect(&stack, Client::with_tasks()).await;
     let task = expect_task(&session, call("slow_compute", json!({"seconds": 30}))).await;
     let id = task.task.task_id.clone();
@@ -243,7 +249,7 @@ async fn cancelling_a_task_acks_settles_and_stays_idempotent() {
 
 #[tokio::test]
 async fn without_the_extension_tasks_are_refused_or_run_synchronously() {
-    let stack = stack();
+    let stack = stack().await;
     let session = connect(&stack, Client::without_tasks()).await;
 
     let refused = mcp_error(
@@ -269,7 +275,7 @@ async fn without_the_extension_tasks_are_refused_or_run_synchronously() {
 
 #[tokio::test]
 async fn progress_arrives_on_the_response_stream() {
-    let stack = stack();
+    let stack = stack().await;
     let client = Client::without_tasks();
     let session = connect(&stack, client.clone()).await;
 
@@ -306,7 +312,7 @@ async fn progress_arrives_on_the_response_stream() {
 
 #[tokio::test]
 async fn an_unknown_task_is_invalid_params() {
-    let stack = stack();
+    let stack = stack().await;
     let session = connect(&stack, Client::with_tasks()).await;
     let error = mcp_error(
         session.get_task(GetTaskParams::new("no-such-task")).await.expect_err("an unknown task is refused"),
@@ -384,7 +390,7 @@ async fn elicitation_answers_a_synchronous_call_by_mrtr_and_a_task_by_tasks_upda
         }
     }
 
-    let stack = stack();
+    let stack = stack().await;
 
     // Without the elicitation capability in `_meta`, the tool may not ask, and the call says why.
     let mute = connect(&stack, Client::with_tasks()).await;

@@ -1,7 +1,9 @@
 //! Child processes for the tools that run operators' commands (readiness checks, tools from
 //! configuration): never through a shell, with an allowlisted environment, output capped, and
 //! the whole process group killed on timeout or cancellation, so that nothing a command started
-//! outlives its node.
+//! outlives its node, nor its worker ([`orphans`]).
+
+pub mod orphans;
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -145,11 +147,15 @@ pub async fn run(command: &Command, cancel: &CancellationToken) -> Finished {
     if let Some(traceparent) = &command.traceparent {
         child.env("TRACEPARENT", traceparent);
     }
+    child.env(orphans::MARK, orphans::incarnation());
+    die_with_this_process(&mut child);
     let mut child = match child.spawn() {
         Ok(child) => child,
         Err(e) => return failed(format!("{program}: {e}")),
     };
     let group = child.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw);
+    // Dropped when this function returns, after the group's last signal.
+    let _listed = orphans::LedgerEntry::open(group);
     let stdout = child.stdout.take().map(|s| tokio::spawn(capture(s, command.max_output_bytes)));
     let stderr = child.stderr.take().map(|s| tokio::spawn(capture(s, command.max_output_bytes)));
     let (ending, status) = tokio::select! {
@@ -192,6 +198,31 @@ pub async fn run(command: &Command, cancel: &CancellationToken) -> Finished {
         stdout,
         stderr,
         error: None,
+    }
+}
+
+/// Makes the kernel send the command SIGKILL when this process dies, however it dies: a worker
+/// killed outright cannot end its commands itself.
+///
+/// The signal follows the thread that forks, not the process; commands are spawned from the
+/// runtime's worker threads, which live as long as the worker.
+#[allow(unsafe_code)]
+fn die_with_this_process(child: &mut tokio::process::Command) {
+    let parent = nix::unistd::getpid();
+    // SAFETY: the closure runs in the forked child before `exec`, where only async-signal-safe
+    // calls are allowed: `prctl` and `getppid` are plain system calls, and the error it returns
+    // is built from an `ErrorKind`, without allocating.
+    unsafe {
+        child.pre_exec(move || {
+            if nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).is_err() {
+                return Err(std::io::ErrorKind::Unsupported.into());
+            }
+            // This process died between the fork and the prctl: the signal will never come.
+            if nix::unistd::getppid() != parent {
+                return Err(std::io::ErrorKind::BrokenPipe.into());
+            }
+            Ok(())
+        });
     }
 }
 
