@@ -10,12 +10,14 @@
 //! - [`trees`]: generated source trees and ADR folders for the heavy tools' tests and benchmarks.
 //! - [`load`]: what the benchmarks share: sync `tools/call`s of `noop` driven from this process,
 //!   latency percentiles, and CPU readings of processes and of Redis.
+//! - [`callgrind`]: a `redis-server` under callgrind, for instruction counts per operation.
 //! - [`npm`]: npm packages the tests run, installed once into the target directory.
 //! - [`mcp`]: [`Mcp`], a plain HTTP JSON-RPC client that speaks 2025-11-25 and 2026-07-28 and reads
 //!   SSE replies, for checks that need the raw wire; and the task calls the tests share (create a
 //!   task, read it, wait for a status or its end).
 
 pub mod bullmq;
+pub mod callgrind;
 pub mod load;
 pub mod mcp;
 pub mod monitor;

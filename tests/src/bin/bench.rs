@@ -61,6 +61,16 @@
 //!    so never during a timed run), the commands Conveyor sends per call apart from the commands
 //!    its scripts run.
 //!
+//! 10. **Instructions per operation** (`--callgrind`, a mode of its own: nothing else runs): a
+//!     `redis-server` under valgrind's callgrind ([`conveyor_tests::callgrind`]), which counts the
+//!     instructions the server executes, stable on a noisy machine. Its idle rate first (a window
+//!     of `--idle-seconds`), subtracted from every count below. BullMQ: add + consume of
+//!     `--callgrind-calls` jobs, less a run of a quarter as many (which cancels the run's fixed
+//!     costs), per job. Conveyor: `conveyor up --workers 2 --fixtures --no-auth`, warmed up, then
+//!     `--callgrind-calls` sync `greet` calls at C in flight, per call; and the instructions of
+//!     the `conveyor up` process per call by `perf stat -e instructions` where the machine counts
+//!     them (else its CPU time per call).
+//!
 //! It ends with a table of every figure that has a target (and a few shown for comparison):
 //! Conveyor's figure, BullMQ's where one applies, the ratio, the target, and whether it is met.
 //! Nothing is asserted on timings (a missed target does not fail the run); errors in Conveyor (a
@@ -82,6 +92,7 @@ use conveyor_shared::events::{Delivery, EventHub, Waiter};
 use conveyor_shared::model::{TaskEvent, TaskMode, TaskStatus, new_task_id, now_ms};
 use conveyor_shared::store::{Created, Limits, NewTask};
 use conveyor_tests::bullmq::{self, BullmqFigures, BullmqOptions};
+use conveyor_tests::callgrind::CallgrindRedis;
 use conveyor_tests::load::{
     self, BenchProcess, Latencies, SyncCaller, SyncRequest, at_least_one, process_cpu_seconds,
     redis_cpu_seconds, redis_cpu_seconds_on,
@@ -150,6 +161,13 @@ struct Options {
     /// Leave out the takeover delay of a SIGKILLed worker's node
     #[arg(long)]
     skip_takeover: bool,
+    /// Measure only the instructions redis-server executes per sync call and per BullMQ job,
+    /// with the server under valgrind's callgrind
+    #[arg(long)]
+    callgrind: bool,
+    /// Calls and BullMQ jobs counted under callgrind (a server under callgrind runs ~50x slower)
+    #[arg(long, value_name = "N", default_value_t = 2000, value_parser = at_least_one::<u64>())]
+    callgrind_calls: u64,
 }
 
 #[tokio::main]
@@ -158,6 +176,9 @@ async fn main() -> anyhow::Result<()> {
     if !cfg!(debug_assertions) {
         // A release benchmark measures the release build of conveyor too.
         conveyor_tests::process::prefer_release_binary();
+    }
+    if options.callgrind {
+        return measure_instructions(&options).await;
     }
     let redis = RedisServer::start()?;
     let cores = std::thread::available_parallelism().map(usize::from).unwrap_or(1);
@@ -189,6 +210,119 @@ async fn main() -> anyhow::Result<()> {
     let figures = Figures { bullmq, http, up, split_idle, takeover, core };
     print_ratios(&figures, &options);
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// 10. Instructions per operation, under callgrind
+
+async fn measure_instructions(options: &Options) -> anyhow::Result<()> {
+    let mut redis = CallgrindRedis::start()?;
+    let url = redis.url();
+    let calls = options.callgrind_calls;
+    println!(
+        "Instructions redis-server executes per operation: valgrind --tool=callgrind, one server ({url})"
+    );
+
+    let idle_window = Duration::from_secs(options.idle_seconds);
+    redis.zero()?;
+    tokio::time::sleep(idle_window).await;
+    let idle_per_sec = redis.dump()? as f64 / idle_window.as_secs_f64();
+    println!("  idle        {idle_per_sec:>12.0} instructions/s (subtracted below, over each run's time)");
+    // What a run executed beyond what the idle server would have in the same time.
+    let less_idle = |instructions: u64, elapsed: Duration| {
+        (instructions as f64 - idle_per_sec * elapsed.as_secs_f64()).max(0.0)
+    };
+
+    let bullmq = if options.skip_bullmq {
+        None
+    } else {
+        let small = (calls / 4).max(20);
+        let mut run = |jobs: u64| -> anyhow::Result<f64> {
+            let bullmq_options =
+                BullmqOptions { jobs, concurrency: options.concurrency as u64, latency_jobs: 1, fanout: 1 };
+            redis.zero()?;
+            let started = Instant::now();
+            bullmq::run(&url, &bullmq_options)?;
+            let elapsed = started.elapsed();
+            Ok(less_idle(redis.dump()?, elapsed))
+        };
+        // Its scripts are loaded on the first run: that one is not counted.
+        run(small)?;
+        let (few, many) = (run(small)?, run(calls + small)?);
+        let per_job = (many - few) / calls as f64;
+        println!(
+            "  BullMQ {}   {per_job:>12.0} instructions/job (add + consume of {} jobs less {small}, concurrency {})",
+            bullmq::BULLMQ_VERSION,
+            calls + small,
+            options.concurrency
+        );
+        Some(per_job)
+    };
+
+    let workers = UP_WORKERS.to_string();
+    let mut up =
+        BenchProcess::start("up", &url, &["--workers", &workers, "--fixtures", "--no-auth"], &[], &[])?;
+    let mcp_url = up.mcp_url();
+    Mcp::new(mcp_url.clone()).wait_for_tool("greet", Duration::from_secs(120)).await?;
+    let request = SyncRequest::new("greet", json!({"name": "bench"}), "Hello, bench!");
+    let caller = SyncCaller::with_request(&mcp_url, &request)?;
+    load::drive(&caller, (calls / 10).max(100), options.concurrency).await?;
+    let pid = up.child.id();
+    let perf = PerfStat::start(pid);
+    let cpu_before = process_cpu_seconds(pid);
+    redis.zero()?;
+    let (elapsed, _) = load::drive(&caller, calls, options.concurrency).await?;
+    let instructions = redis.dump()?;
+    let cpu_us = (process_cpu_seconds(pid) - cpu_before) * 1e6 / calls as f64;
+    let per_call = less_idle(instructions, elapsed) / calls as f64;
+    println!(
+        "  Conveyor    {per_call:>12.0} instructions/call (sync greet through /mcp of conveyor up --workers {UP_WORKERS} --fixtures, {calls} calls, {} in flight, {:.1} s)",
+        options.concurrency,
+        elapsed.as_secs_f64()
+    );
+    match perf.stop() {
+        Some(counted) => println!(
+            "  conveyor up {:>12.0} instructions/call (perf stat -e instructions), {cpu_us:.0} µs CPU/call",
+            counted as f64 / calls as f64
+        ),
+        None => println!(
+            "  conveyor up {cpu_us:>12.0} µs CPU/call (perf stat counts no instructions on this machine)"
+        ),
+    }
+    if let Some(per_job) = bullmq {
+        println!(
+            "  ratio       {:.2} of BullMQ's instructions per job (target ≤ 0.5)",
+            per_call / per_job.max(1.0)
+        );
+    }
+    up.terminate().await?;
+    Ok(())
+}
+
+/// `perf stat -e instructions` attached to a process, when the machine has `perf` and counts
+/// instructions (a virtual machine often does not).
+struct PerfStat(Option<std::process::Child>);
+
+impl PerfStat {
+    fn start(pid: u32) -> Self {
+        let child = Command::new("perf")
+            .args(["stat", "-x,", "-e", "instructions", "-p", &pid.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .ok();
+        Self(child)
+    }
+
+    /// The instructions counted, once perf is told to stop (SIGINT, as at a terminal).
+    fn stop(self) -> Option<u64> {
+        let child = self.0?;
+        let _ = Command::new("kill").arg("-INT").arg(child.id().to_string()).status();
+        let output = child.wait_with_output().ok()?;
+        let text = String::from_utf8_lossy(&output.stderr);
+        // CSV: `<count>,<unit>,instructions,...`, or `<not supported>,...`.
+        text.lines().find(|l| l.contains(",instructions")).and_then(|l| l.split(',').next()?.parse().ok())
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
