@@ -274,6 +274,46 @@ async fn wait_for_redis(worker: &Worker, shutdown: &CancellationToken) -> Result
     Ok(false)
 }
 
+/// Tries a transition of the worker's own (start, hand-back, finalize, failing an unreadable node)
+/// again, with backoff, until it goes through; `None` when it still fails after `within` (then its
+/// entry, unrenewed, is queued again by the maintenance a lease after it was last renewed), or
+/// when the worker has stopped running nodes for [`PERSIST_WHILE_STOPPING`].
+async fn keep_trying<T, F, Fut>(
+    worker: &Worker,
+    what: &str,
+    task_id: &str,
+    within: Duration,
+    mut op: F,
+) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
+    let give_up = tokio::time::Instant::now() + within;
+    let mut backoff = Backoff::default();
+    let mut stopping_since: Option<tokio::time::Instant> = None;
+    loop {
+        let error = match op().await {
+            Ok(done) => return Some(done),
+            Err(e) => e,
+        };
+        let now = tokio::time::Instant::now();
+        if worker.stop_running.is_cancelled() {
+            stopping_since.get_or_insert(now);
+        }
+        if now >= give_up || stopping_since.is_some_and(|since| now >= since + PERSIST_WHILE_STOPPING) {
+            tracing::warn!(task = %task_id, error = %error, "gave up trying to {what}; the maintenance queues its entry again");
+            return None;
+        }
+        tracing::warn!(task = %task_id, error = %error, "could not {what} yet; trying again");
+        if stopping_since.is_some() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        } else {
+            backoff.wait(&worker.stop_running).await;
+        }
+    }
+}
+
 /// Exponential backoff with a cap, for reconnecting to Redis.
 #[derive(Default)]
 struct Backoff {
