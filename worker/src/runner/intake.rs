@@ -1,6 +1,8 @@
 //! Intake: the readers that read batches from the queues this worker serves, hold entries beyond
 //! the free slots for a moment, give each principal its share, and start each batch with one
-//! script per shard.
+//! script per shard. What fails to start (Redis refused the batch, or lost its reply; one entry's
+//! record could not be read) is tried again apart, for up to a lease, before the maintenance's
+//! look for unrenewed entries takes it.
 
 use super::*;
 

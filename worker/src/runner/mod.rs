@@ -2,7 +2,8 @@
 //! ([`WorkerOptions`], the `Worker` handle).
 //!
 //! - [`intake`]: readers (one on a single server, one per shard on a cluster) read batches from the
-//!   queues this worker serves and start each batch in one script per shard.
+//!   queues this worker serves and start each batch in one script per shard; a batch or an entry
+//!   that failed to start is tried again apart, keeping its slots.
 //! - [`job`]: each started attempt runs as a `NodeJob`; it completes with one script that also
 //!   acknowledges its entry.
 //! - [`leases`]: the entries of running attempts renewed in one command per stream (an attempt
@@ -11,7 +12,8 @@
 //! - [`registry`]: the attempts this worker runs, why each was told to stop, and the slots each
 //!   principal's nodes take.
 //! - [`upkeep`]: the heartbeat, and the maintenance of every shard on the one worker that holds
-//!   its lease, only when something falls due.
+//!   its lease, only when something falls due (and, while a shard has live tasks, a look once a
+//!   lease for entries nobody renewed); the lease handed over when the worker stops.
 //! - [`chores`]: the housekeeping the served tools ask for, on their own periods.
 
 use std::collections::{HashMap, HashSet};
