@@ -382,14 +382,19 @@ async fn dispatch(
     dispatched
 }
 
+/// How often an entry that failed alone in its batch (the script could not read its record, or
+/// Redis refused one of its writes) is tried again, unless Redis said it refuses for now.
+const TRIES_OF_AN_ENTRY_THAT_FAILS_ALONE: u32 = 3;
+
 /// Tries again to start entries of `shard` whose start failed (`true`: the entry has a slot among
 /// `permits` and starts; `false`: it goes back to its queue), with backoff, until each has an
-/// outcome. After a lease it gives up: the entries, unrenewed, are then the maintenance's to queue
-/// again. A node started meanwhile is renewed before it runs, and run only if it was not taken over.
+/// outcome. After a lease it gives up (sooner for an entry that keeps failing alone): the entries,
+/// unrenewed, are then the maintenance's to queue again. A node started meanwhile is renewed
+/// before it runs, and run only if it was not taken over.
 async fn start_again(
     worker: Worker,
     shard: Shard,
-    mut items: Vec<(WorkItem, bool)>,
+    items: Vec<(WorkItem, bool)>,
     mut permits: Vec<OwnedSemaphorePermit>,
     jobs: TaskTracker,
 ) {
@@ -398,6 +403,8 @@ async fn start_again(
     let name = worker.options.name.clone();
     let entries: Vec<EntryKey> = items.iter().map(|(i, _)| (i.stream.clone(), i.entry_id.clone())).collect();
     worker.running.start_again(entries.iter().cloned());
+    // Each entry with how often it failed alone.
+    let mut items: Vec<(WorkItem, bool, u32)> = items.into_iter().map(|(item, run)| (item, run, 0)).collect();
     while !items.is_empty() {
         backoff.wait(&worker.stop_running).await;
         if worker.stop_running.is_cancelled() || tokio::time::Instant::now() >= give_up {
@@ -408,9 +415,9 @@ async fn start_again(
             break;
         }
         // A batch starts its first `run` entries.
-        items.sort_by_key(|(_, run)| !*run);
-        let run = items.iter().filter(|(_, run)| *run).count();
-        let batch: Vec<WorkItem> = items.iter().map(|(item, _)| item.clone()).collect();
+        items.sort_by_key(|(_, run, _)| !*run);
+        let run = items.iter().filter(|(_, run, _)| *run).count();
+        let batch: Vec<WorkItem> = items.iter().map(|(item, _, _)| item.clone()).collect();
         let mut shares = worker.owners.shares(worker.options.slots_per_principal());
         // An entry whose principal has no room now is set aside, not left waiting with a reader.
         shares.set_aside = batch.iter().map(|i| (i.stream.clone(), i.entry_id.clone())).collect();
@@ -423,15 +430,20 @@ async fn start_again(
         };
         let mut left = Vec::new();
         let mut started = Vec::new();
-        for ((item, runs), outcome) in items.into_iter().zip(outcomes) {
+        for ((item, runs, failed), outcome) in items.into_iter().zip(outcomes) {
             match outcome {
                 StartOutcome::Run(start) => started.push(*start),
                 StartOutcome::Unreadable { attempt: Some(attempt), reason } => {
                     fail_unreadable(&worker, *attempt, reason, &jobs);
                 }
                 StartOutcome::Unreadable { attempt: None, reason } => {
-                    tracing::debug!(task = %item.task_id, %reason, "could not start an entry yet");
-                    left.push((item, runs));
+                    let for_now = reason.starts_with("OOM") || reason.starts_with("BUSY");
+                    if for_now || failed + 1 < TRIES_OF_AN_ENTRY_THAT_FAILS_ALONE {
+                        tracing::debug!(task = %item.task_id, %reason, "could not start an entry yet");
+                        left.push((item, runs, failed + 1));
+                    } else {
+                        tracing::warn!(task = %item.task_id, %reason, "gave up starting an entry that keeps failing; the maintenance queues it again once it has gone unrenewed for a lease");
+                    }
                 }
                 StartOutcome::Capped { .. }
                 | StartOutcome::Deferred
@@ -457,7 +469,7 @@ async fn start_again(
             }
         }
         // Slots of entries that are done with go back at once.
-        permits.truncate(left.iter().filter(|(_, run)| *run).count());
+        permits.truncate(left.iter().filter(|(_, run, _)| *run).count());
         worker.slot_freed.notify_waiters();
         items = left;
     }
