@@ -29,11 +29,33 @@ impl StoreError {
     pub fn is_transient(&self) -> bool {
         matches!(self, Self::Unavailable(_) | Self::Timeout(_))
     }
+
+    /// Whether the same operation may succeed a moment later: Redis was out of reach, or it
+    /// refused for now (out of memory, busy with a long script). A worker keeps trying such a
+    /// transition of its own instead of leaving its entry for the maintenance.
+    pub fn may_pass_later(&self) -> bool {
+        match self {
+            Self::Refused(message) => FOR_NOW
+                .iter()
+                .any(|code| message.strip_prefix(code).is_some_and(|rest| rest.starts_with(' '))),
+            other => other.is_transient(),
+        }
+    }
 }
+
+/// Codes of the errors with which Redis refuses an operation for now, not for good: out of memory,
+/// busy with a long script. A refusal with one of them starts with the code and a space.
+const FOR_NOW: [&str; 2] = ["OOM", "BUSY"];
 
 impl From<redis::RedisError> for StoreError {
     fn from(e: redis::RedisError) -> Self {
-        if is_transient(&e) { Self::Unavailable(e.to_string()) } else { Self::Refused(e.to_string()) }
+        if is_transient(&e) {
+            return Self::Unavailable(e.to_string());
+        }
+        match e.code().filter(|code| FOR_NOW.contains(code)) {
+            Some(code) => Self::Refused(format!("{code} {e}")),
+            None => Self::Refused(e.to_string()),
+        }
     }
 }
 
@@ -61,4 +83,25 @@ pub fn is_transient(error: &redis::RedisError) -> bool {
                 | ServerErrorKind::Ask
         )
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_for_now_may_pass_and_a_refusal_for_good_does_not() {
+        let server = |code: &str, detail: &str| {
+            StoreError::from(redis::make_extension_error(code.to_owned(), Some(detail.to_owned())))
+        };
+        let refused = server("OOM", "command not allowed when used memory > 'maxmemory'.");
+        assert!(refused.may_pass_later() && !refused.is_transient(), "{refused}");
+        let busy = server("BUSY", "Redis is busy running a script.");
+        assert!(busy.may_pass_later(), "{busy}");
+        for for_good in ["BUSYGROUP Consumer Group name already exists", "ERR user_script:1: boom"] {
+            assert!(!StoreError::Refused(for_good.to_owned()).may_pass_later(), "{for_good}");
+        }
+        assert!(StoreError::Timeout(std::time::Duration::from_secs(1)).may_pass_later());
+        assert!(!StoreError::Corrupt("x".to_owned()).may_pass_later());
+    }
 }

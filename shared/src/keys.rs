@@ -225,8 +225,8 @@ pub const WORKERS: &str = "cv:{cv.catalog}:workers";
 /// its lease. The maintenance holder takes over a worker's entries once that time has passed.
 pub const ALIVE: &str = "cv:{cv.catalog}:alive";
 
-/// Which worker runs the deployment's maintenance (retries, expiries, lost workers): a lease
-/// string, taken and renewed by heartbeats.
+/// Which worker runs the deployment's maintenance (retries, expiries, idle entries): a lease
+/// string, taken and renewed by heartbeats, and given up by its holder when it stops.
 pub const MAINTAINER: &str = "cv:{cv.catalog}:maintainer";
 
 /// Hash of tool name to the tool as workers publish it (definition, queue, position).

@@ -12,6 +12,8 @@
 //!   latency percentiles, and CPU readings of processes and of Redis.
 //! - [`callgrind`]: a `redis-server` under callgrind, for instruction counts per operation.
 //! - [`npm`]: npm packages the tests run, installed once into the target directory.
+//! - [`proxy`]: [`proxy::StallProxy`], a TCP proxy in front of Redis that can stall what a process
+//!   sends while Redis's replies still reach it.
 //! - [`mcp`]: [`Mcp`], a plain HTTP JSON-RPC client that speaks 2025-11-25 and 2026-07-28 and reads
 //!   SSE replies, for checks that need the raw wire; and the task calls the tests share (create a
 //!   task, read it, wait for a status or its end).
@@ -24,6 +26,7 @@ pub mod monitor;
 pub mod npm;
 pub mod otlp;
 pub mod process;
+pub mod proxy;
 pub mod python;
 pub mod redis_cluster;
 pub mod trees;

@@ -10,8 +10,9 @@
 //! - [`tool`]: the [`Tool`] trait, [`ToolContext`] handed to a running tool, and [`ToolRegistry`].
 //! - [`runner`]: [`run`], the worker: batched reads and starts, bounded concurrency and each
 //!   principal's share of it, byte limits on what a node takes in and hands out, lease renewal,
-//!   cancellation over sharded pub/sub, the maintenance of the shards whose lease it holds,
-//!   heartbeats, graceful shutdown.
+//!   its own failed transitions tried again, cancellation over sharded pub/sub, the maintenance of
+//!   the shards whose lease it holds (entries nobody renewed for a lease queued again), heartbeats,
+//!   graceful shutdown that hands the maintenance lease over.
 //! - [`dag`]: upstream values in a node's arguments, built-in nodes, a finished graph's result.
 //! - [`fixtures`]: the tools the MCP conformance suite and Conveyor's own tests call
 //!   (`--fixtures`; off by default).

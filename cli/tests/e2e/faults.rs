@@ -1,10 +1,12 @@
-//! Workers that die mid-node: their leases run out, another worker takes the node over with a
-//! new attempt, and a node that keeps killing its workers ends in the dead-letter stream.
+//! Workers that die mid-node, stall or lose track of what was delivered to them: their entries,
+//! unrenewed for a lease, are taken over (by another worker or by the same) with a new attempt, and
+//! a node that keeps killing its workers ends in the dead-letter stream.
 
 use std::time::{Duration, Instant};
 
 use conveyor_tests::mcp::{create_2025, wait_for_tools};
-use conveyor_tests::{Conveyor, Mcp, RedisServer};
+use conveyor_tests::proxy::StallProxy;
+use conveyor_tests::{Conveyor, Mcp, RedisServer, eventually};
 use serde_json::{Value, json};
 
 const LEASE: &[&str] = &["--fixtures", "--lease-ms", "1000"];
@@ -398,4 +400,212 @@ async fn a_stopped_workers_tools_leave_the_catalog_unless_another_worker_offers_
     let left = tools(&mut conn);
     assert!(left.contains(&"noop".to_owned()), "{left:?}");
     assert!(!left.contains(&"crash_worker".to_owned()), "a tool no worker offers stays: {left:?}");
+}
+
+/// The status `tasks/get` shows for `task`.
+async fn status_of(mcp: &Mcp, task: &str) -> String {
+    let reply = mcp.call_2025("tasks/get", json!({"taskId": task})).await.expect("tasks/get");
+    reply.result()["status"].as_str().unwrap_or_default().to_owned()
+}
+
+/// Waits until `task` has completed; fails if it has not by `deadline`, saying what it shows.
+async fn completes_by(mcp: &Mcp, task: &str, deadline: Instant, logs: impl Fn() -> String) {
+    loop {
+        let status = status_of(mcp, task).await;
+        if status == "completed" {
+            return;
+        }
+        assert!(Instant::now() < deadline, "task {task} is still {status}; logs:\n{}", logs());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_worker_whose_commands_stall_right_after_a_delivery_still_runs_the_node() {
+    let redis = RedisServer::start().expect("redis");
+    let proxy = StallProxy::start(redis.port).expect("proxy");
+    let gateway = Conveyor::gateway(&redis.url(), &[]).expect("gateway");
+    // The worker alone talks to Redis through the proxy; it is also the maintenance holder.
+    let worker = Conveyor::worker(&proxy.url(), &["--fixtures", "--lease-ms", "3000"]).expect("worker");
+    let mcp = Mcp::new(gateway.mcp_url());
+    wait_for_tools(&mcp, &["crash_worker"]).await;
+    eventually(Duration::from_secs(20), "the worker to run the maintenance", async || {
+        worker.log_text().contains("runs the deployment's maintenance").then_some(())
+    })
+    .await;
+
+    // The reply that delivers the task's entry reaches the worker; what it sends next (the start
+    // of the node, its heartbeats) waits 7 s, more than twice its lease, and then goes through.
+    proxy.stall_after_reply_containing(":q:slow_compute", Duration::from_secs(7));
+    let task = create_2025(&mcp, "slow_compute", json!({"seconds": 0, "label": "stalled"})).await;
+    let (_, stall_ended) =
+        eventually(Duration::from_secs(10), "the delivery to the worker", async || proxy.stalled()).await;
+    tokio::time::sleep_until((stall_ended - Duration::from_secs(1)).into()).await;
+    assert_eq!(status_of(&mcp, &task).await, "working", "the node ran during the stall");
+    tokio::time::sleep_until(stall_ended.into()).await;
+
+    // The worker is alive throughout: what it failed to start is started on a later try, or
+    // queued again once it has gone unrenewed for a lease.
+    completes_by(&mcp, &task, Instant::now() + Duration::from_secs(20), || worker.log_text()).await;
+    let result = mcp.call_2025("tasks/result", json!({"taskId": task})).await.expect("tasks/result");
+    assert_eq!(result.result()["content"][0]["text"], "computed stalled", "{}", result.raw);
+}
+
+#[tokio::test]
+async fn an_entry_a_live_worker_holds_but_never_runs_is_taken_over() {
+    let redis = RedisServer::start().expect("redis");
+    let gateway = Conveyor::gateway(&redis.url(), &[]).expect("gateway");
+    // One slot: while it runs a node, the worker reads nothing.
+    let worker = Conveyor::worker(&redis.url(), &["--fixtures", "--lease-ms", "1000", "--concurrency", "1"])
+        .expect("worker");
+    let mcp = Mcp::new(gateway.mcp_url());
+    wait_for_tools(&mcp, &["crash_worker"]).await;
+    let name =
+        eventually(Duration::from_secs(10), "the worker's name", async || worker.logged_worker_name()).await;
+    let busy = create_2025(&mcp, "slow_compute", json!({"seconds": 5, "label": "busy"})).await;
+    redis.wait_node_status(&busy, "root", "running", Duration::from_secs(10)).await.expect("the node runs");
+
+    // An entry is delivered to the worker without its knowing (as when a start failed after the
+    // read): it stays pending with a live worker that renews only the node it runs.
+    let stranded = create_2025(&mcp, "slow_compute", json!({"seconds": 0, "label": "stranded"})).await;
+    let stream = conveyor_tests::process::shard_of(&stranded).queue("slow_compute");
+    let mut conn = redis.connection().expect("conn");
+    let read: redis::streams::StreamReadReply = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg(conveyor_shared::keys::WORK_GROUP)
+        .arg(&name)
+        .arg("COUNT")
+        .arg(10)
+        .arg("STREAMS")
+        .arg(&stream)
+        .arg(">")
+        .query(&mut conn)
+        .expect("xreadgroup");
+    let delivered: Vec<&str> = read.keys.iter().flat_map(|k| k.ids.iter().map(|i| i.id.as_str())).collect();
+    assert_eq!(delivered.len(), 1, "the stranded task's entry went to the worker: {delivered:?}");
+
+    completes_by(&mcp, &stranded, Instant::now() + Duration::from_secs(30), || worker.log_text()).await;
+    assert!(
+        worker.log_text().contains("took over a node whose entry went unrenewed"),
+        "{}",
+        worker.log_text()
+    );
+    assert_eq!(redis.node_field(&stranded, "root", "attempt").as_deref(), Some("1"), "it never ran before");
+    assert_eq!(redis.node_field(&stranded, "root", "losses"), None, "never started: no worker was lost");
+    assert_eq!(status_of(&mcp, &busy).await, "completed", "the node the worker ran was left alone");
+    assert_eq!(redis.node_field(&busy, "root", "attempt").as_deref(), Some("1"));
+}
+
+#[tokio::test]
+async fn after_a_rolling_restart_a_killed_workers_node_is_taken_over_within_a_lease() {
+    let redis = RedisServer::start().expect("redis");
+    let gateway = Conveyor::gateway(&redis.url(), &[]).expect("gateway");
+    let mcp = Mcp::new(gateway.mcp_url());
+    // The old generation holds the maintenance for 25 s unrenewed (a 40 s lease); the new one's
+    // lease is 2 s, so a takeover that waits for the old holder's lease to run out is plain.
+    let old_args = ["--fixtures", "--lease-ms", "40000"];
+    let mut old: Vec<Conveyor> =
+        (0..2).map(|_| Conveyor::worker(&redis.url(), &old_args).expect("old worker")).collect();
+    wait_for_tools(&mcp, &["crash_worker"]).await;
+    eventually(Duration::from_secs(20), "an old worker to run the maintenance", async || {
+        old.iter().any(|w| w.log_text().contains("runs the deployment's maintenance")).then_some(())
+    })
+    .await;
+    for worker in &old {
+        worker.signal("TERM");
+    }
+    for worker in &mut old {
+        assert!(worker.wait_exit(Duration::from_secs(20)), "an old worker did not stop");
+    }
+
+    let new_args = ["--fixtures", "--lease-ms", "2000"];
+    let mut new = vec![Conveyor::worker(&redis.url(), &new_args).expect("worker A")];
+    wait_for_tools(&mcp, &["crash_worker"]).await;
+    new.push(Conveyor::worker(&redis.url(), &new_args).expect("worker B"));
+    let names: Vec<String> =
+        futures::future::join_all(new.iter().map(|w| {
+            eventually(Duration::from_secs(10), "a worker's name", async || w.logged_worker_name())
+        }))
+        .await;
+
+    let task = create_2025(&mcp, "slow_compute", json!({"seconds": 3, "label": "rolled"})).await;
+    redis.wait_node_status(&task, "root", "running", Duration::from_secs(10)).await.expect("the node runs");
+    let runner = redis.node_field(&task, "root", "worker").expect("the node's worker");
+    let victim = names.iter().position(|n| *n == runner).expect("a new worker runs the node");
+    new[victim].signal("KILL");
+    assert!(new[victim].wait_exit(Duration::from_secs(5)));
+    let killed_at = Instant::now();
+
+    // The survivor takes the node over once the killed worker's lease has run out: a stopped old
+    // worker's maintenance lease, handed over on its way out, holds nothing up.
+    let survivor = &new[1 - victim];
+    completes_by(&mcp, &task, killed_at + Duration::from_secs(12), || survivor.log_text()).await;
+    println!("completed {:?} after the kill", killed_at.elapsed());
+    assert_eq!(redis.node_field(&task, "root", "attempt").as_deref(), Some("2"));
+    assert_eq!(redis.node_field(&task, "root", "losses").as_deref(), Some("1"));
+    assert_eq!(redis.node_field(&task, "root", "worker"), Some(names[1 - victim].clone()));
+}
+
+#[tokio::test]
+async fn an_unreadable_task_in_a_batch_fails_alone_and_the_others_run() {
+    use conveyor_shared::call::CallRecord;
+    use conveyor_shared::keys::Shard;
+    use conveyor_shared::model::{TaskMode, new_task_id, now_ms};
+    use conveyor_shared::store::{Created, Limits, NewTask};
+
+    let redis = RedisServer::start().expect("redis");
+    let store = conveyor_shared::Store::new(&redis.url(), Duration::from_secs(2)).expect("store");
+    store.ensure_groups(&["slow_compute".to_owned()]).await.expect("groups");
+    // Two calls queued in one shard before any worker runs, so that one read brings both and one
+    // script starts both; the first one's stored call record cannot be read.
+    let call = |label: &str| NewTask {
+        task_id: new_task_id(Shard(0)),
+        owner: "alice".to_owned(),
+        tool: "slow_compute".to_owned(),
+        call: CallRecord {
+            wire: "2025-11-25".to_owned(),
+            arguments: json!({"seconds": 0, "label": label}),
+            ..CallRecord::default()
+        },
+        ttl_ms: 120_000,
+        traceparent: None,
+        mode: TaskMode::Task,
+        status_message: "Queued".to_owned(),
+        created_at_ms: now_ms(),
+        graph: None,
+        idempotency_key: None,
+        queues: Default::default(),
+        waiter: None,
+        index_retention_ms: 60_000,
+        input_responses: None,
+        escalable: false,
+        call_key: None,
+        max_bytes: 0,
+    };
+    let (bad, good) = (call("bad"), call("good"));
+    for task in [&bad, &good] {
+        assert_eq!(store.create_task(task, &Limits::default()).await.expect("create"), Created::Created);
+    }
+    let mut conn = redis.connection().expect("conn");
+    let _: () = redis::cmd("HSET")
+        .arg(conveyor_tests::process::task_key(&bad.task_id))
+        .arg("call")
+        .arg("{not a call record")
+        .query(&mut conn)
+        .expect("hset");
+
+    let worker = Conveyor::worker(&redis.url(), &["--fixtures"]).expect("worker");
+    let settled = async |id: &str| {
+        eventually(Duration::from_secs(20), "the task to settle", async || {
+            let task = store.get_task(id).await.ok().flatten()?;
+            task.status.is_terminal().then_some(task)
+        })
+        .await
+    };
+    let good_task = settled(&good.task_id).await;
+    assert_eq!(good_task.status.as_str(), "completed", "{good_task:?}\n{}", worker.log_text());
+    let bad_task = settled(&bad.task_id).await;
+    assert_eq!(bad_task.status.as_str(), "failed", "{bad_task:?}");
+    let message = bad_task.status_message.unwrap_or_default();
+    assert!(message.contains("cannot be read"), "{message}");
 }

@@ -15,7 +15,7 @@ use conveyor_shared::model::{
 };
 use conveyor_shared::store::{
     AnswerOutcome, Attempt, CancelOutcome, CompleteOutcome, Created, Limits, MaintainOutcome, NewTask,
-    NodeStart, ParkOutcome, ReclaimOutcome, SlotShares, StartOutcome, TaskIndex, WorkReader,
+    NodeStart, ParkOutcome, ReclaimOutcome, SlotShares, StartOutcome, TaskIndex, WorkReader, WorkerRecord,
 };
 use conveyor_shared::store::{Gate, GateKind, ReadOutcome, TaskParts, TaskRead};
 use conveyor_tests::RedisServer;
@@ -90,6 +90,13 @@ fn tool_error() -> ToolOutcome {
     ToolOutcome::Result(result::error_text("boom"))
 }
 
+/// The entries of `holder` in `shard`'s streams that have gone unrenewed for `lease`.
+async fn lost_entries(h: &Harness, shard: Shard, holder: &str, lease: Duration) -> Vec<WorkItem> {
+    let queues: Vec<String> = QUEUES.iter().map(|q| q.to_string()).collect();
+    let found = h.store.idle_entries(shard, &queues, Some(holder), lease, 100).await.expect("idle entries");
+    found.entries.into_iter().map(|e| e.item).collect()
+}
+
 fn run(outcome: StartOutcome) -> Attempt {
     match outcome {
         StartOutcome::Run(start) => start.attempt,
@@ -154,7 +161,7 @@ impl Harness {
     /// The retries and expiries of `shard` that are due, as its maintenance sees them.
     async fn due(&self, shard: Shard) -> (Vec<String>, Vec<String>) {
         let MaintainOutcome { retries, expired, .. } =
-            self.store.maintain(shard, 100, Duration::from_secs(5)).await.expect("maintain");
+            self.store.maintain(shard, 100, Duration::from_secs(5), Duration::ZERO).await.expect("maintain");
         (retries, expired)
     }
 
@@ -796,7 +803,7 @@ async fn a_reclaimed_entry_that_is_not_the_nodes_current_one_is_dropped_and_fenc
 
     // The first entry turns up again (say a reply was lost and maintenance saw it): it is not the
     // node's current entry, so it is dropped and the running attempt is untouched.
-    let reclaimed = h.store.reclaim(&old_item).await.expect("reclaim");
+    let reclaimed = h.store.reclaim(&old_item, Duration::ZERO).await.expect("reclaim");
     assert!(matches!(reclaimed, ReclaimOutcome::Dropped(_)), "{reclaimed:?}");
     assert_eq!(h.node_field(&id, "f", "status").as_deref(), Some("running"));
     assert_eq!(h.node_field(&id, "f", "attempt").as_deref(), Some("2"));
@@ -937,9 +944,7 @@ async fn load_counters_never_drift() {
             match outcome {
                 StartOutcome::Run { .. } => runs += 1,
                 StartOutcome::Skip(_) => skips += 1,
-                StartOutcome::HandedBack | StartOutcome::Deferred | StartOutcome::Capped { .. } => {
-                    panic!("every item had a slot, with no share")
-                }
+                other => panic!("every item had a slot, with no share: {other:?}"),
             }
         }
         never_negative(&h);
@@ -957,9 +962,9 @@ async fn a_worker_whose_node_was_taken_over_learns_it_lost_the_node() {
     assert_eq!(attempt.stream, stream);
     tokio::time::sleep(Duration::from_millis(100)).await;
     let lease = Duration::from_millis(50);
-    let (claimed, _) = h.store.claim_from(shard, &stream, "maint", "w1", lease, 100).await.expect("claim");
+    let claimed = lost_entries(&h, shard, "w1", lease).await;
     assert_eq!(claimed.iter().map(|i| &i.entry_id).collect::<Vec<_>>(), vec![&attempt.entry_id]);
-    let reclaimed = h.store.reclaim(&claimed[0]).await.expect("reclaim");
+    let reclaimed = h.store.reclaim(&claimed[0], lease).await.expect("reclaim");
     let ReclaimOutcome::Requeued { losses: 1, lost: Some(lost) } = reclaimed else {
         panic!("not requeued after one loss: {reclaimed:?}")
     };
@@ -1001,15 +1006,167 @@ async fn a_lost_workers_unrenewed_entries_are_found_among_many_it_renewed() {
     // A page of 20 finds the 10 entries left unrenewed behind the 290 renewed ones, and says when
     // the renewed ones come due.
     let lease = Duration::from_millis(150);
-    let (found, next) = h.store.claim_from(s, &stream, "maint", "w1", lease, 20).await.expect("claim");
-    let claimed: BTreeSet<String> = found.into_iter().map(|i| i.entry_id).collect();
+    let queues = [QUEUES[1].to_owned()];
+    let found = h.store.idle_entries(s, &queues, Some("w1"), lease, 20).await.expect("idle entries");
+    let claimed: BTreeSet<String> = found.entries.into_iter().map(|e| e.item.entry_id).collect();
     let abandoned: BTreeSet<String> = items[290..].iter().map(|i| i.entry_id.clone()).collect();
     assert_eq!(claimed, abandoned, "exactly the entries whose lease was not renewed");
-    let next = next.expect("the renewed entries are still pending");
+    let next = found.next.expect("the renewed entries are still pending");
     assert!(next <= lease && next > Duration::from_millis(50), "{next:?}");
-    // Nothing of another owner's is taken.
-    let (none, _) = h.store.claim_from(s, &stream, "maint", "w2", lease, 20).await.expect("claim");
-    assert!(none.is_empty());
+    // Nothing of another holder's is found.
+    let none = h.store.idle_entries(s, &queues, Some("w2"), lease, 20).await.expect("idle entries");
+    assert!(none.entries.is_empty());
+    assert_eq!(h.pending(&stream).len(), 300, "a look claims nothing");
+}
+
+#[tokio::test]
+async fn an_entry_unrenewed_for_a_lease_is_found_whoever_holds_it_and_one_renewed_meanwhile_stays() {
+    let mut h = setup().await;
+    let s = Shard(1);
+    let (left, running) = (h.create(&new_task(s)).await, h.create(&new_task(s)).await);
+    // w1 is alive and started both; it runs `running` (renewing its entry) and lost track of `left`
+    // (its start's reply was lost, say).
+    let left_attempt = h.start(&left).await;
+    let running_attempt = h.start(&running).await;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let renewed = [(running_attempt.stream.clone(), running_attempt.entry_id.clone())];
+    assert!(h.store.renew_leases("w1", &renewed).await.expect("renew").is_empty());
+
+    let lease = Duration::from_millis(100);
+    let queues: Vec<String> = QUEUES.iter().map(|q| q.to_string()).collect();
+    let found = h.store.idle_entries(s, &queues, None, lease, 100).await.expect("idle entries");
+    let entries: Vec<(&str, &str)> =
+        found.entries.iter().map(|e| (e.item.entry_id.as_str(), e.holder.as_str())).collect();
+    assert_eq!(entries, [(left_attempt.entry_id.as_str(), "w1")], "only the entry nobody renewed");
+    let idle = &found.entries[0];
+    assert_eq!((idle.item.task_id.as_str(), idle.item.node_id.as_str()), (left.as_str(), ROOT_NODE));
+    assert_eq!(idle.item.traceparent.as_deref(), Some(TRACE));
+    assert!(idle.idle >= lease, "{:?}", idle.idle);
+
+    // Its attempt turns out to run after all, and renews it before the reclaim: nothing changes.
+    let item = idle.item.clone();
+    let held = [(item.stream.clone(), item.entry_id.clone())];
+    assert!(h.store.renew_leases("w1", &held).await.expect("renew").is_empty());
+    assert_eq!(h.store.reclaim(&item, lease).await.expect("reclaim"), ReclaimOutcome::Renewed);
+    assert_eq!(h.node_field(&left, ROOT_NODE, "status").as_deref(), Some("running"));
+    assert_eq!(h.node_field(&left, ROOT_NODE, "losses"), None);
+    assert!(h.pending(&item.stream).iter().any(|(id, _)| *id == item.entry_id), "still w1's");
+
+    // It stops renewing for a lease: the node is queued again, and the attempt is fenced off.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let ReclaimOutcome::Requeued { losses: 1, .. } = h.store.reclaim(&item, lease).await.expect("reclaim")
+    else {
+        panic!("not requeued")
+    };
+    assert_eq!(h.store.renew_leases("w1", &held).await.expect("renew"), held.to_vec());
+    let late = h.store.complete(&left_attempt, Some(&ok("late")), false, 0).await.expect("complete");
+    assert_eq!(late, CompleteOutcome::Stale);
+    let again = h.start(&left).await;
+    assert_eq!(again.number, 2);
+    // The other node ran on untouched.
+    let done = h.store.complete(&running_attempt, Some(&ok("fine")), false, 0).await.expect("complete");
+    assert_eq!(done, CompleteOutcome::Settled);
+}
+
+#[tokio::test]
+async fn an_unreadable_record_fails_only_its_own_entry_of_a_batch() {
+    let mut h = setup().await;
+    let s = Shard(2);
+    let (garbled, corrupt, good) =
+        (h.create(&new_task(s)).await, h.create(&new_task(s)).await, h.create(&new_task(s)).await);
+    // A record the script cannot read (arithmetic on its creation time fails), and a call record
+    // the worker cannot read.
+    let _: () = h.conn().hset(task_key(&garbled), "createdAt", "soon").expect("hset");
+    let _: () = h.conn().hset(task_key(&corrupt), "call", "{not json").expect("hset");
+    let mut items = Vec::new();
+    for id in [&garbled, &corrupt, &good] {
+        items.push(h.item(id, ROOT_NODE).await);
+    }
+    let outcomes =
+        h.store.start_batch(s, &items, items.len(), "w1", &SlotShares::unlimited()).await.expect("start");
+    let [first, second, third] = outcomes.try_into().expect("three outcomes");
+    // The script's error stopped that item alone, before it changed anything.
+    assert!(matches!(&first, StartOutcome::Unreadable { attempt: None, .. }), "{first:?}");
+    assert_eq!(h.node_field(&garbled, ROOT_NODE, "status").as_deref(), Some("queued"));
+    assert!(h.pending(&items[0].stream).iter().any(|(id, _)| *id == items[0].entry_id), "left pending");
+    // The unreadable call record: its attempt started, for the worker to fail.
+    let StartOutcome::Unreadable { attempt: Some(attempt), reason } = second else {
+        panic!("expected an unreadable start with its attempt, got {second:?}")
+    };
+    assert!(reason.contains("call record"), "{reason}");
+    assert_eq!((attempt.task_id.as_str(), attempt.number), (corrupt.as_str(), 1));
+    assert!(attempt.queues.iter().any(|q| q == "slow_compute"), "{:?}", attempt.queues);
+    let failed = ToolOutcome::Error(RpcError { code: -32603, message: reason, data: None });
+    assert_eq!(
+        h.store.complete(&attempt, Some(&failed), true, 0).await.expect("fail"),
+        CompleteOutcome::Settled
+    );
+    assert_eq!(h.store.get_task(&corrupt).await.expect("get").expect("task").status, TaskStatus::Failed);
+    // The good one behind them runs.
+    let StartOutcome::Run(start) = third else { panic!("the good entry did not start: {third:?}") };
+    assert_eq!((start.attempt.task_id.as_str(), start.attempt.number), (good.as_str(), 1));
+    let done = h.store.complete(&start.attempt, Some(&ok("fine")), false, 0).await.expect("complete");
+    assert_eq!(done, CompleteOutcome::Settled);
+}
+
+#[tokio::test]
+async fn a_shard_with_live_tasks_is_looked_at_within_the_idle_period_and_a_quiet_one_is_not() {
+    let mut h = setup().await;
+    let s = Shard(3);
+    let idle_every = Duration::from_secs(2);
+    // A quiet shard: nothing planned.
+    let quiet = h.store.maintain(s, 100, Duration::from_secs(5), idle_every).await.expect("maintain");
+    assert!(!quiet.live);
+    assert_eq!(quiet.next_due_in, None);
+    // The first task created there asks for a look within the period, not at its TTL.
+    let mut notices = h.store.events().await.expect("events").cancel_notices();
+    let id = h.create(&NewTask { ttl_ms: 3_600_000, ..new_task(s) }).await;
+    let wake: u64 = h.conn().hget(s.load(), "wake").expect("wake");
+    assert!(wake <= now_ms() + idle_every.as_millis() as u64 + 100, "planned at {wake}");
+    let woken = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match notices.recv().await.expect("hub alive") {
+                CancelNotice::Maintain(shard) if shard == s => return,
+                _ => continue,
+            }
+        }
+    })
+    .await;
+    assert!(woken.is_ok(), "the maintenance holder was not told");
+    let busy = h.store.maintain(s, 100, Duration::from_secs(5), idle_every).await.expect("maintain");
+    assert!(busy.live);
+    assert!(busy.next_due_in.is_some_and(|d| d <= idle_every), "{busy:?}");
+    // Settled, it no longer asks for looks of its own.
+    let attempt = h.start(&id).await;
+    h.store.complete(&attempt, Some(&ok("done")), false, 0).await.expect("complete");
+    let after = h.store.maintain(s, 100, Duration::from_secs(5), idle_every).await.expect("maintain");
+    assert!(!after.live);
+    assert!(after.next_due_in.is_none_or(|d| d > idle_every), "{after:?}");
+}
+
+#[tokio::test]
+async fn a_stopping_worker_hands_the_maintenance_lease_over_and_only_its_own() {
+    let h = setup().await;
+    let record = |name: &str| WorkerRecord {
+        name: name.to_owned(),
+        queues: vec![],
+        tools: vec![],
+        concurrency: 1,
+        running: vec![],
+        heartbeat_ms: 0,
+        lease_ms: 1000,
+        host: String::new(),
+        pid: 0,
+    };
+    let (lease, hold) = (Duration::from_secs(1), Duration::from_secs(60));
+    assert!(h.store.heartbeat(&record("old"), lease, hold).await.expect("heartbeat").maintainer);
+    assert!(!h.store.heartbeat(&record("new"), lease, hold).await.expect("heartbeat").maintainer);
+    assert!(!h.store.release_maintenance("new").await.expect("release"), "not its lease to give");
+    assert!(!h.store.heartbeat(&record("new"), lease, hold).await.expect("heartbeat").maintainer);
+    assert!(h.store.release_maintenance("old").await.expect("release"));
+    assert!(h.store.heartbeat(&record("new"), lease, hold).await.expect("heartbeat").maintainer, "at once");
+    assert!(!h.store.release_maintenance("old").await.expect("release"), "the new holder keeps it");
+    assert!(h.store.heartbeat(&record("new"), lease, hold).await.expect("heartbeat").maintainer);
 }
 
 #[tokio::test]
@@ -1170,11 +1327,13 @@ async fn a_node_taken_over_after_its_task_was_cancelled_gives_back_its_load() {
     assert_eq!(h.store.cancel_task(&id, "alice", "x").await.expect("cancel"), CancelOutcome::Cancelled);
     tokio::time::sleep(Duration::from_millis(100)).await;
     let lease = Duration::from_millis(50);
-    let (claimed, _) =
-        h.store.claim_from(s, &attempt.stream, "maint", "w1", lease, 100).await.expect("claim");
-    assert_eq!(claimed.len(), 1);
+    let claimed = lost_entries(&h, s, "w1", lease).await;
+    assert_eq!(claimed.iter().map(|i| &i.entry_id).collect::<Vec<_>>(), vec![&attempt.entry_id]);
     // The task is over: the node is not queued again, and its entry is gone.
-    assert!(matches!(h.store.reclaim(&claimed[0]).await.expect("reclaim"), ReclaimOutcome::Dropped(_)));
+    assert!(matches!(
+        h.store.reclaim(&claimed[0], lease).await.expect("reclaim"),
+        ReclaimOutcome::Dropped(_)
+    ));
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert!(h.read("w2").await.is_empty(), "no entry is left to run");
     let load = h.load(s);
@@ -1489,16 +1648,16 @@ async fn a_principal_over_its_share_is_set_aside_and_the_work_behind_it_starts()
     // The shard's maintenance puts the last one back even when nothing of its queue finishes;
     // read but never started, its entry is taken over like any other and still not lost.
     let MaintainOutcome { set_aside, .. } =
-        h.store.maintain(s, 100, Duration::from_secs(5)).await.expect("maintain");
+        h.store.maintain(s, 100, Duration::from_secs(5), Duration::ZERO).await.expect("maintain");
     assert_eq!(set_aside, 1);
     assert_eq!(h.load(s)["held"], 1, "nothing held is put back by a node of another queue, or by none");
     assert_eq!(h.store.release_held(s, "slow_compute", 8).await.expect("release"), 1);
     let item = h.item(&alice[2], ROOT_NODE).await;
     tokio::time::sleep(Duration::from_millis(60)).await;
-    let (claimed, _) =
-        h.store.claim_from(s, &stream, "m", "w1", Duration::from_millis(50), 100).await.expect("claim");
-    assert!(claimed.iter().any(|c| c.entry_id == item.entry_id), "{claimed:?}");
-    assert!(matches!(h.store.reclaim(&item).await.expect("reclaim"), ReclaimOutcome::Requeued { .. }));
+    let lease = Duration::from_millis(50);
+    let claimed = lost_entries(&h, s, "w1", lease).await;
+    assert!(claimed.iter().any(|c| c.entry_id == item.entry_id && c.stream == stream), "{claimed:?}");
+    assert!(matches!(h.store.reclaim(&item, lease).await.expect("reclaim"), ReclaimOutcome::Requeued { .. }));
     let last = h.start(&alice[2]).await;
     for attempt in [again, last] {
         h.store.complete(&attempt, Some(&ok("ok")), false, 0).await.expect("complete");
@@ -1660,7 +1819,7 @@ async fn what_a_principal_stores_is_counted_and_given_back_when_its_keys_expire(
     // Their TTL runs out: the keys go, and with them what the owner keeps.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let MaintainOutcome { next_due_in, .. } =
-        h.store.maintain(s, 100, Duration::from_secs(5)).await.expect("maintain");
+        h.store.maintain(s, 100, Duration::from_secs(5), Duration::ZERO).await.expect("maintain");
     assert_eq!(kept(&h, "alice"), 0, "{:?}", h.load(s));
     assert!(!h.load(s).contains_key("kept:alice"), "a spent counter leaves the hash");
     assert_eq!(h.conn().zcard::<_, usize>(s.kept()).expect("zcard"), 0);
@@ -1811,7 +1970,7 @@ async fn after_an_output_that_did_not_fit_a_shard_takes_no_call_of_its_owner_unt
 
     // The failed task's TTL runs out and its bytes come back: shard 0 takes her calls again.
     tokio::time::sleep(Duration::from_millis(400)).await;
-    h.store.maintain(s, 100, Duration::from_secs(5)).await.expect("maintain");
+    h.store.maintain(s, 100, Duration::from_secs(5), Duration::ZERO).await.expect("maintain");
     assert!(!h.load(s).contains_key("full:alice"), "{:?}", h.load(s));
     assert_eq!(h.store.create_task(&new_task(s), &limits).await.expect("create"), Created::Created);
 }

@@ -68,7 +68,7 @@ end
 local lim = r.limits
 -- The load counts, and the shard's planned maintenance look, in one read.
 local load = redis.call('HMGET', KEYS[2], 'live:' .. r.owner, 'queued', 'nodes:' .. r.owner, 'wake',
-  'kept:' .. r.owner, 'full:' .. r.owner)
+  'kept:' .. r.owner, 'full:' .. r.owner, 'idleEvery')
 local planned = load[4]
 do
   local live, queued = tonumber(load[1] or '0'), tonumber(load[2] or '0')
@@ -161,7 +161,14 @@ else
   end
 end
 redis.call('ZADD', KEYS[3], now + r.ttl, r.id)
-wake_maintenance(KEYS[2], r.cancelChannel, now + r.ttl, planned)
+-- The shard's maintenance looks at its TTL, and, while the task lives, for entries of its that a
+-- worker left unrenewed, at least as often as the maintenance holder asked (maintain.lua).
+local due = now + r.ttl
+local idle_every = tonumber(load[7] or '0') or 0
+if idle_every > 0 and idle_every < r.ttl then
+  due = now + idle_every
+end
+wake_maintenance(KEYS[2], r.cancelChannel, due, planned)
 if r.index then
   redis.call('ZADD', KEYS[4], now, r.id)
   -- A task that asks for a shorter retention than the index has left (an operator's retry) neither

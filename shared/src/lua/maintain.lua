@@ -6,12 +6,18 @@
 -- expire_task). Settled tasks whose keys have expired give their owners' bytes back here, since
 -- their index entries say how many (shard's kept zset).
 --
+-- While the shard has live tasks, their entries may be left unrenewed by a worker that failed to
+-- run them, so the holder also looks for idle entries (idle_entries) at least every `idleEveryMs`:
+-- the next look is planned no further off. That period is kept in the load hash (`idleEvery`), so
+-- that the first task created in a quiet shard wakes the holder within it (create_task).
+--
 -- KEYS[1] retry zset   KEYS[2] expiring zset   KEYS[3] the shard's load hash   KEYS[4] kept zset
 -- ARGV[1] the record (MessagePack): max, everyMs (when set-aside nodes wait, the next look is at most
---   this far off)
+--   this far off), idleEveryMs (while the shard has live tasks, the next look is at most this far
+--   off; 0: no bound)
 -- Returns JSON: {"retries": [members], "expired": [task ids], "nextDueInMs": ms or null,
 --   "setAside": n (nodes set aside in the shard's held lists), "freed": n (settled tasks whose bytes
---   went back to their owners)}
+--   went back to their owners), "live": bool (the shard has live tasks)}
 local r = cmsgpack.unpack(ARGV[1])
 local now = redis_now()
 local retries = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, r.max)
@@ -41,9 +47,18 @@ else
     end
   end
 end
-local set_aside = tonumber(redis.call('HGET', KEYS[3], 'held') or '0')
+local load = redis.call('HMGET', KEYS[3], 'held', 'idleEvery')
+local set_aside = tonumber(load[1] or '0')
 if set_aside > 0 and (not next_due or next_due > now + r.everyMs) then
   next_due = now + r.everyMs
+end
+local idle_every = r.idleEveryMs or 0
+local live = redis.call('ZCARD', KEYS[2]) > 0
+if live and idle_every > 0 and (not next_due or next_due > now + idle_every) then
+  next_due = now + idle_every
+end
+if tonumber(load[2] or '0') ~= idle_every then
+  redis.call('HSET', KEYS[3], 'idleEvery', idle_every)
 end
 if next_due then
   redis.call('HSET', KEYS[3], 'wake', next_due)
@@ -51,7 +66,7 @@ else
   redis.call('HDEL', KEYS[3], 'wake')
 end
 local reply = {retries = retries, expired = expired, setAside = set_aside, freed = #freed,
-  nextDueInMs = cjson.null}
+  nextDueInMs = cjson.null, live = live}
 if next_due then
   reply.nextDueInMs = next_due - now
 end

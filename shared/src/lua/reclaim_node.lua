@@ -1,13 +1,24 @@
--- reclaim_node: the shard's maintenance took over a work entry whose worker stopped renewing its
--- lease (killed, hung, cut off). If the entry is still its node's current one, the node is queued
--- again under a new entry (a running node counts one more lost worker); the old entry is
--- acknowledged either way, so the lost worker, when it renews, learns that it lost the node.
+-- reclaim_node: the shard's maintenance found a work entry that has gone unrenewed for its holder's
+-- lease: the holder was killed, hung or cut off, or it is alive and failed to start the node, hand
+-- it back or finish with it. The entry must still be that idle now: one renewed meanwhile belongs
+-- to a running attempt and is left alone. If the entry is still its node's current one, the node is
+-- queued again under a new entry (a running node counts one more lost worker); the old entry is
+-- acknowledged either way, so the holder, when it renews, learns that it lost the node.
 --
 -- KEYS[1] task hash (it holds the nodes)   KEYS[2] load hash   KEYS[3] the entry's work stream
--- ARGV[1] the record (MessagePack): task, node, entry, trace
+-- ARGV[1] the record (MessagePack): task, node, entry, trace, idleMs (how long the entry must have
+--   gone unrenewed)
 -- Returns JSON: {"outcome": "requeued" (with losses, and for a node that was running, lost: the
--- attempt its worker was running: tool, attempt, worker, startedMs) | "dropped" (with reason)}
+-- attempt its worker was running: tool, attempt, worker, startedMs) | "renewed" (the entry was
+-- renewed since it was found: nothing changed) | "dropped" (with reason)}
 local r = cmsgpack.unpack(ARGV[1])
+if #redis.call('XPENDING', KEYS[3], GROUP, 'IDLE', r.idleMs, r.entry, r.entry, 1) == 0 then
+  if #redis.call('XPENDING', KEYS[3], GROUP, r.entry, r.entry, 1) > 0 then
+    return cjson.encode({outcome = 'renewed'})
+  end
+  -- No longer pending: whoever held it acknowledged it meanwhile, and its node moved on.
+  return cjson.encode({outcome = 'dropped', reason = 'no longer pending'})
+end
 local status = redis.call('HGET', KEYS[1], 'status')
 local n = node_state(KEYS[1], r.node)
 ack(KEYS[3], r.entry)

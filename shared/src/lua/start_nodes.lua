@@ -27,6 +27,8 @@
 --   completion puts one back)
 --   (answers and state: what a parked node was given when it resumed, or "")
 --   | {"capped", owner} (nothing changed) | {"deferred"} | {"handedBack"} | {"skip", reason}
+--   | {"bad", reason} (the item raised an error: a record that cannot be read, a write Redis
+--   refused; it fails alone, and what it wrote before the error stays: the worker may try it again)
 local r = cmsgpack.unpack(ARGV[1])
 local now = redis_now()
 local load = KEYS[1]
@@ -35,7 +37,7 @@ local room = r.room
 -- in them; what is set aside later is put back by the shard's maintenance, or by a later node.
 local set_aside = tonumber(redis.call('HGET', load, 'held') or '0') > 0
 local results = {}
-for i, item in ipairs(r.items) do
+local function start(i, item)
   local nodes, stream, held = KEYS[3 * i - 1], KEYS[3 * i], KEYS[3 * i + 1]
   local node = item.node
   local n = node_state(nodes, node, {'status', 'kind', 'call', 'nodesSettled', 'nodeCount', 'queues', 'createdAt',
@@ -108,6 +110,17 @@ for i, item in ipairs(r.items) do
     end
     redis.call('HSET', nodes, unpack(fields))
     result = run(attempt)
+  end
+  return result
+end
+for i, item in ipairs(r.items) do
+  -- One unreadable record must not fail the batch: the items before it have already started.
+  local ok, result = pcall(start, i, item)
+  if not ok then
+    if type(result) == 'table' then
+      result = result.err or cjson.encode(result)
+    end
+    result = {'bad', tostring(result)}
   end
   results[i] = result
 end

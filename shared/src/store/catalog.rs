@@ -132,6 +132,19 @@ impl Store {
         })
     }
 
+    /// Gives up the deployment's maintenance lease if `worker` holds it (a stopping worker), so
+    /// that the next heartbeat of a live worker takes it at once. Returns whether it was held.
+    pub async fn release_maintenance(&self, worker: &str) -> Result<bool, StoreError> {
+        #[derive(Deserialize)]
+        struct Reply {
+            released: bool,
+        }
+        let keys = [keys::MAINTAINER.to_owned()];
+        let reply: Reply =
+            self.script(&scripts::RELEASE_MAINTENANCE, &keys, &serde_json::json!({"name": worker})).await?;
+        Ok(reply.released)
+    }
+
     /// Publishes a worker's tools to the catalog, in one round trip.
     pub async fn publish_tools(&self, tools: &[PublishedTool]) -> Result<(), StoreError> {
         let mut pipe = redis::pipe();

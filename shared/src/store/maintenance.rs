@@ -1,6 +1,7 @@
 //! A shard's maintenance, run by the one worker that holds the deployment's maintenance lease
 //! (taken by heartbeats), only when something is due: due retries go back to their queue, tasks
-//! past their TTL expire (giving back their load), and entries of lost workers are queued again.
+//! past their TTL expire (giving back their load), and entries nobody renewed for a lease (a lost
+//! worker's, or a live one's that it failed to run) are queued again.
 
 use std::time::Duration;
 
@@ -15,21 +16,25 @@ use crate::scripts;
 use crate::telemetry::context::LostAttempt;
 
 /// What is due in a shard: these retries and expiries, the next item in `next_due_in`, and this
-/// many nodes are set aside in the shard's held lists.
+/// many nodes are set aside in the shard's held lists. `live`: the shard has live tasks, whose
+/// entries the maintenance looks at for idle ones.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MaintainOutcome {
     pub retries: Vec<String>,
     pub expired: Vec<String>,
     pub next_due_in: Option<Duration>,
     pub set_aside: u64,
+    pub live: bool,
 }
 
-/// What became of an entry taken over from a lost worker.
+/// What became of an entry found unrenewed for a lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReclaimOutcome {
     /// The node was queued again; its worker has now been lost this many times. `lost` is the
     /// attempt the lost worker was running (none when the entry was read but never started).
     Requeued { losses: u32, lost: Option<LostAttempt> },
+    /// The entry was renewed since it was found (a running attempt holds it): nothing changed.
+    Renewed,
     /// The entry was not its node's current one (or its task is gone); it was dropped.
     Dropped(String),
 }
@@ -45,6 +50,8 @@ struct MaintainReply {
     next_due_in_ms: Option<f64>,
     #[serde(default)]
     set_aside: i64,
+    #[serde(default)]
+    live: bool,
 }
 
 #[derive(Deserialize)]
@@ -60,6 +67,7 @@ enum ReclaimReply {
         #[serde(default)]
         lost: Option<LostAttempt>,
     },
+    Renewed,
     Dropped {
         reason: String,
     },
@@ -77,21 +85,26 @@ enum DueReply {
 
 impl Store {
     /// Lists up to `max` due retries and expiries of `shard`, and plans its next look (see
-    /// `maintain.lua`); while nodes are set aside, that look is at most `every` away.
+    /// `maintain.lua`); while nodes are set aside, that look is at most `every` away, and while
+    /// the shard has live tasks at most `idle_every` (for their idle entries; zero: no bound).
     pub async fn maintain(
         &self,
         shard: Shard,
         max: usize,
         every: Duration,
+        idle_every: Duration,
     ) -> Result<MaintainOutcome, StoreError> {
         let keys = [shard.retries(), shard.expiring(), shard.load(), shard.kept()];
-        let record = json!({"max": max, "everyMs": every.as_millis() as u64});
+        let record = json!({
+            "max": max, "everyMs": every.as_millis() as u64, "idleEveryMs": idle_every.as_millis() as u64,
+        });
         let reply: MaintainReply = self.script(&scripts::MAINTAIN, &keys, &record).await?;
         Ok(MaintainOutcome {
             retries: reply.retries.unwrap_or_default(),
             expired: reply.expired.unwrap_or_default(),
             next_due_in: reply.next_due_in_ms.map(|ms| Duration::from_millis(ms.max(0.0) as u64)),
             set_aside: u64::try_from(reply.set_aside).unwrap_or(0),
+            live: reply.live,
         })
     }
 
@@ -130,18 +143,21 @@ impl Store {
         Ok(matches!(reply, DueReply::Expired))
     }
 
-    /// Queues again the node of an entry taken over from a lost worker (or drops an entry that is
-    /// not its node's current one), and acknowledges the entry.
-    pub async fn reclaim(&self, item: &WorkItem) -> Result<ReclaimOutcome, StoreError> {
+    /// Queues again the node of an entry that has gone unrenewed for `idle` (its holder's lease),
+    /// or drops an entry that is not its node's current one, and acknowledges the entry. An entry
+    /// renewed since it was found is left alone ([`ReclaimOutcome::Renewed`]): a running attempt
+    /// holds it.
+    pub async fn reclaim(&self, item: &WorkItem, idle: Duration) -> Result<ReclaimOutcome, StoreError> {
         let shard = item.shard;
         let keys = [shard.task(&item.task_id), shard.load(), item.stream.clone()];
         let record = json!({
             "task": item.task_id, "node": item.node_id, "entry": item.entry_id,
-            "trace": item.traceparent.clone().unwrap_or_default(),
+            "trace": item.traceparent.clone().unwrap_or_default(), "idleMs": idle.as_millis() as u64,
         });
         let reply: ReclaimReply = self.script(&scripts::RECLAIM_NODE, &keys, &record).await?;
         Ok(match reply {
             ReclaimReply::Requeued { losses, lost } => ReclaimOutcome::Requeued { losses, lost },
+            ReclaimReply::Renewed => ReclaimOutcome::Renewed,
             ReclaimReply::Dropped { reason } => ReclaimOutcome::Dropped(reason),
         })
     }

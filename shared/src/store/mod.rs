@@ -6,7 +6,7 @@
 //! - [`tasks`]: create, read, watch, cancel, answer input;
 //! - [`nodes`]: start a batch, report progress, ask for input, complete, hand back, plan, settle;
 //! - `completions`: completions of one shard sent as one script call per batch (group commit);
-//! - [`queues`]: consumer groups, batched reads, lease renewal, takeover of lost entries;
+//! - [`queues`]: consumer groups, batched reads, lease renewal, entries nobody renewed for a lease;
 //! - [`maintenance`]: each shard's due retries and expiries, run by one worker at a time;
 //! - [`catalog`]: live workers and the tools they offer;
 //! - [`dead_letters`]: nodes that failed for good, for operators;
@@ -53,7 +53,7 @@ pub use nodes::{
     Attempt, CompleteOutcome, ExpandOutcome, NodeStart, ParkOutcome, RELEASE_SET_ASIDE_AFTER, SlotShares,
     StartOutcome,
 };
-pub use queues::WorkReader;
+pub use queues::{IdleEntries, IdleEntry, WorkReader};
 pub use reads::{Gate, GateKind, ReadOutcome, TaskDetail, TaskParts, TaskRead};
 pub use stats::{ClusterStats, QueueDepth};
 pub use tasks::{AnswerOutcome, CancelOutcome, Created, LimitHit, Limits, NewTask, task_error, task_summary};

@@ -94,6 +94,15 @@ pub enum StartOutcome {
     HandedBack,
     /// The entry was acknowledged without running, for the given reason.
     Skip(String),
+    /// What the entry's task stores could not be read, or Redis refused a write of this item: it
+    /// alone did not start. `attempt`: the attempt that did start (its node is bound to it) before
+    /// what it runs with turned out unreadable, for the worker to fail; `None`: nothing started,
+    /// and the entry stays pending as it was, for the worker to try again or for the maintenance
+    /// to queue again once it has gone unrenewed for a lease.
+    Unreadable {
+        attempt: Option<Box<Attempt>>,
+        reason: String,
+    },
 }
 
 /// How many more of a worker's slots each owner may take, for a batch it starts: owners at zero
@@ -168,6 +177,7 @@ enum StartReply {
     Deferred,
     HandedBack,
     Skip { reason: String },
+    Bad { reason: String },
 }
 
 impl StartReply {
@@ -216,9 +226,92 @@ impl StartReply {
             "deferred" => StartReply::Deferred,
             "handedBack" => StartReply::HandedBack,
             "skip" => StartReply::Skip { reason: text(next("reason")?, "reason")? },
+            "bad" => StartReply::Bad { reason: text(next("reason")?, "reason")? },
             other => return Err(corrupt(&format!("unknown outcome {other:?}"))),
         })
     }
+}
+
+/// The attempt a `run` reply names, read from its first two fields alone: known even when the rest
+/// of the reply cannot be read, so that the attempt can still be failed.
+fn started_attempt(reply: &redis::Value) -> Option<u32> {
+    let redis::Value::Array(fields) = reply else { return None };
+    match fields.as_slice() {
+        [redis::Value::BulkString(outcome), redis::Value::Int(attempt), ..] if outcome == b"run" => {
+            u32::try_from(*attempt).ok()
+        }
+        _ => None,
+    }
+}
+
+/// The attempt `number` of `item`'s node; `queues` as the task stores them (JSON), or, when they
+/// cannot be read, the queue of the item's stream alone.
+fn attempt_of(
+    shard: Shard,
+    item: &WorkItem,
+    number: u32,
+    queues: Option<Vec<String>>,
+    owner: &str,
+) -> Attempt {
+    let queues = queues.unwrap_or_else(|| {
+        crate::keys::queue_of_stream(&item.stream).map(str::to_owned).into_iter().collect()
+    });
+    Attempt {
+        shard,
+        task_id: item.task_id.clone(),
+        node_id: item.node_id.clone(),
+        number,
+        queues,
+        stream: item.stream.clone(),
+        entry_id: item.entry_id.clone(),
+        traceparent: item.traceparent.clone(),
+        owner: owner.to_owned(),
+        release_held: false,
+        tool_error_fails: false,
+    }
+}
+
+/// A started node as the worker runs it ([`StartOutcome::Run`]); when a stored record it needs
+/// cannot be read, the attempt that was started, for the worker to fail, and what was wrong
+/// ([`StartOutcome::Unreadable`]).
+fn started(shard: Shard, item: &WorkItem, run: RunReply) -> StartOutcome {
+    let queues: Result<Vec<String>, _> = serde_json::from_str(&run.queues);
+    let mut attempt = attempt_of(shard, item, run.attempt, queues.as_ref().ok().cloned(), &run.owner);
+    attempt.release_held = run.set_aside;
+    let unreadable = |attempt: Attempt, reason: String| StartOutcome::Unreadable {
+        attempt: Some(Box::new(attempt)),
+        reason,
+    };
+    if let Err(e) = queues {
+        return unreadable(attempt, format!("the task's queues {:?}: {e}", run.queues));
+    }
+    let call = match CallRecord::from_text(&run.call) {
+        Ok(call) => call,
+        Err(e) => return unreadable(attempt, format!("the call record: {e}")),
+    };
+    let node_arguments = if run.args.is_empty() {
+        None
+    } else {
+        match serde_json::from_str(&run.args) {
+            Ok(args) => Some(args),
+            Err(e) => return unreadable(attempt, format!("the node's arguments: {e}")),
+        }
+    };
+    let answers = match serde_json::from_str::<Value>(&run.answers) {
+        Ok(Value::Object(answers)) => answers,
+        _ => serde_json::Map::new(),
+    };
+    attempt.tool_error_fails = call.tool_error_fails();
+    StartOutcome::Run(Box::new(NodeStart {
+        attempt,
+        tool: run.tool,
+        node_arguments,
+        timeout: (run.timeout_ms > 0).then(|| std::time::Duration::from_millis(run.timeout_ms)),
+        losses: run.losses,
+        answers,
+        state: serde_json::from_str::<Value>(&run.state).ok(),
+        call: std::sync::Arc::new(call),
+    }))
 }
 
 #[derive(Deserialize)]
@@ -336,59 +429,27 @@ impl Store {
                 items.len()
             )));
         }
-        items
+        // Each item is read on its own: one whose record cannot be read fails alone.
+        Ok(items
             .iter()
             .zip(replies)
             .map(|(item, reply)| {
-                Ok(match StartReply::from_value(reply)? {
-                    StartReply::Run(run) => {
-                        let run = *run;
-                        let call = CallRecord::from_text(&run.call).map_err(StoreError::Corrupt)?;
-                        let queues: Vec<String> = serde_json::from_str(&run.queues)
-                            .map_err(|e| StoreError::Corrupt(format!("task queues {:?}: {e}", run.queues)))?;
-                        let node_arguments = if run.args.is_empty() {
-                            None
-                        } else {
-                            Some(
-                                serde_json::from_str(&run.args)
-                                    .map_err(|e| StoreError::Corrupt(format!("node arguments: {e}")))?,
-                            )
-                        };
-                        let answers = match serde_json::from_str::<Value>(&run.answers) {
-                            Ok(Value::Object(answers)) => answers,
-                            _ => serde_json::Map::new(),
-                        };
-                        StartOutcome::Run(Box::new(NodeStart {
-                            attempt: Attempt {
-                                shard,
-                                task_id: item.task_id.clone(),
-                                node_id: item.node_id.clone(),
-                                number: run.attempt,
-                                queues,
-                                stream: item.stream.clone(),
-                                entry_id: item.entry_id.clone(),
-                                traceparent: item.traceparent.clone(),
-                                owner: run.owner,
-                                release_held: run.set_aside,
-                                tool_error_fails: call.tool_error_fails(),
-                            },
-                            tool: run.tool,
-                            node_arguments,
-                            timeout: (run.timeout_ms > 0)
-                                .then(|| std::time::Duration::from_millis(run.timeout_ms)),
-                            losses: run.losses,
-                            answers,
-                            state: serde_json::from_str::<Value>(&run.state).ok(),
-                            call: std::sync::Arc::new(call),
-                        }))
-                    }
-                    StartReply::Capped { owner } => StartOutcome::Capped { owner },
-                    StartReply::Deferred => StartOutcome::Deferred,
-                    StartReply::HandedBack => StartOutcome::HandedBack,
-                    StartReply::Skip { reason } => StartOutcome::Skip(reason),
-                })
+                let number = started_attempt(&reply);
+                let unreadable = |reason: String| StartOutcome::Unreadable {
+                    attempt: number.map(|number| Box::new(attempt_of(shard, item, number, None, ""))),
+                    reason,
+                };
+                match StartReply::from_value(reply) {
+                    Err(e) => unreadable(e.to_string()),
+                    Ok(StartReply::Run(run)) => started(shard, item, *run),
+                    Ok(StartReply::Capped { owner }) => StartOutcome::Capped { owner },
+                    Ok(StartReply::Deferred) => StartOutcome::Deferred,
+                    Ok(StartReply::HandedBack) => StartOutcome::HandedBack,
+                    Ok(StartReply::Skip { reason }) => StartOutcome::Skip(reason),
+                    Ok(StartReply::Bad { reason }) => StartOutcome::Unreadable { attempt: None, reason },
+                }
             })
-            .collect()
+            .collect())
     }
 
     /// Records progress of a running attempt. Returns `false` when refused (stale or not live).
@@ -755,5 +816,15 @@ mod tests {
         ] {
             assert!(matches!(StartReply::from_value(bad), Err(StoreError::Corrupt(_))));
         }
+    }
+
+    #[test]
+    fn a_run_reply_cut_short_still_names_the_attempt_that_started() {
+        // A nil in a script's array ends it: the fields after it are lost, not the attempt.
+        let short = Value::Array(vec![text("run"), Value::Int(3), text("greet")]);
+        assert!(StartReply::from_value(short.clone()).is_err());
+        assert_eq!(started_attempt(&short), Some(3));
+        assert_eq!(started_attempt(&Value::Array(vec![text("skip"), text("gone")])), None);
+        assert_eq!(started_attempt(&Value::Array(vec![text("run"), Value::Int(-1)])), None);
     }
 }

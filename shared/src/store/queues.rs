@@ -1,18 +1,20 @@
 //! Queues: one stream per queue per shard, read through one consumer group. A worker reads the
 //! streams of the queues it serves in batches on connections of its own ([`WorkReader`]), renews
-//! the leases of the entries it runs in one command per stream, and a shard's maintenance takes
-//! over the entries of a worker whose liveness lapsed ([`Store::claim_from`]).
+//! the leases of the entries it runs in one command per stream, and the maintenance finds the
+//! entries nobody renewed for a lease, whoever holds them ([`Store::idle_entries`]).
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use redis::streams::{StreamId, StreamReadOptions, StreamReadReply};
+use serde::Deserialize;
 
 use super::Store;
 use crate::conn::Conn;
 use crate::error::StoreError;
 use crate::keys::{self, Shard};
 use crate::model::WorkItem;
+use crate::scripts;
 
 /// Reads work from a set of streams that one `XREADGROUP` may name together: on one server every
 /// stream a worker serves, on a cluster those of one shard (one slot).
@@ -121,6 +123,27 @@ impl WorkReader {
         self.hot = hot;
         Ok(items)
     }
+}
+
+/// An entry pending past a lease, as the maintenance found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdleEntry {
+    pub item: WorkItem,
+    /// The consumer it is pending with.
+    pub holder: String,
+    /// How long it has gone unrenewed.
+    pub idle: Duration,
+}
+
+/// What one look for idle entries found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IdleEntries {
+    pub entries: Vec<IdleEntry>,
+    /// A stream held more such entries than one look takes: look again at once.
+    pub more: bool,
+    /// Looking at one holder's entries: how long until the next of them goes unrenewed that long
+    /// (at once when `more`); `None` when it holds no other.
+    pub next: Option<Duration>,
 }
 
 /// A stream entry as a work item; an entry without task or node comes back with empty ids, for
@@ -241,61 +264,74 @@ impl Store {
         Ok(lost)
     }
 
-    /// Takes over up to `count` of `owner`'s pending entries of `stream` that have gone unrenewed
-    /// for `lease` (the owner's own lease: a worker renews its running entries three times per
-    /// lease), however many entries it renewed. Returns the entries taken, and how long until the
-    /// next of its entries left pending goes unrenewed that long (none left: `None`). `XCLAIM`
-    /// checks the idle time again, so an entry its owner renews meanwhile stays with it.
-    pub async fn claim_from(
+    /// Finds up to `count` entries per stream of `queues` in `shard` that have gone unrenewed for
+    /// `idle`, pending with `holder` (`None`: with any consumer), in one script (see
+    /// `idle_entries.lua`). A running attempt renews its entry three times per lease, so an entry
+    /// idle for its holder's lease is run by nobody, whether the holder died or is alive. Nothing
+    /// is claimed: [`Store::reclaim`] checks each again when it queues its node.
+    pub async fn idle_entries(
         &self,
         shard: Shard,
-        stream: &str,
-        claimer: &str,
-        owner: &str,
-        lease: Duration,
+        queues: &[String],
+        holder: Option<&str>,
+        idle: Duration,
         count: usize,
-    ) -> Result<(Vec<WorkItem>, Option<Duration>), StoreError> {
-        let lease_ms = lease.as_millis() as u64;
-        let count = count.max(1);
-        let pending = |idle: Option<u64>| {
-            let mut cmd = redis::cmd("XPENDING");
-            cmd.arg(stream).arg(keys::WORK_GROUP);
-            if let Some(idle) = idle {
-                cmd.arg("IDLE").arg(idle);
-            }
-            cmd.arg("-").arg("+").arg(count).arg(owner);
-            cmd
+    ) -> Result<IdleEntries, StoreError> {
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Found {
+            stream: String,
+            entry: String,
+            holder: String,
+            idle_ms: u64,
+            task: String,
+            node: String,
+            trace: String,
+        }
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Reply {
+            #[serde(default)]
+            entries: Option<Vec<Found>>,
+            full: bool,
+            #[serde(default)]
+            next_in_ms: Option<f64>,
+        }
+        let streams: Vec<String> = queues.iter().map(|q| shard.queue(q)).collect();
+        if streams.is_empty() {
+            return Ok(IdleEntries::default());
+        }
+        let record = serde_json::json!({
+            "idleMs": idle.as_millis() as u64, "count": count.max(1), "holder": holder.unwrap_or_default(),
+        });
+        let reply: Reply = self.script(&scripts::IDLE_ENTRIES, &streams, &record).await?;
+        let entries = reply
+            .entries
+            .unwrap_or_default()
+            .into_iter()
+            .map(|found| {
+                let named = !found.task.is_empty() && !found.node.is_empty();
+                IdleEntry {
+                    item: WorkItem {
+                        shard,
+                        stream: found.stream,
+                        entry_id: found.entry,
+                        // An entry that names no node is acknowledged and dropped by its taker.
+                        task_id: if named { found.task } else { String::new() },
+                        node_id: if named { found.node } else { String::new() },
+                        traceparent: Some(found.trace).filter(|t| !t.is_empty()),
+                    },
+                    holder: found.holder,
+                    idle: Duration::from_millis(found.idle_ms),
+                }
+            })
+            .collect();
+        let next = if reply.full {
+            Some(Duration::ZERO)
+        } else {
+            reply.next_in_ms.map(|ms| Duration::from_millis(ms.max(0.0) as u64))
         };
-        let due: Vec<(String, String, u64, u64)> = self.query(|| pending(Some(lease_ms))).await?;
-        let mut items = Vec::new();
-        if !due.is_empty() {
-            let ids: Vec<&str> = due.iter().map(|(id, ..)| id.as_str()).collect();
-            let reply: redis::streams::StreamClaimReply = self
-                .run("XCLAIM", |mut c| {
-                    let ids = ids.clone();
-                    async move {
-                        redis::AsyncCommands::xclaim(
-                            &mut c,
-                            stream,
-                            keys::WORK_GROUP,
-                            claimer,
-                            lease_ms,
-                            &ids,
-                        )
-                        .await
-                    }
-                })
-                .await?;
-            items = reply.ids.iter().map(|entry| work_item(shard, stream, entry)).collect();
-        }
-        if due.len() >= count {
-            // A full page: more may be due now.
-            return Ok((items, Some(Duration::ZERO)));
-        }
-        let left: Vec<(String, String, u64, u64)> = self.query(|| pending(None)).await?;
-        let next =
-            left.iter().map(|(_, _, idle, _)| Duration::from_millis(lease_ms.saturating_sub(*idle))).min();
-        Ok((items, next))
+        Ok(IdleEntries { entries, more: reply.full, next })
     }
 
     /// Acknowledges and deletes an entry that names no node (it cannot be run).

@@ -1,6 +1,8 @@
 //! Intake: the readers that read batches from the queues this worker serves, hold entries beyond
 //! the free slots for a moment, give each principal its share, and start each batch with one
-//! script per shard.
+//! script per shard. What fails to start (Redis refused the batch, or lost its reply; one entry's
+//! record could not be read) is tried again apart, for up to a lease, before the maintenance's
+//! look for unrenewed entries takes it.
 
 use super::*;
 
@@ -256,7 +258,8 @@ async fn hand_back_stale(
     hand_back(worker, stale).await;
 }
 
-/// Puts entries this worker read but will not run back on their queues (one script per shard).
+/// Puts entries this worker read but will not run back on their queues (one script per shard),
+/// trying again for a moment while Redis refuses.
 pub(super) async fn hand_back(worker: &Worker, items: Vec<WorkItem>) {
     let mut by_shard: HashMap<Shard, Vec<WorkItem>> = HashMap::new();
     // Only node entries go back; a finalize entry left pending is taken over after its lease.
@@ -265,12 +268,18 @@ pub(super) async fn hand_back(worker: &Worker, items: Vec<WorkItem>) {
     }
     for (shard, items) in by_shard {
         let none = SlotShares::unlimited();
-        if let Err(e) = worker.store.start_batch(shard, &items, 0, &worker.options.name, &none).await {
-            // They stay pending with this worker, unrenewed: maintenance queues them again later.
-            tracing::warn!(entries = items.len(), error = %e, "could not hand entries back");
-        }
+        let name = &worker.options.name;
+        // What stays pending with this worker, unrenewed, is queued again by the maintenance once
+        // a lease has passed.
+        keep_trying(worker, "hand entries back", &items[0].task_id, HAND_BACK_WITHIN, || {
+            worker.store.start_batch(shard, &items, 0, name, &none)
+        })
+        .await;
     }
 }
+
+/// How long a reader keeps trying to hand entries back before it leaves them to the maintenance.
+const HAND_BACK_WITHIN: Duration = Duration::from_secs(1);
 
 /// What a dispatch did with the nodes it was given.
 #[derive(Debug, Default)]
@@ -283,7 +292,8 @@ struct Dispatched {
 
 /// Starts what was read: finalize entries at once, nodes up to the free slots and each
 /// principal's share of them (one script per shard); a node whose principal has its share is set
-/// aside, the rest handed back to their queue.
+/// aside, the rest handed back to their queue. A batch, or an entry, that could not be started
+/// is tried again apart ([`start_again`]), keeping its slots.
 async fn dispatch(
     worker: &Worker,
     items: Vec<WorkItem>,
@@ -299,12 +309,13 @@ async fn dispatch(
                 tracing::warn!(entry = %item.entry_id, error = %e, "could not drop an empty entry");
             }
         } else if item.node_id == keys::FINALIZE_NODE {
-            let store = worker.store.clone();
+            let worker = worker.clone();
             jobs.spawn(async move {
-                if let Err(e) = crate::dag::finalize(&store, &item).await {
-                    // The entry stays pending; maintenance queues it again after the lease.
-                    tracing::warn!(task = %item.task_id, error = %e, "could not finalize the task");
-                }
+                let store = &worker.store;
+                keep_trying(&worker, "finalize the task", &item.task_id, worker.options.lease, || {
+                    crate::dag::finalize(store, &item)
+                })
+                .await;
             });
         } else {
             let batch = by_shard.entry(item.shard).or_default();
@@ -323,55 +334,36 @@ async fn dispatch(
     let starts = futures::future::join_all(by_shard.into_iter().map(|(shard, (items, run))| async move {
         let begun = SystemTime::now();
         let outcomes = worker.store.start_batch(shard, &items, run, &worker.options.name, shares).await;
-        (items, outcomes, (begun, SystemTime::now()))
+        (shard, items, run, outcomes, (begun, SystemTime::now()))
     }))
     .await;
-    for (items, outcomes, round_trip) in starts {
+    for (shard, items, run, outcomes, round_trip) in starts {
         let outcomes = match outcomes {
             Ok(outcomes) => outcomes,
             Err(e) => {
-                // The entries stay pending with this worker, unrenewed: maintenance queues them
-                // again once their lease runs out.
-                tracing::warn!(entries = items.len(), error = %e, "could not start a batch");
+                // Redis refused the batch for now, or ran it and the reply was lost: it is tried
+                // again (a node the lost reply started comes back as started), keeping its slots.
+                tracing::warn!(entries = items.len(), error = %e, "could not start a batch; trying again");
+                let slots = permits.split_off(permits.len().saturating_sub(run));
+                let again = items.into_iter().enumerate().map(|(i, item)| (item, i < run)).collect();
+                jobs.spawn(start_again(worker.clone(), shard, again, slots, jobs.clone()));
                 continue;
             }
         };
-        for (item, outcome) in items.into_iter().zip(outcomes) {
+        let mut again = Vec::new();
+        for (i, (item, outcome)) in items.into_iter().zip(outcomes).enumerate() {
             match outcome {
                 StartOutcome::Run(start) => {
                     let Some(permit) = permits.pop() else { continue };
                     dispatched.started += 1;
-                    let attempt = &start.attempt;
-                    let slot = worker.owners.take(&attempt.owner);
-                    let freed = worker.slot_freed.clone();
-                    let span = node_span(
-                        attempt,
-                        &start.tool,
-                        &worker.options.name,
-                        start.losses,
-                        !start.answers.is_empty(),
-                    );
-                    if conveyor_shared::telemetry::exporting() {
-                        context::finished_span(
-                            &span.context(),
-                            "EVALSHA start_nodes".into(),
-                            round_trip.0,
-                            round_trip.1,
-                            context::redis_attributes("EVALSHA", "start_nodes"),
-                        );
-                    }
-                    let job = NodeJob {
-                        metrics: NodeRun::start(&attempt.stream, &attempt.entry_id, &start.tool),
-                        span,
-                        worker: worker.clone(),
-                        start: *start,
-                    };
-                    jobs.spawn(async move {
-                        job.run().await;
-                        drop(slot);
-                        drop(permit);
-                        freed.notify_waiters();
-                    });
+                    run_node(worker, *start, permit, jobs, Some(round_trip));
+                }
+                StartOutcome::Unreadable { attempt: Some(attempt), reason } => {
+                    fail_unreadable(worker, *attempt, reason, jobs);
+                }
+                StartOutcome::Unreadable { attempt: None, reason } => {
+                    tracing::warn!(task = %item.task_id, node = %item.node_id, %reason, "could not start an entry; trying again");
+                    again.push((item, i < run));
                 }
                 StartOutcome::Capped { owner } => dispatched.capped.push((item, owner)),
                 StartOutcome::Deferred => dispatched.set_aside += 1,
@@ -381,6 +373,177 @@ async fn dispatch(
                 }
             }
         }
+        if !again.is_empty() {
+            let runs = again.iter().filter(|(_, run)| *run).count();
+            let slots = permits.split_off(permits.len().saturating_sub(runs));
+            jobs.spawn(start_again(worker.clone(), shard, again, slots, jobs.clone()));
+        }
     }
     dispatched
+}
+
+/// How often an entry that failed alone in its batch (the script could not read its record, or
+/// Redis refused one of its writes) is tried again, unless Redis said it refuses for now.
+const TRIES_OF_AN_ENTRY_THAT_FAILS_ALONE: u32 = 3;
+
+/// Tries again to start entries of `shard` whose start failed (`true`: the entry has a slot among
+/// `permits` and starts; `false`: it goes back to its queue), with backoff, until each has an
+/// outcome. After a lease it gives up (sooner for an entry that keeps failing alone): the entries,
+/// unrenewed, are then the maintenance's to queue again. A node started meanwhile is renewed
+/// before it runs, and run only if it was not taken over.
+async fn start_again(
+    worker: Worker,
+    shard: Shard,
+    items: Vec<(WorkItem, bool)>,
+    mut permits: Vec<OwnedSemaphorePermit>,
+    jobs: TaskTracker,
+) {
+    let give_up = tokio::time::Instant::now() + worker.options.lease;
+    let mut backoff = Backoff::default();
+    let name = worker.options.name.clone();
+    let entries: Vec<EntryKey> = items.iter().map(|(i, _)| (i.stream.clone(), i.entry_id.clone())).collect();
+    worker.running.start_again(entries.iter().cloned());
+    // Each entry with how often it failed alone.
+    let mut items: Vec<(WorkItem, bool, u32)> = items.into_iter().map(|(item, run)| (item, run, 0)).collect();
+    while !items.is_empty() {
+        backoff.wait(&worker.stop_running).await;
+        if worker.stop_running.is_cancelled() || tokio::time::Instant::now() >= give_up {
+            tracing::warn!(
+                entries = items.len(),
+                "gave up starting entries; the maintenance queues them again once they have gone unrenewed for a lease"
+            );
+            break;
+        }
+        // A batch starts its first `run` entries.
+        items.sort_by_key(|(_, run, _)| !*run);
+        let run = items.iter().filter(|(_, run, _)| *run).count();
+        let batch: Vec<WorkItem> = items.iter().map(|(item, _, _)| item.clone()).collect();
+        let mut shares = worker.owners.shares(worker.options.slots_per_principal());
+        // An entry whose principal has no room now is set aside, not left waiting with a reader.
+        shares.set_aside = batch.iter().map(|i| (i.stream.clone(), i.entry_id.clone())).collect();
+        let outcomes = match worker.store.start_batch(shard, &batch, run, &name, &shares).await {
+            Ok(outcomes) => outcomes,
+            Err(e) => {
+                tracing::warn!(entries = batch.len(), error = %e, "could not start entries yet; trying again");
+                continue;
+            }
+        };
+        let mut left = Vec::new();
+        let mut started = Vec::new();
+        for ((item, runs, failed), outcome) in items.into_iter().zip(outcomes) {
+            match outcome {
+                StartOutcome::Run(start) => started.push(*start),
+                StartOutcome::Unreadable { attempt: Some(attempt), reason } => {
+                    fail_unreadable(&worker, *attempt, reason, &jobs);
+                }
+                StartOutcome::Unreadable { attempt: None, reason } => {
+                    let for_now = reason.starts_with("OOM") || reason.starts_with("BUSY");
+                    if for_now || failed + 1 < TRIES_OF_AN_ENTRY_THAT_FAILS_ALONE {
+                        tracing::debug!(task = %item.task_id, %reason, "could not start an entry yet");
+                        left.push((item, runs, failed + 1));
+                    } else {
+                        tracing::warn!(task = %item.task_id, %reason, "gave up starting an entry that keeps failing; the maintenance queues it again once it has gone unrenewed for a lease");
+                    }
+                }
+                StartOutcome::Capped { .. }
+                | StartOutcome::Deferred
+                | StartOutcome::HandedBack
+                | StartOutcome::Skip(_) => {}
+            }
+        }
+        if !started.is_empty() {
+            // Their entries went unrenewed while the start was tried: renewed now, and a node the
+            // maintenance queued again meanwhile is not run here.
+            let held: Vec<EntryKey> =
+                started.iter().map(|s| (s.attempt.stream.clone(), s.attempt.entry_id.clone())).collect();
+            let lost = worker.store.renew_leases(&name, &held).await.unwrap_or_default();
+            for start in started {
+                let entry = (start.attempt.stream.clone(), start.attempt.entry_id.clone());
+                if lost.contains(&entry) {
+                    tracing::info!(task = %start.attempt.task_id, "a node whose start was tried again was taken over meanwhile");
+                    continue;
+                }
+                let Some(permit) = permits.pop() else { continue };
+                tracing::info!(task = %start.attempt.task_id, node = %start.attempt.node_id, "started a node on a later try");
+                run_node(&worker, start, permit, &jobs, None);
+            }
+        }
+        // Slots of entries that are done with go back at once.
+        permits.truncate(left.iter().filter(|(_, run, _)| *run).count());
+        worker.slot_freed.notify_waiters();
+        items = left;
+    }
+    // Those that started are held by their runs now; the rest are the maintenance's.
+    worker.running.started(&entries);
+}
+
+/// Runs a started node as a job that holds `permit` (one of this worker's slots) and a slot of its
+/// principal's until it ends.
+fn run_node(
+    worker: &Worker,
+    start: NodeStart,
+    permit: OwnedSemaphorePermit,
+    jobs: &TaskTracker,
+    round_trip: Option<(SystemTime, SystemTime)>,
+) {
+    let attempt = &start.attempt;
+    let slot = worker.owners.take(&attempt.owner);
+    let freed = worker.slot_freed.clone();
+    let span = node_span(attempt, &start.tool, &worker.options.name, start.losses, !start.answers.is_empty());
+    if let Some((begun, ended)) = round_trip
+        && conveyor_shared::telemetry::exporting()
+    {
+        context::finished_span(
+            &span.context(),
+            "EVALSHA start_nodes".into(),
+            begun,
+            ended,
+            context::redis_attributes("EVALSHA", "start_nodes"),
+        );
+    }
+    let metrics = NodeRun::start(&attempt.stream, &attempt.entry_id, &start.tool);
+    // Registered before the job runs: from here its entry is renewed, a cancel reaches it, and a
+    // reader that re-reads its own pending entries knows it.
+    let token = worker.stop_running.child_token();
+    let reason = Arc::new(AtomicU8::new(StopReason::NotStopped as u8));
+    worker.running.add(Run {
+        attempt: attempt.clone(),
+        tool: start.tool.clone(),
+        started_at_ms: now_ms(),
+        token: token.clone(),
+        reason: reason.clone(),
+        metrics: metrics.clone(),
+    });
+    let job = NodeJob { metrics, span, token, reason, worker: worker.clone(), start };
+    jobs.spawn(async move {
+        job.run().await;
+        drop(slot);
+        drop(permit);
+        freed.notify_waiters();
+    });
+}
+
+/// Fails, for good, a node that started but whose stored record cannot be read (another attempt
+/// would read the same): its task fails with a message that says why, or, in a graph, the node
+/// fails as its failure policy says. Nothing else of its batch is held up.
+fn fail_unreadable(worker: &Worker, attempt: Attempt, reason: String, jobs: &TaskTracker) {
+    tracing::warn!(task = %attempt.task_id, node = %attempt.node_id, %reason, "a started node's stored record cannot be read; failing it");
+    let worker = worker.clone();
+    jobs.spawn(async move {
+        let error = ToolOutcome::Error(RpcError {
+            code: -32603,
+            message: format!("the node cannot run: what its task stores cannot be read ({reason})"),
+            data: None,
+        });
+        let store = &worker.store;
+        let max_output_bytes = worker.options.node_limits.max_output_bytes;
+        keep_trying(
+            &worker,
+            "fail a node that cannot be read",
+            &attempt.task_id,
+            worker.options.lease,
+            || store.complete(&attempt, Some(&error), true, max_output_bytes),
+        )
+        .await;
+    });
 }

@@ -51,6 +51,10 @@ fn w3c_traceparent(span: &tracing::Span) -> String {
 pub(super) struct NodeJob {
     /// The attempt's span, entered while it runs.
     pub(super) span: tracing::Span,
+    /// Fires when the attempt must stop; `reason` says why. Its run is in the worker's registry
+    /// from before the job is spawned until it ends.
+    pub(super) token: CancellationToken,
+    pub(super) reason: Arc<AtomicU8>,
     /// Counts the attempt as running until the job ends, and records how it ended.
     pub(super) metrics: NodeRun,
     pub(super) worker: Worker,
@@ -65,6 +69,13 @@ impl NodeJob {
     }
 
     async fn run_in_span(self) {
+        self.attempt_to_its_end().await;
+        // Its entry was renewed until here, while its outcome was being recorded: an entry that
+        // goes unrenewed for a lease is taken for abandoned.
+        self.worker.running.remove(&self.start.attempt);
+    }
+
+    async fn attempt_to_its_end(&self) {
         let store = &self.worker.store;
         let attempt = &self.start.attempt;
         let max_losses = self.worker.options.max_losses;
@@ -79,16 +90,7 @@ impl NodeJob {
             self.settle(Some(error), true).await;
             return;
         }
-        let token = self.worker.stop_running.child_token();
-        let reason = Arc::new(AtomicU8::new(StopReason::NotStopped as u8));
-        self.worker.running.add(Run {
-            attempt: attempt.clone(),
-            tool: self.start.tool.clone(),
-            started_at_ms: now_ms(),
-            token: token.clone(),
-            reason: reason.clone(),
-            metrics: self.metrics.clone(),
-        });
+        let (token, reason) = (&self.token, &self.reason);
         // Arguments that cannot be resolved or that break the tool's schema fail the node for good:
         // another attempt would meet the same upstream values.
         let mut final_failure = false;
@@ -140,12 +142,11 @@ impl NodeJob {
         };
         // Told to stop before it returned: what it returned may be the stop's doing, not its work.
         let interrupted = token.is_cancelled();
-        self.worker.running.remove(attempt);
         if self.worker.stop_running.is_cancelled() {
             let _ =
                 reason.compare_exchange(0, StopReason::Shutdown as u8, Ordering::SeqCst, Ordering::SeqCst);
         }
-        match reason_of(&reason) {
+        match reason_of(reason) {
             StopReason::Lost => {
                 // Another worker runs the node now; this attempt's completion would be refused.
                 self.finish(NodeOutcome::Lost, Some("another worker took the node over"));
@@ -294,8 +295,9 @@ impl NodeJob {
     }
 
     /// Runs a transition of this attempt until Redis takes it (the lease stays held meanwhile);
-    /// `None` when the worker shuts down first, leaving the entry pending for another worker. A
-    /// repeat after a lost reply is refused as stale and changes nothing.
+    /// `None` when the worker shuts down first, or when Redis keeps refusing it for a lease for a
+    /// reason that is not passing (then the entry, unrenewed, is queued again by the maintenance).
+    /// A repeat after a lost reply is refused as stale and changes nothing.
     async fn persist<T, F, Fut>(&self, what: &str, mut op: F) -> Option<T>
     where
         F: FnMut() -> Fut,
@@ -303,11 +305,20 @@ impl NodeJob {
     {
         let mut backoff = Backoff::default();
         let mut stopping_since: Option<tokio::time::Instant> = None;
+        let mut refused_since: Option<tokio::time::Instant> = None;
         loop {
             match op().await {
                 Ok(done) => return Some(done),
                 Err(e) => {
                     tracing::warn!(task = %self.start.attempt.task_id, error = %e, "could not record the node's {what} yet; retrying");
+                    if e.may_pass_later() {
+                        refused_since = None;
+                    } else if refused_since.get_or_insert_with(tokio::time::Instant::now).elapsed()
+                        >= self.worker.options.lease
+                    {
+                        tracing::warn!(task = %self.start.attempt.task_id, "gave up recording the node's {what}: Redis keeps refusing it");
+                        return None;
+                    }
                     // A stopping worker keeps trying for a while: work it finished and fails to
                     // record would be run again by another worker after its lease.
                     if self.worker.stop_running.is_cancelled() {
@@ -394,53 +405,50 @@ impl NodeJob {
         }
     }
 
-    /// Hands the node back so that another worker starts it at once.
+    /// Hands the node back so that another worker starts it at once; like a completion, tried
+    /// again while Redis is away.
     pub(super) async fn hand_back(&self) {
         self.finish(NodeOutcome::HandedBack, None);
         let attempt = &self.start.attempt;
-        match self.worker.store.release(attempt).await {
-            Ok(true) => {
+        match self.persist("hand-back", || self.worker.store.release(attempt)).await {
+            Some(true) => {
                 tracing::info!(task = %attempt.task_id, node = %attempt.node_id, "handed the node back to its queue")
             }
-            Ok(false) => {
+            Some(false) => {
                 tracing::info!(task = %attempt.task_id, "node already settled elsewhere; nothing to hand back")
             }
-            Err(e) => {
-                tracing::warn!(task = %attempt.task_id, error = %e, "could not hand the node back; it stays pending")
-            }
+            None => {}
         }
     }
 
-    /// Adds a planning node's graph to its task.
+    /// Adds a planning node's graph to its task; like a completion, tried again while Redis is
+    /// away.
     async fn expand(&self, plan: &conveyor_shared::dag::DagSpec) {
         let store = &self.worker.store;
         let attempt = &self.start.attempt;
-        let queues = match store.tool_queues().await {
-            Ok(queues) => queues,
-            Err(e) => {
-                tracing::warn!(task = %attempt.task_id, error = %e, "cannot read tool queues; the plan stays pending");
-                return;
-            }
-        };
-        match store.expand_plan(attempt, plan, &queues).await {
-            Ok(ExpandOutcome::Expanded(n)) => {
+        let expanded = self
+            .persist("plan", || async {
+                let queues = store.tool_queues().await?;
+                store.expand_plan(attempt, plan, &queues).await
+            })
+            .await;
+        let Some(expanded) = expanded else { return };
+        match expanded {
+            ExpandOutcome::Expanded(n) => {
                 self.finish(NodeOutcome::Planned, None);
                 tracing::info!(task = %attempt.task_id, nodes = n, "expanded a planned graph")
             }
-            Ok(ExpandOutcome::Refused(reason)) => {
+            ExpandOutcome::Refused(reason) => {
                 // The plan cannot join this task: the node fails with the reason.
                 let error = ToolOutcome::Error(RpcError { code: -32602, message: reason, data: None });
                 self.settle(Some(error), false).await;
             }
-            Ok(ExpandOutcome::Stale) => {
+            ExpandOutcome::Stale => {
                 tracing::info!(task = %attempt.task_id, "plan refused: attempt is stale")
             }
-            Ok(ExpandOutcome::TaskAlreadyTerminal) => {
+            ExpandOutcome::TaskAlreadyTerminal => {
                 // The task ended meanwhile: record the node as cancelled so its entry is done with.
                 self.settle(None, false).await;
-            }
-            Err(e) => {
-                tracing::warn!(task = %attempt.task_id, error = %e, "could not expand a plan; it stays pending")
             }
         }
     }

@@ -2,7 +2,8 @@
 //! ([`WorkerOptions`], the `Worker` handle).
 //!
 //! - [`intake`]: readers (one on a single server, one per shard on a cluster) read batches from the
-//!   queues this worker serves and start each batch in one script per shard.
+//!   queues this worker serves and start each batch in one script per shard; a batch or an entry
+//!   that failed to start is tried again apart, keeping its slots.
 //! - [`job`]: each started attempt runs as a `NodeJob`; it completes with one script that also
 //!   acknowledges its entry.
 //! - [`leases`]: the entries of running attempts renewed in one command per stream (an attempt
@@ -11,7 +12,8 @@
 //! - [`registry`]: the attempts this worker runs, why each was told to stop, and the slots each
 //!   principal's nodes take.
 //! - [`upkeep`]: the heartbeat, and the maintenance of every shard on the one worker that holds
-//!   its lease, only when something falls due.
+//!   its lease, only when something falls due (and, while a shard has live tasks, a look once a
+//!   lease for entries nobody renewed); the lease handed over when the worker stops.
 //! - [`chores`]: the housekeeping the served tools ask for, on their own periods.
 
 use std::collections::{HashMap, HashSet};
@@ -272,6 +274,46 @@ async fn wait_for_redis(worker: &Worker, shutdown: &CancellationToken) -> Result
         }
     }
     Ok(false)
+}
+
+/// Tries a transition of the worker's own (start, hand-back, finalize, failing an unreadable node)
+/// again, with backoff, until it goes through; `None` when it still fails after `within` (then its
+/// entry, unrenewed, is queued again by the maintenance a lease after it was last renewed), or
+/// when the worker has stopped running nodes for [`PERSIST_WHILE_STOPPING`].
+async fn keep_trying<T, F, Fut>(
+    worker: &Worker,
+    what: &str,
+    task_id: &str,
+    within: Duration,
+    mut op: F,
+) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
+    let give_up = tokio::time::Instant::now() + within;
+    let mut backoff = Backoff::default();
+    let mut stopping_since: Option<tokio::time::Instant> = None;
+    loop {
+        let error = match op().await {
+            Ok(done) => return Some(done),
+            Err(e) => e,
+        };
+        let now = tokio::time::Instant::now();
+        if worker.stop_running.is_cancelled() {
+            stopping_since.get_or_insert(now);
+        }
+        if now >= give_up || stopping_since.is_some_and(|since| now >= since + PERSIST_WHILE_STOPPING) {
+            tracing::warn!(task = %task_id, error = %error, "gave up trying to {what}; the maintenance queues its entry again");
+            return None;
+        }
+        tracing::warn!(task = %task_id, error = %error, "could not {what} yet; trying again");
+        if stopping_since.is_some() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        } else {
+            backoff.wait(&worker.stop_running).await;
+        }
+    }
 }
 
 /// Exponential backoff with a cap, for reconnecting to Redis.

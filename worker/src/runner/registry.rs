@@ -68,6 +68,9 @@ fn entry_of(attempt: &Attempt) -> EntryKey {
 #[derive(Default, Clone)]
 pub(super) struct RunningRegistry {
     runs: Arc<Mutex<HashMap<EntryKey, Run>>>,
+    /// Entries whose start is being tried again ([`super::intake`]): held by this worker though
+    /// no run has them yet, so that a reader that re-reads its own pending entries leaves them.
+    starting: Arc<Mutex<HashSet<EntryKey>>>,
     /// Tasks cancelled lately, and when this worker heard of it.
     recently_cancelled: Arc<Mutex<HashMap<String, std::time::Instant>>>,
 }
@@ -124,8 +127,29 @@ impl RunningRegistry {
         }
     }
 
+    /// Every entry this worker holds: those it runs, and those whose start it tries again.
     pub(super) fn held_set(&self) -> HashSet<EntryKey> {
-        self.lock().keys().cloned().collect()
+        let mut held: HashSet<EntryKey> = self.lock().keys().cloned().collect();
+        held.extend(self.starting().iter().cloned());
+        held
+    }
+
+    fn starting(&self) -> std::sync::MutexGuard<'_, HashSet<EntryKey>> {
+        // Each change is one call on the set: a poisoned lock holds nothing half-done.
+        self.starting.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Entries whose start is tried again from now on.
+    pub(super) fn start_again(&self, entries: impl IntoIterator<Item = EntryKey>) {
+        self.starting().extend(entries);
+    }
+
+    /// Entries whose start is no longer tried again (started, and then held by a run, or given up).
+    pub(super) fn started(&self, entries: &[EntryKey]) {
+        let mut starting = self.starting();
+        for entry in entries {
+            starting.remove(entry);
+        }
     }
 
     pub(super) fn held(&self) -> Vec<EntryKey> {

@@ -2,12 +2,14 @@
 //! maintenance lease, the maintenance of every shard.
 //!
 //! Nothing here runs on a timer per shard or per stream. A worker sends one heartbeat script every
-//! [`heartbeat_every`]; the holder of the maintenance lease (taken and renewed by those heartbeats)
-//! looks at a shard only when something in it falls due: the next retry or expiry, which
-//! `maintain.lua` plans and which scripts that schedule something sooner announce on the shard's
-//! cancel channel ([`Wakes`]), and takes a lost worker's entries over when that worker's liveness
-//! (its last heartbeat plus its own lease) has run out. An idle deployment costs its heartbeats and
-//! its blocking reads, however many shards, queues and tools it has.
+//! [`heartbeat_every`]; the holder of the maintenance lease (taken and renewed by those heartbeats,
+//! and given up by a worker that stops) looks at a shard only when something in it falls due: the
+//! next retry or expiry, which `maintain.lua` plans and which scripts that schedule something
+//! sooner announce on the shard's cancel channel ([`Wakes`]); while the shard has live tasks, a
+//! look at least every lease for entries that nobody renewed for a lease, whoever holds them (one
+//! script per shard); and a lost worker's entries when that worker's liveness (its last heartbeat
+//! plus its own lease) has run out. An idle deployment costs its heartbeats and its blocking reads,
+//! however many shards, queues and tools it has.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -16,7 +18,8 @@ use std::time::Duration;
 
 use conveyor_shared::keys::{self, Shard};
 use conveyor_shared::metrics;
-use conveyor_shared::store::{Heartbeat, MaintainOutcome, ReclaimOutcome, WorkerRecord};
+use conveyor_shared::model::WorkItem;
+use conveyor_shared::store::{Heartbeat, IdleEntry, MaintainOutcome, ReclaimOutcome, WorkerRecord};
 use conveyor_shared::telemetry::context::TaskTrace;
 use conveyor_shared::{Store, StoreError};
 use tokio::time::Instant;
@@ -30,7 +33,7 @@ const MAINTAIN_AFTER_FAILURE: Duration = Duration::from_secs(1);
 const SET_ASIDE_EVERY: Duration = conveyor_shared::store::RELEASE_SET_ASIDE_AFTER;
 /// Most due items handled per shard per look.
 const MAINTAIN_BATCH: usize = 256;
-/// Entries of a lost worker taken over per stream per look.
+/// Entries taken over per stream per look (of a lost worker's, or of any holder's).
 const TAKE_OVER_BATCH: usize = 100;
 /// Nodes the shard's maintenance puts back on their streams per queue and look, when no node
 /// finishing in that queue has put them back: a trickle that finds them a worker with room for
@@ -116,8 +119,20 @@ pub(super) async fn announce(worker: &Worker) -> Result<Heartbeat, StoreError> {
     Ok(beat)
 }
 
-/// A stopping worker leaves the consumer groups where it holds nothing, and the catalog.
+/// Gives up the maintenance lease if this worker holds it: the next heartbeat of a live worker
+/// takes it at once, instead of once it runs out.
+async fn hand_over_maintenance(worker: &Worker) {
+    match worker.store.release_maintenance(&worker.options.name).await {
+        Ok(true) => tracing::info!("handed the deployment's maintenance over"),
+        Ok(false) => {}
+        Err(e) => tracing::debug!(error = %e, "could not hand the maintenance over; it runs out on its own"),
+    }
+}
+
+/// A stopping worker hands the maintenance lease over, and leaves the consumer groups where it
+/// holds nothing, and the catalog.
 pub(super) async fn leave(worker: &Worker) {
+    hand_over_maintenance(worker).await;
     let name = &worker.options.name;
     match worker.store.leave_groups(name, &worker.queues).await {
         Ok(0) => {
@@ -134,7 +149,8 @@ pub(super) async fn leave(worker: &Worker) {
     }
 }
 
-/// The heartbeat, and the maintenance while this worker holds its lease, until shutdown.
+/// The heartbeat, and the maintenance while this worker holds its lease, until shutdown (when it
+/// hands the maintenance over at once: the nodes it still finishes need none).
 pub(super) async fn keep_alive(worker: Worker, shutdown: CancellationToken) {
     let every = heartbeat_every(&worker);
     let shards: Vec<Shard> = worker.store.all_shards().collect();
@@ -142,13 +158,19 @@ pub(super) async fn keep_alive(worker: Worker, shutdown: CancellationToken) {
     let mut next_beat = Instant::now() + every;
     let mut next_lapse: Option<Instant> = None;
     let mut due: HashMap<Shard, Instant> = HashMap::new();
+    let mut idle = IdleLooks::default();
     loop {
         let wake = [Some(next_beat), next_lapse, due.values().min().copied()].into_iter().flatten().min();
         let wake = wake.unwrap_or(next_beat);
         tokio::select! {
             () = tokio::time::sleep_until(wake) => {}
             () = worker.wakes.notify.notified() => {}
-            () = shutdown.cancelled() => return,
+            () = shutdown.cancelled() => {
+                if maintainer {
+                    hand_over_maintenance(&worker).await;
+                }
+                return;
+            }
         }
         let now = Instant::now();
         let asked = worker.wakes.take();
@@ -164,6 +186,7 @@ pub(super) async fn keep_alive(worker: Worker, shutdown: CancellationToken) {
                     if beat.maintainer && !maintainer {
                         tracing::info!("this worker now runs the deployment's maintenance");
                         due = shards.iter().map(|s| (*s, now)).collect();
+                        idle = IdleLooks::default();
                         adopt_orphans(&worker).await;
                     } else if !beat.maintainer && maintainer {
                         tracing::info!("another worker runs the deployment's maintenance now");
@@ -186,11 +209,32 @@ pub(super) async fn keep_alive(worker: Worker, shutdown: CancellationToken) {
         let now = Instant::now();
         let ready: Vec<Shard> = due.iter().filter(|(_, at)| **at <= now).map(|(s, _)| *s).collect();
         for shard in ready {
-            match maintain_shard(&worker, shard).await {
+            match maintain_shard(&worker, shard, &mut idle).await {
                 Some(after) => due.insert(shard, Instant::now() + after),
                 None => due.remove(&shard),
             };
         }
+    }
+}
+
+/// The maintenance holder's looks for idle entries: when each shard's next is due, and the queues
+/// of the catalog (read again at most once a lease).
+#[derive(Default)]
+struct IdleLooks {
+    due: HashMap<Shard, Instant>,
+    queues: Option<(Instant, Vec<String>)>,
+}
+
+impl IdleLooks {
+    async fn queues(&mut self, worker: &Worker) -> Result<Vec<String>, StoreError> {
+        if let Some((read_at, queues)) = &self.queues
+            && read_at.elapsed() < worker.options.lease
+        {
+            return Ok(queues.clone());
+        }
+        let queues = catalog_queues(&worker.store).await?;
+        self.queues = Some((Instant::now(), queues.clone()));
+        Ok(queues)
     }
 }
 
@@ -215,11 +259,14 @@ async fn adopt_orphans(worker: &Worker) {
 }
 
 /// One look at a shard: due retries go back to their queue, tasks past their TTL expire, set-aside
-/// nodes trickle back. Returns when to look again (`None`: when a notice says so).
-async fn maintain_shard(worker: &Worker, shard: Shard) -> Option<Duration> {
+/// nodes trickle back, and, while the shard has live tasks, at most once a lease, entries nobody
+/// renewed for a lease are queued again. Returns when to look again (`None`: when a notice says
+/// so).
+async fn maintain_shard(worker: &Worker, shard: Shard, idle: &mut IdleLooks) -> Option<Duration> {
     let store = &worker.store;
-    let MaintainOutcome { retries, expired, next_due_in, set_aside } =
-        match store.maintain(shard, MAINTAIN_BATCH, SET_ASIDE_EVERY).await {
+    let lease = worker.options.lease;
+    let MaintainOutcome { retries, expired, next_due_in, set_aside, live } =
+        match store.maintain(shard, MAINTAIN_BATCH, SET_ASIDE_EVERY, lease).await {
             Ok(outcome) => outcome,
             Err(e) => {
                 tracing::debug!(shard = %shard, error = %e, "shard maintenance failed; trying again");
@@ -228,6 +275,14 @@ async fn maintain_shard(worker: &Worker, shard: Shard) -> Option<Duration> {
         };
     if set_aside > 0 {
         release_set_aside(worker, shard).await;
+    }
+    let mut next_due_in = next_due_in;
+    if live && idle.due.get(&shard).is_none_or(|at| *at <= Instant::now()) {
+        let more = take_over_idle(worker, shard, idle).await;
+        // A full page: more may be idle now.
+        let after = if more { Duration::ZERO } else { lease };
+        idle.due.insert(shard, Instant::now() + after);
+        next_due_in = Some(next_due_in.map_or(after, |d| d.min(after)));
     }
     // An item that keeps failing (a corrupt record, Redis refusing) is looked at again after a
     // pause, not in a tight loop.
@@ -274,6 +329,60 @@ async fn catalog_queues(store: &Store) -> Result<Vec<String>, StoreError> {
     Ok(queues)
 }
 
+/// Queues again the nodes of the entries of `shard` that have gone unrenewed for a lease, whoever
+/// holds them: a running attempt renews its entry three times per lease, so such an entry is run
+/// by nobody, whether its holder died or is alive and failed to start it, hand it back or finish
+/// with it. An entry counts as idle once it has gone unrenewed for its holder's own lease. Returns
+/// whether more such entries may be left than one look takes.
+async fn take_over_idle(worker: &Worker, shard: Shard, idle: &mut IdleLooks) -> bool {
+    let store = &worker.store;
+    let own = worker.options.lease;
+    let queues = match idle.queues(worker).await {
+        Ok(queues) => queues,
+        Err(e) => {
+            tracing::debug!(error = %e, "could not read the catalog's queues");
+            return false;
+        }
+    };
+    let found = match store.idle_entries(shard, &queues, None, own, TAKE_OVER_BATCH).await {
+        Ok(found) => found,
+        Err(e) => {
+            tracing::warn!(shard = %shard, error = %e, "could not look for idle entries");
+            return false;
+        }
+    };
+    if found.entries.is_empty() {
+        return false;
+    }
+    // Another worker's lease may be longer than this one's: its entries are idle once they have
+    // gone unrenewed for its own.
+    let leases: HashMap<String, Duration> = if found.entries.iter().any(|e| e.holder != worker.options.name) {
+        match store.workers().await {
+            Ok(records) => records
+                .into_iter()
+                .filter(|r| r.lease_ms > 0)
+                .map(|r| (r.name, Duration::from_millis(r.lease_ms)))
+                .collect(),
+            Err(e) => {
+                tracing::debug!(error = %e, "could not read the workers' leases");
+                return false;
+            }
+        }
+    } else {
+        HashMap::new()
+    };
+    let idle_entries: Vec<(IdleEntry, Duration)> = found
+        .entries
+        .into_iter()
+        .filter_map(|entry| {
+            let lease = leases.get(&entry.holder).copied().unwrap_or(own).max(own);
+            (entry.idle >= lease).then_some((entry, lease))
+        })
+        .collect();
+    reclaim(worker, idle_entries).await;
+    found.more
+}
+
 /// Takes over the entries of `lost`, a worker whose liveness ran out, that have gone unrenewed for
 /// its own lease (`record`'s); an entry renewed more recently waits for its turn. Once it holds
 /// nothing it leaves the consumer groups, and the catalog after [`FORGET_AFTER`]. Returns when to
@@ -294,20 +403,16 @@ async fn take_over(
     let mut again: Option<Duration> = None;
     let mut soonest = |d: Duration| again = Some(again.map_or(d, |a: Duration| a.min(d)));
     for shard in store.all_shards() {
-        for queue in &queues {
-            let stream = shard.queue(queue);
-            match store.claim_from(shard, &stream, &worker.options.name, lost, lease, TAKE_OVER_BATCH).await {
-                Ok((items, next)) => {
-                    reclaim(worker, queue, items).await;
-                    if let Some(next) = next {
-                        soonest(next);
-                    }
+        match store.idle_entries(shard, &queues, Some(lost), lease, TAKE_OVER_BATCH).await {
+            Ok(found) => {
+                reclaim(worker, found.entries.into_iter().map(|e| (e, lease)).collect()).await;
+                if let Some(next) = found.next {
+                    soonest(next);
                 }
-                Err(e) if e.to_string().contains("NOGROUP") => {}
-                Err(e) => {
-                    tracing::warn!(stream = %stream, worker = %lost, error = %e, "could not take over a lost worker's entries");
-                    soonest(MAINTAIN_AFTER_FAILURE);
-                }
+            }
+            Err(e) => {
+                tracing::warn!(shard = %shard, worker = %lost, error = %e, "could not take over a lost worker's entries");
+                soonest(MAINTAIN_AFTER_FAILURE);
             }
         }
     }
@@ -337,35 +442,47 @@ async fn take_over(
     after
 }
 
-/// Queues again the nodes of entries taken over from a lost worker.
-async fn reclaim(worker: &Worker, queue: &str, items: Vec<conveyor_shared::model::WorkItem>) {
+/// Queues again the nodes of entries found unrenewed for their holder's lease (the second of each
+/// pair), unless a running attempt renewed one meanwhile. What fails here stays pending with its
+/// holder, unrenewed, and is found again at the next look.
+async fn reclaim(worker: &Worker, entries: Vec<(IdleEntry, Duration)>) {
     let store = &worker.store;
-    for item in items {
+    for (IdleEntry { item, holder, idle }, lease) in entries {
         if item.task_id.is_empty() {
             let _ = store.drop_entry(&item).await;
             continue;
         }
         if item.node_id == keys::FINALIZE_NODE {
-            // A finalize entry names no node: its lost worker's work is simply done again.
-            if let Err(e) = crate::dag::finalize(store, &item).await {
-                tracing::warn!(task = %item.task_id, error = %e, "could not finalize a taken-over task");
-            }
+            // A finalize entry names no node: its holder's work is simply done again.
+            finalize_taken_over(store, &item).await;
             continue;
         }
-        match store.reclaim(&item).await {
+        match store.reclaim(&item, lease).await {
             Ok(ReclaimOutcome::Requeued { losses, lost }) => {
-                metrics::node_reclaimed(queue);
+                metrics::node_reclaimed(keys::queue_of_stream(&item.stream).unwrap_or_default());
                 if let (Some(lost), Some(trace)) =
                     (lost, item.traceparent.as_deref().and_then(TaskTrace::decode))
                 {
                     trace.lost_attempt_span(&lost, &item.task_id, &item.node_id);
                 }
-                tracing::info!(task = %item.task_id, node = %item.node_id, losses, "took over a node whose lease ran out");
+                tracing::info!(
+                    task = %item.task_id, node = %item.node_id, %holder, idle_ms = idle.as_millis() as u64, losses,
+                    "took over a node whose entry went unrenewed for a lease"
+                );
+            }
+            Ok(ReclaimOutcome::Renewed) => {
+                tracing::debug!(task = %item.task_id, node = %item.node_id, "a running attempt renewed the entry meanwhile");
             }
             Ok(ReclaimOutcome::Dropped(reason)) => {
                 tracing::debug!(task = %item.task_id, node = %item.node_id, %reason, "dropped a stale entry");
             }
             Err(e) => tracing::warn!(task = %item.task_id, error = %e, "could not take over a node"),
         }
+    }
+}
+
+async fn finalize_taken_over(store: &Store, item: &WorkItem) {
+    if let Err(e) = crate::dag::finalize(store, item).await {
+        tracing::warn!(task = %item.task_id, error = %e, "could not finalize a taken-over task");
     }
 }
