@@ -188,8 +188,16 @@ trap 'exit 143' TERM
 
 if [[ -n "$logs" ]]; then mkdir -p "$logs"; fi
 
-free_port() {
-    "$node" -e 'const s = require("net").createServer(); s.listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close(); });'
+# A port for redis-server, which must be told its port: chosen below the kernel's ephemeral range,
+# where neither bind(0) nor an outgoing connection lands. A port taken from that range and released
+# goes back to it, and another socket (another test's server, any client) may get it before
+# redis-server binds it; then this script would run against someone else's Redis. A server that
+# is not ours answering on the port is still caught below.
+server_port() {
+    local low=32768 rest
+    read -r low rest < /proc/sys/net/ipv4/ip_local_port_range 2> /dev/null || low=32768
+    ((low > 11000)) || low=32768
+    echo $((10000 + (RANDOM * 32768 + RANDOM) % (low - 10000)))
 }
 
 redis_answers() { # <port>
@@ -201,37 +209,69 @@ redis_answers() { # <port>
     ) 2> /dev/null
 }
 
+redis_pid_on() { # <port>: the process id the server answering there reports
+    (
+        exec 3<> "/dev/tcp/127.0.0.1/$1" || exit 1
+        printf 'INFO server\r\n' >&3
+        while IFS= read -r -t 1 line <&3; do
+            line="${line%$'\r'}"
+            if [[ "$line" == process_id:* ]]; then
+                echo "${line#process_id:}"
+                exit 0
+            fi
+        done
+        exit 1
+    ) 2> /dev/null
+}
+
 healthy() { # <url>
     "$node" -e 'fetch(process.argv[1], { signal: AbortSignal.timeout(1000) }).then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1));' "$1"
 }
 
-redis_port="$(free_port)"
-redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$work" --save '' --appendonly no \
-    > "$work/redis.log" 2>&1 < /dev/null &
-redis_pid=$!
-for ((i = 0; ; i++)); do
-    redis_answers "$redis_port" && break
-    if ((i >= 100)) || ! kill -0 "$redis_pid" 2> /dev/null; then
+redis_pid=""
+for ((try = 0; try < 10; try++)); do
+    redis_port="$(server_port)"
+    : > "$work/redis.log"
+    redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$work" --save '' --appendonly no \
+        > "$work/redis.log" 2>&1 < /dev/null &
+    redis_pid=$!
+    for ((i = 0; ; i++)); do
+        redis_answers "$redis_port" && break
+        if ((i >= 100)) || ! kill -0 "$redis_pid" 2> /dev/null; then break; fi
+        sleep 0.1
+    done
+    if redis_answers "$redis_port" && [[ "$(redis_pid_on "$redis_port")" == "$redis_pid" ]]; then
+        break
+    fi
+    # Another process holds the port (ours then fails to bind, or answers nothing): try another.
+    kill "$redis_pid" 2> /dev/null || true
+    wait "$redis_pid" 2> /dev/null || true
+    if ! grep -q "Address already in use" "$work/redis.log" && ! redis_answers "$redis_port"; then
         cat "$work/redis.log" >&2 || true
         die "redis-server on port $redis_port did not answer"
     fi
-    sleep 0.1
+    redis_pid=""
 done
+[[ -n "$redis_pid" ]] || die "every port tried for redis-server was taken by another process first"
 
-port="$(free_port)"
-base="http://127.0.0.1:$port"
-url="$base/mcp"
-REDIS_URL="redis://127.0.0.1:$redis_port" "$conveyor" up --fixtures --no-auth --listen "127.0.0.1:$port" \
+# Conveyor listens on a port the kernel picks as it binds it, and says where.
+REDIS_URL="redis://127.0.0.1:$redis_port" "$conveyor" up --fixtures --no-auth --listen "127.0.0.1:0" \
     > "$work/conveyor.log" 2>&1 < /dev/null &
 conveyor_pid=$!
+base=""
 for ((i = 0; ; i++)); do
-    healthy "$base/healthz" && break
+    if [[ -z "$base" ]]; then
+        address="$(sed -n 's|.*MCP at http://\([0-9.]*:[0-9]*\)/mcp.*|\1|p' "$work/conveyor.log" | head -n 1)"
+        [[ -n "$address" ]] && base="http://$address"
+    fi
+    [[ -n "$base" ]] && healthy "$base/healthz" && break
     if ((i >= 100)) || ! kill -0 "$conveyor_pid" 2> /dev/null; then
         cat "$work/conveyor.log" >&2 || true
-        die "conveyor did not answer at $base/healthz"
+        die "conveyor did not start serving"
     fi
     sleep 0.2
 done
+url="$base/mcp"
 echo "Conveyor at $url (redis on port $redis_port); suite $SUITE_PACKAGE@$SUITE_VERSION on Node $("$node" --version)" >&2
 
 # ---------------------------------------------------------------------------------------------

@@ -16,8 +16,20 @@ pub struct PrivateRedis {
 }
 
 impl PrivateRedis {
-    /// Starts `redis-server` from `PATH` on a free loopback port and waits until it answers.
+    /// Starts `redis-server` from `PATH` on a free loopback port and waits until it answers, as
+    /// itself: the port is free when chosen, but another process may bind it before ours does,
+    /// and `up` would then run against that process's Redis. Another port is tried then.
     pub async fn start() -> anyhow::Result<Self> {
+        for _ in 0..5 {
+            if let Some(redis) = Self::start_once().await? {
+                return Ok(redis);
+            }
+        }
+        bail!("every free port tried for a private redis-server was taken by another process first")
+    }
+
+    /// One try on one port: `None` when another process answers on it (ours is stopped).
+    async fn start_once() -> anyhow::Result<Option<Self>> {
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .context("no free local port for a private redis-server")?
@@ -41,13 +53,25 @@ impl PrivateRedis {
             ),
             Err(e) => return Err(e).context("cannot start redis-server"),
         };
-        let redis = Self { child, dir, url: format!("redis://127.0.0.1:{port}") };
+        let mut redis = Self { child, dir, url: format!("redis://127.0.0.1:{port}") };
+        let ours = redis.child.id();
         let client = redis::Client::open(redis.url.as_str())?;
         for _ in 0..100 {
             if let Ok(mut conn) = client.get_multiplexed_async_connection().await
-                && redis::cmd("PING").query_async::<String>(&mut conn).await.is_ok()
+                && let Ok(info) = redis::cmd("INFO").arg("server").query_async::<String>(&mut conn).await
             {
-                return Ok(redis);
+                let answering = info
+                    .lines()
+                    .find_map(|l| l.strip_prefix("process_id:"))
+                    .and_then(|p| p.trim().parse().ok());
+                return Ok((answering == ours).then_some(redis));
+            }
+            if let Some(status) = redis.child.try_wait().ok().flatten() {
+                // Ours could not bind the port because another process holds it: the next port.
+                if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                    return Ok(None);
+                }
+                bail!("the private redis-server on port {port} exited ({status}); its own words are above");
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

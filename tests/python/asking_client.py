@@ -6,9 +6,11 @@ On 2025-11-25 a tool that asks for input makes the gateway send `elicitation/cre
 `sampling/createMessage` (or `roots/list`) to the client on the SSE response stream of the
 `tools/call` (or, for a task, of `tasks/result`, tagged with the related-task `_meta`); the SDK's
 callbacks answer, the SDK POSTs the answer, the tool resumes and the result follows on the same
-stream. This script checks that with `ClientSession`'s own callbacks, the -32021 refusal of a tool
-that needs a capability the client did not declare, logging relayed as `notifications/message`,
-and the prompts, completions and resources Conveyor serves (ADR templates, task results).
+stream; a task that asks in two rounds (the second asked only once the first is answered) asks
+both, in turn, on the one `tasks/result` stream. This script checks that with `ClientSession`'s
+own callbacks, the -32021 refusal of a tool that needs a capability the client did not declare,
+logging relayed as `notifications/message`, and the prompts, completions and resources Conveyor
+serves (ADR templates, task results).
 
 The server must run with `--fixtures`. Prints one line per check (with its duration) and exits
 non-zero on the first failure.
@@ -177,7 +179,7 @@ class Checks:
 
     async def list_tools(self) -> None:
         # Workers publish their tools on start; give a just-started server a few seconds.
-        wanted = {"test_elicitation", "test_sampling", "confirm_delete", "test_tool_with_logging", "slow_compute"}
+        wanted = {"test_elicitation", "test_sampling", "confirm_delete", "interview", "test_tool_with_logging", "slow_compute"}
         deadline = time.monotonic() + 15
         while True:
             tools = {t.name: t for t in (await self.session.list_tools()).tools}
@@ -332,6 +334,35 @@ class Checks:
         assert structured.get("name", {}).get("content") == {"name": "Ada"}, f"structuredContent {structured!r}"
         assert structured.get("confirm", {}).get("content") == {"confirm": True}, f"structuredContent {structured!r}"
 
+    async def task_two_rounds(self) -> None:
+        # interview asks its second question only once the first is answered (it names the person):
+        # two rounds of one task, both on the one tasks/result stream, in turn.
+        created = await self.tasks.call_tool_as_task("interview", {})
+        task_id = created.task.taskId
+        await self.wait_status(task_id, {"input_required"})
+        assert not self.person.asked, f"asked before tasks/result was opened: {self.person.asked!r}"
+        result = await self.tasks.get_task_result(task_id, CallToolResult)
+        asked = self.person.take()
+        messages = [a.params.message for a in asked]
+        assert messages == ["Your name?", "Ada, what is your favorite color?"], f"the callback was asked {messages}"
+        assert len({a.request_id for a in asked}) == 2, f"both rounds' requests had one id: {asked!r}"
+        assert all(self.related_task_of(a.meta) == task_id for a in asked), f"related-task _meta: {asked!r}"
+        assert self.related_task_of(result.meta) == task_id, f"tasks/result _meta is {result.meta!r}"
+        assert self.text_of(result) == "Ada likes teal", f"unexpected result {result!r}"
+        final = await self.tasks.get_task(task_id)
+        assert final.status == "completed", f"tasks/get after tasks/result says {final.status!r}"
+
+    async def task_second_round_declined(self) -> None:
+        # The answer to the second round is the one the tool resumes with: declined, it says so.
+        self.person.next_actions = ["accept", "decline"]
+        created = await self.tasks.call_tool_as_task("interview", {})
+        task_id = created.task.taskId
+        result = await self.tasks.get_task_result(task_id, CallToolResult)
+        messages = [a.params.message for a in self.person.take()]
+        assert messages == ["Your name?", "Ada, what is your favorite color?"], f"the callback was asked {messages}"
+        text = self.text_of(result)
+        assert text == "Ada did not say: the person chose to decline", f"unexpected result text {text!r}"
+
     async def logging(self) -> None:
         self.logs.clear()
         await self.session.set_logging_level("info")
@@ -431,6 +462,8 @@ class Checks:
             ("confirm_delete as a task: input_required, elicitation on tasks/result with related-task -> Deleted", self.task_elicitation_accepted),
             ("confirm_delete as a task, confirm false -> Kept", self.task_elicitation_refused),
             ("multi_input as a task: two elicitations on the tasks/result stream", self.task_two_requests),
+            ("interview as a task: two rounds in turn on one tasks/result stream", self.task_two_rounds),
+            ("interview as a task, second round declined -> the tool sees the decline", self.task_second_round_declined),
             ("logging/setLevel info + test_tool_with_logging -> 3 notifications/message", self.logging),
             ("prompts: adr_nygard listed, embeds its template; arguments; completion acc -> accepted", self.prompts),
             ("resources: ADR templates, MADR markdown, templates, a finished task's result as JSON", self.resources),

@@ -4,7 +4,9 @@
 //!
 //! # Layout
 //!
-//! - [`process`]: [`RedisServer`], [`Conveyor`], free ports, and the `conveyor` binary built once.
+//! - [`process`]: [`RedisServer`], [`Conveyor`], ports (a process listens on port 0 and its log
+//!   says where; a server that must be told its port gets one below the ephemeral range), and the
+//!   `conveyor` binary built once.
 //! - [`python`]: the official MCP Python SDKs, each in a virtualenv of its own.
 //! - [`otlp`]: an OTLP receiver (gRPC and HTTP/protobuf) that keeps the spans it is sent.
 //! - [`trees`]: generated source trees and ADR folders for the heavy tools' tests and benchmarks.

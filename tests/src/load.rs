@@ -238,22 +238,17 @@ impl BenchProcess {
             .envs(crate::process::test_process_env(args, &[]))
             .envs(set.iter().map(|(k, v)| (k, v)))
             .stdin(std::process::Stdio::null());
-        let listen = matches!(command, "gateway" | "up").then(|| format!("127.0.0.1:{}", crate::free_port()));
-        if let Some(listen) = &listen {
-            cmd.args(["--listen", listen]);
+        let serving = matches!(command, "gateway" | "up");
+        if serving {
+            // The kernel picks the port as the process binds it: see `process::free_port`.
+            cmd.args(["--listen", "127.0.0.1:0"]);
         }
         let child = cmd.stdout(file.try_clone()?).stderr(file).spawn().context("cannot start conveyor")?;
         let mut proc = Self { command, child, base: String::new(), log };
-        if let Some(listen) = listen {
-            proc.base = format!("http://{listen}");
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while std::net::TcpStream::connect(&listen).is_err() {
-                if let Ok(Some(status)) = proc.child.try_wait() {
-                    anyhow::bail!("conveyor {command} exited ({status}); log:\n{}", proc.log_text());
-                }
-                anyhow::ensure!(Instant::now() < deadline, "conveyor {command} did not listen on {listen}");
-                std::thread::sleep(Duration::from_millis(25));
-            }
+        if serving {
+            let address = crate::process::wait_listening(&mut proc.child, &proc.log, Duration::from_secs(30))
+                .with_context(|| format!("conveyor {command}"))?;
+            proc.base = format!("http://{address}");
         }
         Ok(proc)
     }

@@ -18,8 +18,6 @@ use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use prost::Message;
 
-use crate::free_port;
-
 /// One span as received.
 #[derive(Debug, Clone)]
 pub struct ReceivedSpan {
@@ -61,9 +59,12 @@ pub struct OtlpReceiver {
 impl OtlpReceiver {
     pub async fn start() -> anyhow::Result<Self> {
         let spans: Spans = Arc::default();
-        let grpc: SocketAddr = format!("127.0.0.1:{}", free_port()).parse()?;
+        // Bound here, on a port the kernel picks as it binds: a port chosen first and bound later
+        // could be taken meanwhile, and the workers' spans would go to whoever took it.
+        let incoming = tonic::transport::server::TcpIncoming::bind("127.0.0.1:0".parse()?)?;
+        let grpc: SocketAddr = incoming.local_addr()?;
         let service = TraceServiceServer::new(Grpc(spans.clone()));
-        tokio::spawn(tonic::transport::Server::builder().add_service(service).serve(grpc));
+        tokio::spawn(tonic::transport::Server::builder().add_service(service).serve_with_incoming(incoming));
         let http = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let http_addr = http.local_addr()?;
         let kept = spans.clone();
@@ -84,13 +85,6 @@ impl OtlpReceiver {
             }),
         );
         tokio::spawn(async move { axum::serve(http, app).await });
-        // The gRPC server binds in the background: wait until it accepts.
-        for _ in 0..200 {
-            if tokio::net::TcpStream::connect(grpc).await.is_ok() {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
         Ok(Self {
             grpc_endpoint: format!("http://{grpc}"),
             http_endpoint: format!("http://{http_addr}"),

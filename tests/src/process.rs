@@ -39,13 +39,97 @@ pub fn scan(conn: &mut redis::Connection, pattern: &str) -> redis::RedisResult<V
     }
 }
 
-/// A free TCP port on the loopback interface.
+/// A TCP port on the loopback interface that was free a moment ago, from the kernel's range of
+/// ephemeral ports. Good for a unique name; not for a server to listen on: released, the port goes
+/// back to the range, and the kernel may hand it to another socket (another test's listener, any
+/// outgoing connection) before the server binds it, and then the test talks to someone else's
+/// server. A `conveyor` process listens on port 0 and says where ([`Conveyor::gateway`]); a
+/// server that must be told its port gets a [`server_port`].
 pub fn free_port() -> u16 {
     #[allow(clippy::expect_used)] // tests cannot run at all without a local port
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("a free local port")
+}
+
+/// The lowest port [`server_port`] hands out: below are the ports of well-known services.
+const SERVER_PORTS_FROM: u16 = 10_000;
+
+/// The first port of the kernel's ephemeral range (`bind` to port 0, outgoing connections).
+pub fn ephemeral_ports_from() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
+}
+
+/// A free port for a server that must be told its port before it starts (`redis-server`,
+/// nginx): chosen at random below the kernel's ephemeral range, where neither `bind` to port 0 nor
+/// an outgoing connection ever lands, so that only another such choice can take it before the
+/// server binds it (and whoever starts the server still checks that the one answering is its
+/// own, as [`RedisServer`] does).
+pub fn server_port() -> u16 {
+    server_port_below(ephemeral_ports_from())
+}
+
+/// [`server_port`] below `limit` (which the ephemeral range lowers further): for a server that
+/// also listens on a port above its own (a cluster node's bus port).
+pub fn server_port_below(limit: u16) -> u16 {
+    let limit = limit.min(ephemeral_ports_from());
+    let span = limit.saturating_sub(SERVER_PORTS_FROM);
+    if span >= 1_000 {
+        for _ in 0..1_000 {
+            let port = SERVER_PORTS_FROM + (random_u64() % u64::from(span)) as u16;
+            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return port;
+            }
+        }
+    }
+    // No room below the ephemeral range on this machine: the next best.
+    free_port()
+}
+
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    // Each RandomState is seeded afresh (per process, then per state): random enough to spread
+    // ports, and no dependency for it.
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos(),
+    );
+    hasher.finish()
+}
+
+/// The address a `conveyor` process's log says a listener of its is at: what follows `marker`
+/// (`"MCP at http://"`, `"metrics at http://"`) up to the next `/`.
+pub fn logged_address(log: &str, marker: &str) -> Option<String> {
+    let at = log.find(marker)? + marker.len();
+    let address: String =
+        log[at..].chars().take_while(|c| *c != '/' && !c.is_whitespace() && *c != '"').collect();
+    address.parse::<std::net::SocketAddr>().is_ok().then_some(address)
+}
+
+/// Waits until the `conveyor` process `child`, started with `--listen 127.0.0.1:0`, logs where
+/// it listens (the kernel chose a free port as it bound it, so no other process can hold it), and
+/// returns that address once it accepts connections.
+pub fn wait_listening(child: &mut Child, log: &Path, within: Duration) -> anyhow::Result<String> {
+    let deadline = Instant::now() + within;
+    let text = || std::fs::read_to_string(log).unwrap_or_default();
+    loop {
+        if let Some(address) = logged_address(&text(), "MCP at http://")
+            && std::net::TcpStream::connect(&address).is_ok()
+        {
+            return Ok(address);
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            bail!("conveyor exited ({status}) before serving; log:\n{}", text());
+        }
+        if Instant::now() >= deadline {
+            bail!("conveyor did not start serving within {within:?}; log:\n{}", text());
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
 }
 
 /// The workspace's root directory.
@@ -70,11 +154,22 @@ pub fn output_text(output: &std::process::Output) -> String {
 }
 
 /// A scratch directory for one process, under the target directory so that logs survive a failed
-/// test for inspection.
+/// test for inspection. Made new, never shared: two processes that wrote one log (or one Redis
+/// directory) would read each other's lines (and data), so the name is one no directory has yet,
+/// in this run or a run before it.
 pub fn scratch_dir(name: &str) -> PathBuf {
-    let dir = target_dir().join("e2e").join(format!("{name}-{}-{}", std::process::id(), free_port()));
-    let _ = std::fs::create_dir_all(&dir);
-    dir
+    static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let parent = target_dir().join("e2e");
+    let _ = std::fs::create_dir_all(&parent);
+    loop {
+        let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = parent.join(format!("{name}-{}-{n}", std::process::id()));
+        match std::fs::create_dir(&dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            // Anything else shows when the process writes its first file there.
+            _ => return dir,
+        }
+    }
 }
 
 static PREFER_RELEASE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -208,16 +303,32 @@ impl RedisServer {
     pub fn start_with(args: &[&str]) -> anyhow::Result<Self> {
         let mut server = Self {
             child: None,
-            port: free_port(),
+            port: server_port(),
             dir: scratch_dir("redis"),
             extra: args.iter().map(|s| s.to_string()).collect(),
         };
-        server.spawn()?;
+        server.start_on_a_free_port()?;
         Ok(server)
     }
 
-    fn spawn(&mut self) -> anyhow::Result<()> {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("redis.log"))?;
+    /// Spawns the server on its port, or on another when another process took that one first.
+    fn start_on_a_free_port(&mut self) -> anyhow::Result<()> {
+        for _ in 0..10 {
+            match self.spawn()? {
+                Spawned::Ours => return Ok(()),
+                Spawned::PortTaken(_) => self.port = server_port(),
+            }
+        }
+        bail!("every port tried for redis-server was taken by another process first")
+    }
+
+    /// Spawns `redis-server` on `self.port` and waits until it answers, as itself: a process that
+    /// took the port first would answer PING just as well, and the test would then run against
+    /// another test's server.
+    fn spawn(&mut self) -> anyhow::Result<Spawned> {
+        let log_path = self.dir.join("redis.log");
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path)?;
+        let logged_before = log.metadata()?.len() as usize;
         let child = Command::new("redis-server")
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .arg("--dir")
@@ -227,15 +338,42 @@ impl RedisServer {
             .stderr(log)
             .spawn()
             .context("redis-server must be on PATH for the end-to-end tests")?;
+        let ours = child.id();
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
-            if self.ping() {
-                return Ok(());
+            if let Some(answering) = self.server_pid() {
+                if answering == ours {
+                    return Ok(Spawned::Ours);
+                }
+                self.kill();
+                return Ok(Spawned::PortTaken(format!("process {answering} answers on port {}", self.port)));
+            }
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+                self.child = None;
+                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+                let this_run = log.get(logged_before..).unwrap_or_default();
+                if this_run.contains("Address already in use") {
+                    return Ok(Spawned::PortTaken(format!(
+                        "port {} is in use by another process",
+                        self.port
+                    )));
+                }
+                bail!("redis-server on port {} exited ({status}):\n{this_run}", self.port);
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+        self.kill();
         bail!("redis-server on port {} did not answer", self.port)
+    }
+
+    /// The process id of the server answering on the port (`INFO server`), once one answers.
+    fn server_pid(&self) -> Option<u32> {
+        let mut conn = redis::Client::open(self.url())
+            .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(200)))
+            .ok()?;
+        let info: String = redis::cmd("INFO").arg("server").query(&mut conn).ok()?;
+        info.lines().find_map(|l| l.strip_prefix("process_id:"))?.trim().parse().ok()
     }
 
     pub fn url(&self) -> String {
@@ -378,11 +516,24 @@ impl RedisServer {
         }
     }
 
-    /// Starts the server again on the same port and directory.
+    /// Starts the server again on the same port and directory. Fails, rather than going on
+    /// against a stranger, when another process took the port while the server was down.
     pub fn restart(&mut self) -> anyhow::Result<()> {
         self.kill();
-        self.spawn()
+        match self.spawn()? {
+            Spawned::Ours => Ok(()),
+            Spawned::PortTaken(why) => {
+                bail!("redis-server cannot restart where its clients expect it: {why}")
+            }
+        }
     }
+}
+
+/// Whether a spawned `redis-server` is the one answering on its port.
+enum Spawned {
+    Ours,
+    /// Another process holds the port (what it is, for a message); ours is gone.
+    PortTaken(String),
 }
 
 impl Drop for RedisServer {
@@ -458,11 +609,10 @@ impl Conveyor {
     }
 
     fn serving(command: &str, redis_url: &str, args: &[&str]) -> anyhow::Result<Self> {
-        let listen = format!("127.0.0.1:{}", free_port());
-        let mut all = vec!["--listen", listen.as_str()];
+        let mut all = vec!["--listen", "127.0.0.1:0"];
         all.extend_from_slice(args);
         let (child, log) = Self::spawn(command, redis_url, &all)?;
-        let mut conveyor = Self { child: Some(child), base: format!("http://{listen}"), log };
+        let mut conveyor = Self { child: Some(child), base: String::new(), log };
         conveyor.wait_healthy()?;
         Ok(conveyor)
     }
@@ -489,19 +639,32 @@ impl Conveyor {
         format!("{}/mcp", self.base)
     }
 
+    /// Waits until the process, listening on a port the kernel chose, says where, and sets
+    /// [`Conveyor::base`] to it.
     fn wait_healthy(&mut self) -> anyhow::Result<()> {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let address = self.base.trim_start_matches("http://").to_owned();
-        while Instant::now() < deadline {
-            if std::net::TcpStream::connect(&address).is_ok() {
-                return Ok(());
+        let child = self.child.as_mut().context("the process was not started")?;
+        let address = wait_listening(child, &self.log, Duration::from_secs(20))?;
+        self.base = format!("http://{address}");
+        Ok(())
+    }
+
+    /// Where the process's metrics listener (`--metrics-listen 127.0.0.1:0`) is, once it says.
+    pub fn metrics_base(&self) -> Option<String> {
+        logged_address(&self.log_text(), "metrics at http://").map(|address| format!("http://{address}"))
+    }
+
+    /// [`Conveyor::metrics_base`], waited for (a worker says it once it has connected to Redis).
+    pub fn wait_metrics_base(&self, within: Duration) -> anyhow::Result<String> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(base) = self.metrics_base() {
+                return Ok(base);
             }
-            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
-                bail!("conveyor exited ({status}) before serving; log:\n{}", self.log_text());
+            if Instant::now() >= deadline {
+                bail!("no metrics listener within {within:?}; log:\n{}", self.log_text());
             }
             std::thread::sleep(Duration::from_millis(25));
         }
-        bail!("conveyor at {} did not start; log:\n{}", self.base, self.log_text())
     }
 
     pub fn log_text(&self) -> String {
@@ -566,8 +729,7 @@ impl Conveyor {
         env: &[(&str, &str)],
     ) -> anyhow::Result<Self> {
         let serving = command != "worker";
-        let listen = format!("127.0.0.1:{}", free_port());
-        let mut all: Vec<&str> = if serving { vec!["--listen", listen.as_str()] } else { Vec::new() };
+        let mut all: Vec<&str> = if serving { vec!["--listen", "127.0.0.1:0"] } else { Vec::new() };
         all.extend_from_slice(args);
         let log = scratch_dir(command).join("conveyor.log");
         let file = std::fs::File::create(&log)?;
@@ -583,8 +745,7 @@ impl Conveyor {
             .stderr(file)
             .spawn()
             .context("cannot start conveyor")?;
-        let base = if serving { format!("http://{listen}") } else { String::new() };
-        let mut conveyor = Self { child: Some(child), base, log };
+        let mut conveyor = Self { child: Some(child), base: String::new(), log };
         if serving {
             conveyor.wait_healthy()?;
         }
@@ -629,4 +790,101 @@ pub async fn wait_gone(pattern: &str, within: std::time::Duration) {
 /// A `sleep` argument no other process has: 600 seconds and a fraction unique to this test.
 pub fn sleep_marker() -> String {
     format!("600.{}{}", std::process::id(), free_port())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `redis-server` that is not the test's own, on `port`: another test's, as far as the
+    /// test can tell.
+    struct Stranger(Child);
+
+    impl Stranger {
+        fn on(port: u16) -> Self {
+            let dir = scratch_dir("stranger-redis");
+            #[allow(clippy::expect_used)] // the test cannot run without it
+            let child = Command::new("redis-server")
+                .args([
+                    "--port",
+                    &port.to_string(),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                ])
+                .arg("--dir")
+                .arg(&dir)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server runs");
+            let stranger = Self(child);
+            let url = format!("redis://127.0.0.1:{port}");
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while redis::Client::open(url.as_str())
+                .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(200)))
+                .is_err()
+            {
+                assert!(Instant::now() < deadline, "the stranger never answered");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            stranger
+        }
+    }
+
+    impl Drop for Stranger {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    #[test]
+    fn a_redis_whose_port_was_taken_while_it_was_down_does_not_come_back_as_a_stranger() {
+        let mut ours = RedisServer::start().expect("redis");
+        ours.kill();
+        let stranger = Stranger::on(ours.port);
+        let restarted = ours.restart();
+        assert!(restarted.is_err(), "the restarted server is another process: {}", stranger.0.id());
+        let message = format!("{:#}", restarted.err().unwrap_or_else(|| anyhow::anyhow!("")));
+        assert!(message.contains(&ours.port.to_string()), "{message}");
+    }
+
+    #[test]
+    fn a_redis_whose_port_another_process_took_first_starts_on_another() {
+        let taken = server_port();
+        let _stranger = Stranger::on(taken);
+        let mut ours = RedisServer {
+            child: None,
+            port: taken,
+            dir: scratch_dir("redis"),
+            extra: vec!["--save".into(), "".into(), "--appendonly".into(), "no".into()],
+        };
+        ours.start_on_a_free_port().expect("started");
+        assert_ne!(ours.port, taken);
+        assert_eq!(ours.server_pid(), ours.child.as_ref().map(Child::id), "the server answering is ours");
+    }
+
+    #[test]
+    fn a_listener_address_is_read_from_plain_and_json_logs() {
+        let plain = "2026-01-01T00:00:00Z  INFO conveyor_cli::run: gateway listening: MCP at http://127.0.0.1:40123/mcp address=127.0.0.1:40123";
+        assert_eq!(logged_address(plain, "MCP at http://").as_deref(), Some("127.0.0.1:40123"));
+        let json = r#"{"level":"INFO","fields":{"message":"worker metrics at http://127.0.0.1:40124/metrics","address":"127.0.0.1:40124"}}"#;
+        assert_eq!(logged_address(json, "metrics at http://").as_deref(), Some("127.0.0.1:40124"));
+        assert_eq!(logged_address("gateway listening", "MCP at http://"), None);
+    }
+
+    #[test]
+    fn server_ports_are_below_the_ephemeral_range() {
+        let from = ephemeral_ports_from();
+        if from > SERVER_PORTS_FROM + 1_000 {
+            for _ in 0..50 {
+                let port = server_port();
+                assert!((SERVER_PORTS_FROM..from).contains(&port), "{port} (ephemeral from {from})");
+            }
+        }
+    }
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-use crate::process::{free_port, output_text, scratch_dir};
+use crate::process::{output_text, scratch_dir};
 
 /// Hash slots in every Redis Cluster.
 const SLOTS: usize = 16384;
@@ -645,8 +645,10 @@ fn cluster_ports(count: usize) -> anyhow::Result<Vec<u16>> {
 /// their bus ports.
 fn pick_port(taken: &[u16]) -> anyhow::Result<u16> {
     let clashes = |p: u16| taken.iter().any(|&q| q == p || q + BUS_OFFSET == p || p + BUS_OFFSET == q);
+    // Both the port and its bus port below the ephemeral range: see `process::server_port`.
+    let below = crate::process::ephemeral_ports_from().saturating_sub(BUS_OFFSET).min(PORT_LIMIT);
     for _ in 0..10_000 {
-        let port = free_port();
+        let port = crate::process::server_port_below(below);
         if port < PORT_LIMIT && !clashes(port) && port_free(port + BUS_OFFSET) {
             return Ok(port);
         }

@@ -9,7 +9,7 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use conveyor_gateway::auth::token_digest;
 use conveyor_tests::mcp::tasks_client_capabilities;
-use conveyor_tests::process::{conveyor_bin, free_port, scratch_dir, workspace_root};
+use conveyor_tests::process::{conveyor_bin, scratch_dir, workspace_root};
 use conveyor_tests::{Conveyor, Mcp, RedisServer};
 use jsonwebtoken::jwk::{Jwk, JwkSet};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
@@ -354,10 +354,9 @@ async fn oauth_access_tokens_are_checked_as_a_resource_server_checks_them() {
 fn a_gateway_starts_only_with_authentication_or_an_explicit_no_auth() {
     let redis = RedisServer::start().expect("redis");
     let run = |args: &[&str]| {
-        let listen = format!("127.0.0.1:{}", free_port());
         Command::new(conveyor_bin())
             .arg("gateway")
-            .args(["--listen", &listen])
+            .args(["--listen", "127.0.0.1:0"])
             .args(args)
             .env("REDIS_URL", redis.url())
             .env_remove("CONVEYOR_NO_AUTH")
@@ -398,12 +397,11 @@ fn a_gateway_starts_only_with_authentication_or_an_explicit_no_auth() {
 /// Runs `conveyor gateway` with settings it must refuse: its standard error once it has exited.
 /// A gateway that starts instead fails the test after 20 s.
 async fn refused_at_start(redis: &RedisServer, args: &[&str], env: &[(&str, &str)]) -> String {
-    let listen = format!("127.0.0.1:{}", free_port());
     let log = scratch_dir("auth-refused").join("gateway.log");
     let file = std::fs::File::create(&log).expect("log file");
     let mut child = Command::new(conveyor_bin())
         .arg("gateway")
-        .args(["--listen", &listen])
+        .args(["--listen", "127.0.0.1:0"])
         .args(args)
         .env("REDIS_URL", redis.url())
         .env_remove("CONVEYOR_NO_AUTH")

@@ -4,23 +4,24 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use conveyor_tests::process::conveyor_bin;
-use conveyor_tests::{Mcp, free_port};
+use conveyor_tests::Mcp;
+use conveyor_tests::process::{conveyor_bin, logged_address, server_port, wait_listening};
 use serde_json::json;
 
 #[tokio::test]
 async fn up_starts_a_private_redis_when_none_answers_and_stops_it_on_exit() {
-    let dead_port = free_port();
-    let listen = format!("127.0.0.1:{}", free_port());
+    // A port nothing listens on, out of the kernel's ephemeral range so that nothing takes it.
+    let dead_port = server_port();
     let log = conveyor_tests::process::scratch_dir("up-private").join("conveyor.log");
     let mut child = Command::new(conveyor_bin())
-        .args(["up", "--fixtures", "--no-auth", "--listen", &listen])
+        .args(["up", "--fixtures", "--no-auth", "--listen", "127.0.0.1:0"])
         .env("REDIS_URL", format!("redis://127.0.0.1:{dead_port}"))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).expect("log file"))
         .spawn()
         .expect("conveyor up starts");
+    let listen = wait_listening(&mut child, &log, Duration::from_secs(20)).expect("conveyor up serves");
     let mcp = Mcp::new(format!("http://{listen}/mcp"));
     let deadline = Instant::now() + Duration::from_secs(20);
     let reply = loop {
@@ -64,8 +65,8 @@ async fn up_starts_a_private_redis_when_none_answers_and_stops_it_on_exit() {
 #[test]
 fn up_without_redis_explains_how_to_get_it() {
     let output = Command::new(conveyor_bin())
-        .args(["up", "--no-auth", "--listen", &format!("127.0.0.1:{}", free_port())])
-        .env("REDIS_URL", format!("redis://127.0.0.1:{}", free_port()))
+        .args(["up", "--no-auth", "--listen", "127.0.0.1:0"])
+        .env("REDIS_URL", format!("redis://127.0.0.1:{}", server_port()))
         .env("PATH", "/nonexistent")
         .stdin(Stdio::null())
         .output()
@@ -176,11 +177,9 @@ fn processes_with_another_shard_count_than_the_deployment_refuse_to_run() {
     let _: () =
         redis::cmd("HSET").arg("cv:{cv.meta}:layout").arg("shards").arg(4).query(&mut conn).expect("hset");
     for command in ["gateway", "worker"] {
-        let port = free_port().to_string();
-        let listen = format!("127.0.0.1:{port}");
         let mut args = vec![command, "--shards", "8"];
         if command == "gateway" {
-            args.extend(["--no-auth", "--listen", &listen]);
+            args.extend(["--no-auth", "--listen", "127.0.0.1:0"]);
         } else {
             args.push("--fixtures");
         }
@@ -215,9 +214,8 @@ fn up_whose_workers_refuse_the_tools_file_stops_at_once_with_the_reason() {
     let tools = conveyor_tests::process::scratch_dir("up-bad-tools").join("tools.toml");
     std::fs::write(&tools, "[[tool]]\nname = \"broken\"\ndescription = \"Runs nothing.\"\nargv = []\n")
         .expect("write");
-    let listen = format!("127.0.0.1:{}", free_port());
     let mut child = Command::new(conveyor_bin())
-        .args(["up", "--no-auth", "--listen", &listen, "--tools-file"])
+        .args(["up", "--no-auth", "--listen", "127.0.0.1:0", "--tools-file"])
         .arg(&tools)
         .env("REDIS_URL", redis.url())
         .stdout(Stdio::null())
@@ -239,5 +237,11 @@ fn up_whose_workers_refuse_the_tools_file_stops_at_once_with_the_reason() {
     assert!(!status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("broken"), "the error names what the tools file got wrong: {stderr}");
-    assert!(std::net::TcpStream::connect(&listen).is_err(), "nothing serves on {listen} after `up` stopped");
+    // Where it listened, if it got that far, is closed with it.
+    if let Some(listen) = logged_address(&stderr, "MCP at http://") {
+        assert!(
+            std::net::TcpStream::connect(&listen).is_err(),
+            "nothing serves on {listen} after `up` stopped"
+        );
+    }
 }

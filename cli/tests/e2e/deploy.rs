@@ -13,8 +13,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use conveyor_tests::mcp::create_2025;
-use conveyor_tests::process::{conveyor_bin, output_text, scratch_dir, workspace_root};
-use conveyor_tests::{Conveyor, Mcp, free_port};
+use conveyor_tests::process::{conveyor_bin, output_text, scratch_dir, server_port, workspace_root};
+use conveyor_tests::{Conveyor, Mcp};
 use serde_json::{Value, json};
 
 /// The demo token of deploy/conveyor/tokens.toml (docs/deploy.md).
@@ -255,7 +255,7 @@ impl Drop for Process {
 /// redis-server with deploy/redis/redis.conf, as the compose file runs it (the port, address and
 /// directory given on the command line).
 fn start_redis(dir: &Path) -> (Process, String) {
-    let port = free_port();
+    let port = server_port();
     let log = std::fs::File::create(dir.join("redis.log")).expect("log");
     let child = Command::new("redis-server")
         .arg(workspace_root().join("deploy/redis/redis.conf"))
@@ -290,7 +290,7 @@ fn nginx_program() -> PathBuf {
 /// nginx with deploy/nginx/conveyor.conf, the gateways' names replaced by their addresses, its
 /// public port by a free one, and its access log written to a file.
 fn start_nginx(dir: &Path, gateways: &[&str; 2]) -> (Process, u16, PathBuf) {
-    let port = free_port();
+    let port = server_port();
     let conf =
         std::fs::read_to_string(workspace_root().join("deploy/nginx/conveyor.conf")).expect("nginx conf");
     let access_log = dir.join("access.log");
@@ -464,24 +464,18 @@ impl Topology {
             ("CONVEYOR_ALLOWED_HOSTS", "localhost"),
             ("CONVEYOR_LOG_FORMAT", "json"),
         ];
+        // Each process serves /metrics on a listener of its own (never on a gateway's public port),
+        // on a port the kernel picks as it binds it; the process logs where.
+        let metrics_listen = "127.0.0.1:0";
         let mut gateways = Vec::new();
-        let mut gateway_metrics = Vec::new();
         for _ in 0..2 {
-            // Each gateway serves /metrics on a listener of its own, never on the public port.
-            let metrics_listen = format!("127.0.0.1:{}", free_port());
-            let env: Vec<(&str, &str)> = gateway_env
-                .iter()
-                .copied()
-                .chain([("CONVEYOR_METRICS_LISTEN", metrics_listen.as_str())])
-                .collect();
+            let env: Vec<(&str, &str)> =
+                gateway_env.iter().copied().chain([("CONVEYOR_METRICS_LISTEN", metrics_listen)]).collect();
             gateways.push(Conveyor::with_env("gateway", &redis_url, &[], &env).expect("gateway"));
-            gateway_metrics.push(metrics_listen);
         }
         let metrics = metrics_listen_supported();
         let mut workers = Vec::new();
-        let mut worker_metrics = Vec::new();
         for pool in [RESEARCH_POOL, RESEARCH_POOL, CHECKS_POOL] {
-            let metrics_listen = format!("127.0.0.1:{}", free_port());
             let env = [
                 ("CONVEYOR_SHARDS", "4"),
                 ("CONVEYOR_TOOLS", pool),
@@ -490,11 +484,19 @@ impl Topology {
                 ("CONVEYOR_WORKER_CONCURRENCY", "8"),
                 ("CONVEYOR_SHUTDOWN_GRACE_MS", "30000"),
                 ("CONVEYOR_LOG_FORMAT", "json"),
-                ("CONVEYOR_METRICS_LISTEN", metrics_listen.as_str()),
+                ("CONVEYOR_METRICS_LISTEN", metrics_listen),
             ];
             workers.push((pool, Conveyor::with_env("worker", &redis_url, &[], &env).expect("worker")));
-            worker_metrics.push(metrics_listen);
         }
+        let metrics_of = |process: &Conveyor| {
+            if !metrics {
+                return String::new();
+            }
+            let base = process.wait_metrics_base(Duration::from_secs(30)).expect("a metrics listener");
+            base.trim_start_matches("http://").to_owned()
+        };
+        let gateway_metrics = gateways.iter().map(metrics_of).collect();
+        let worker_metrics = workers.iter().map(|(_, worker)| metrics_of(worker)).collect();
         let addresses: Vec<String> =
             gateways.iter().map(|g| g.base.trim_start_matches("http://").to_owned()).collect();
         let (nginx, proxy_port, access_log) = start_nginx(&dir, &[&addresses[0], &addresses[1]]);

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
-use conveyor_tests::{Conveyor, Mcp, RedisServer, free_port};
+use conveyor_tests::{Conveyor, Mcp, RedisServer};
 use serde_json::{Value, json};
 
 /// One sample of an exposition: its name, labels and value.
@@ -120,8 +120,8 @@ async fn worker_with_metrics(redis_url: &str, extra: &[&str]) -> (Conveyor, Stri
 /// Starts `conveyor <command>` with a metrics listener (`--metrics-listen`) and waits until the
 /// listener answers; the listener's base URL. A gateway serves `/metrics` there only.
 async fn with_metrics(command: &str, redis_url: &str, extra: &[&str]) -> (Conveyor, String) {
-    let address = format!("127.0.0.1:{}", free_port());
-    let mut args = vec!["--metrics-listen", address.as_str()];
+    // On a port the kernel picks as the process binds it; the process logs where.
+    let mut args = vec!["--metrics-listen", "127.0.0.1:0"];
     args.extend_from_slice(extra);
     let worker = match command {
         "worker" => Conveyor::worker(redis_url, &args),
@@ -129,19 +129,18 @@ async fn with_metrics(command: &str, redis_url: &str, extra: &[&str]) -> (Convey
         _ => Conveyor::up(redis_url, &args),
     }
     .expect("conveyor");
-    let base = format!("http://{address}");
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        if let Ok(r) = reqwest::get(format!("{base}/healthz")).await
+        if let Some(base) = worker.metrics_base()
+            && let Ok(r) = reqwest::get(format!("{base}/healthz")).await
             && r.status().as_u16() == 200
         {
             assert_eq!(r.text().await.expect("a body"), "ok");
-            break;
+            return (worker, base);
         }
         assert!(Instant::now() < deadline, "the metrics listener never answered:\n{}", worker.log_text());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    (worker, base)
 }
 
 /// A client that remembers every request it sent and whether its reply was a JSON-RPC error.

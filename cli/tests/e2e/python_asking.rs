@@ -2,7 +2,8 @@
 //!
 //! - `mcp==1.30.0` runs `tests/python/asking_client.py` on 2025-11-25: elicitation and sampling
 //!   requests on a call's SSE stream and on a task's `tasks/result` stream, answered by the SDK's
-//!   callbacks; -32021 for an undeclared capability; logging; prompts, completions, resources.
+//!   callbacks, two rounds of one task in turn on one `tasks/result` stream (`interview`); -32021
+//!   for an undeclared capability; logging; prompts, completions, resources.
 //! - `mcp==2.3.0` runs `tests/python/asking_client_v2.py` on 2026-07-28 (multi-round-trip
 //!   `input_required` results resolved by the SDK's callbacks, tasks through a small Tasks
 //!   extension built on the SDK's extension hooks, `subscriptions/listen`, prompts and resources)

@@ -393,23 +393,31 @@ fn through_pipes_lines_are_plain_exit_codes_tell_the_outcome_and_tasks_are_the_c
     assert_eq!(stack.status(&live), "working");
 
     // Watching in another process, then cancelling: the watcher reports a cancel by someone else.
-    let watcher = Command::new(conveyor_bin())
+    let watched_log = conveyor_tests::process::scratch_dir("tasks-watch").join("stderr");
+    let mut watcher = Command::new(conveyor_bin())
         .args(["tasks", "watch", &live])
         .env("CONVEYOR_URL", stack.conveyor.mcp_url())
         .env("CONVEYOR_TOKEN", ALICE)
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&watched_log).expect("the watcher's log"))
         .spawn()
         .expect("tasks watch runs");
-    std::thread::sleep(Duration::from_millis(800));
+    // The cancel comes once the watcher has seen the task working, whatever the machine's load.
+    let watching = format!("{live} working");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(&watched_log).unwrap_or_default().contains(&watching) {
+        assert!(Instant::now() < deadline, "the watcher never showed the task working");
+        assert!(watcher.try_wait().expect("wait").is_none(), "the watcher ended before the cancel");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let cancelled = alice(&["tasks", "cancel", &live]);
     assert_eq!(code(&cancelled), 0, "{}", output_text(&cancelled));
     assert!(stderr(&cancelled).contains(&format!("task {live} cancelled")), "{}", output_text(&cancelled));
     assert_eq!(stack.status(&live), "cancelled");
-    let watched = watcher.wait_with_output().expect("the watcher ends");
-    assert_eq!(code(&watched), 5, "cancelled by someone else: {}", output_text(&watched));
-    assert!(stderr(&watched).contains(&format!("{live} working")), "{}", output_text(&watched));
+    let watched = watcher.wait().expect("the watcher ends");
+    let watched_text = std::fs::read_to_string(&watched_log).unwrap_or_default();
+    assert_eq!(watched.code(), Some(5), "cancelled by someone else: {watched_text}");
     let status = running.wait().expect("the background call ends");
     assert_eq!(status.code(), Some(5), "the caller's own client sees its task cancelled by someone else");
     let again = alice(&["tasks", "cancel", &live]);

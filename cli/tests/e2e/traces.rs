@@ -5,6 +5,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
+use conveyor_shared::telemetry::context::TaskTrace;
 use conveyor_tests::mcp::{create_2026, tasks_client_capabilities, wait_for_tools, wait_status};
 use conveyor_tests::otlp::{OtlpReceiver, ReceivedSpan};
 use conveyor_tests::{Conveyor, Mcp, RedisServer};
@@ -68,9 +69,25 @@ async fn a_dag_task_is_one_trace_across_a_gateway_and_two_workers_one_of_them_ki
     let task =
         reply.result()["taskId"].as_str().unwrap_or_else(|| panic!("no task: {}", reply.raw)).to_owned();
 
-    // Kill the worker while it runs the slow node, once its start has been exported.
+    // Kill the worker while it runs the slow node, once it has exported a span of that attempt
+    // (its start's round trip, under the attempt's span): what it sent must hang under the span
+    // its rescuer writes for the lost attempt. How soon the export comes depends on the machine's
+    // load, so the test waits for it rather than for a while.
     redis.wait_node_status(&task, "slow", "running", Duration::from_secs(20)).await.expect("slow runs");
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    let stored: String = redis::cmd("HGET")
+        .arg(conveyor_tests::process::task_key(&task))
+        .arg("traceparent")
+        .query(&mut redis.connection().expect("redis connection"))
+        .expect("the task's trace context");
+    let first_attempt =
+        TaskTrace::decode(&stored).expect("a trace context").node_span_id("slow", 1).to_string();
+    let exported = |spans: &[ReceivedSpan]| {
+        spans.iter().any(|s| s.service == "worker-a" && s.parent_span_id == first_attempt)
+    };
+    assert!(
+        exported(&receiver.wait_for(20, exported).await),
+        "worker a exported nothing of its attempt at the slow node"
+    );
     doomed.kill();
     let _rescuer = Conveyor::with_env(
         "worker",
@@ -235,8 +252,8 @@ async fn a_retry_a_parked_node_resumed_and_a_cancellation_each_show_as_what_they
     wait_status(&mcp, &parked, "completed", &asking, Duration::from_secs(30)).await;
     // A running node whose task is cancelled.
     let cancelled = create("slow_compute", json!({"seconds": 30})).await;
-    wait_status(&mcp, &cancelled, "working", &asking, Duration::from_secs(30)).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Running, not merely queued (a queued node of a cancelled task never runs, and has no span).
+    redis.wait_node_status(&cancelled, "root", "running", Duration::from_secs(30)).await.expect("it runs");
     mcp.call_2026("tasks/cancel", json!({"taskId": cancelled}), asking.clone()).await.expect("tasks/cancel");
     wait_status(&mcp, &cancelled, "cancelled", &asking, Duration::from_secs(30)).await;
 
