@@ -29,7 +29,7 @@ impl CallgrindRedis {
                 bail!("{tool} is not installed (Debian: apt-get install valgrind)");
             }
         }
-        let port = crate::free_port();
+        let port = crate::process::server_port();
         let dir = crate::process::scratch_dir("callgrind-redis");
         let log = std::fs::File::create(dir.join("valgrind.log"))?;
         let child = Command::new("valgrind")
