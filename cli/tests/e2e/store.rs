@@ -7,15 +7,15 @@ use std::time::Duration;
 
 use conveyor_shared::Store;
 use conveyor_shared::call::CallRecord;
-use conveyor_shared::events::CancelNotice;
+use conveyor_shared::events::{CancelNotice, Delivery};
 use conveyor_shared::input::{self, InputRequired};
 use conveyor_shared::keys::{self, Shard};
 use conveyor_shared::model::{
-    ROOT_NODE, RpcError, TaskMode, TaskStatus, ToolOutcome, WorkItem, new_task_id, now_ms, result,
+    ROOT_NODE, RpcError, TaskEvent, TaskMode, TaskStatus, ToolOutcome, WorkItem, new_task_id, now_ms, result,
 };
 use conveyor_shared::store::{
     AnswerOutcome, Attempt, CancelOutcome, CompleteOutcome, Created, Limits, MaintainOutcome, NewTask,
-    NodeStart, ParkOutcome, ReclaimOutcome, SlotShares, StartOutcome, TaskIndex, WorkReader,
+    NodeStart, Overdue, ParkOutcome, ReclaimOutcome, SlotShares, StartOutcome, TaskIndex, WorkReader,
 };
 use conveyor_shared::store::{Gate, GateKind, ReadOutcome, TaskParts, TaskRead};
 use conveyor_tests::RedisServer;
@@ -1814,4 +1814,106 @@ async fn after_an_output_that_did_not_fit_a_shard_takes_no_call_of_its_owner_unt
     h.store.maintain(s, 100, Duration::from_secs(5)).await.expect("maintain");
     assert!(!h.load(s).contains_key("full:alice"), "{:?}", h.load(s));
     assert_eq!(h.store.create_task(&new_task(s), &limits).await.expect("create"), Created::Created);
+}
+
+#[tokio::test]
+async fn a_repeated_escalation_answers_that_the_call_is_escalated() {
+    let mut h = setup().await;
+    let id = h.create(&NewTask { mode: TaskMode::Sync, escalable: true, ..new_task(Shard(2)) }).await;
+    let attempt = h.start(&id).await;
+    assert!(h.store.escalate(&attempt, "Working").await.expect("escalate"));
+    // The reply was lost, and the tool asks again: the call is a task, and it is told so.
+    assert!(h.store.escalate(&attempt, "Working").await.expect("escalate again"), "a repeat says escalated");
+    let page =
+        h.store.list_tasks(TaskIndex::Owner("alice"), None, 50).await.expect("list").expect("valid cursor");
+    assert_eq!(page.tasks.iter().map(|t| t.task_id.as_str()).collect::<Vec<_>>(), vec![id.as_str()]);
+
+    // A call created as a task was never escalated, nor is a synchronous call that may not be.
+    let task = h.create(&new_task(Shard(2))).await;
+    let attempt = h.start(&task).await;
+    assert!(!h.store.escalate(&attempt, "Working").await.expect("escalate a task"));
+    let plain = h.create(&NewTask { mode: TaskMode::Sync, ..new_task(Shard(2)) }).await;
+    let attempt = h.start(&plain).await;
+    assert!(!h.store.escalate(&attempt, "Working").await.expect("escalate a plain call"));
+    assert!(!h.store.escalate(&attempt, "Working").await.expect("escalate a plain call again"));
+}
+
+#[tokio::test]
+async fn a_waiter_that_falls_behind_still_gets_the_terminal_status() {
+    let h = setup().await;
+    let s = Shard(1);
+    let hub = h.store.events().await.expect("events");
+    let slow = new_task_id(s);
+    let marker = new_task_id(s);
+    let mut waiter = hub.waiter(&slow);
+    let mut marker_waiter = hub.waiter(&marker);
+    // A waiter that reads nothing for a while (its SSE client is slow): far more progress than
+    // its buffer holds, then the end, then a marker on another task; the inbox keeps their order.
+    let mut pipe = redis::pipe();
+    for i in 0..1_000 {
+        let event = json!({"task": slow, "type": "progress", "progress": i});
+        pipe.cmd("SPUBLISH").arg(hub.inbox(s)).arg(event.to_string()).ignore();
+    }
+    let done = json!({"task": slow, "type": "status", "status": "completed", "message": "done",
+        "result": {"content": [{"type": "text", "text": "the end"}]}});
+    pipe.cmd("SPUBLISH").arg(hub.inbox(s)).arg(done.to_string()).ignore();
+    let mark = json!({"task": marker, "type": "status", "status": "working", "message": "marker"});
+    pipe.cmd("SPUBLISH").arg(hub.inbox(s)).arg(mark.to_string()).ignore();
+    let () = pipe.query(&mut h.conn()).expect("publish");
+    // (A waiter registered as the hub starts may be told to resync first.)
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), marker_waiter.recv()).await {
+            Ok(Some(Delivery::Event(_))) => break,
+            Ok(Some(Delivery::Resync)) => {}
+            other => panic!("the marker never arrived: {other:?}"),
+        }
+    }
+
+    // Everything before the marker has reached the slow waiter or overflowed it: reading now,
+    // it gets the terminal status (after what its buffer kept), not only a later recheck.
+    let mut progress = 0;
+    loop {
+        match tokio::time::timeout(Duration::from_secs(5), waiter.recv()).await {
+            Ok(Some(Delivery::Event(TaskEvent::Progress { .. }))) => progress += 1,
+            Ok(Some(Delivery::Event(TaskEvent::Status { status, result, .. }))) => {
+                assert_eq!(status, TaskStatus::Completed);
+                assert_eq!(result.expect("the result travelled")["content"][0]["text"], "the end");
+                break;
+            }
+            Ok(Some(Delivery::Resync)) => {}
+            other => panic!("the terminal status was lost ({progress} progress events read): {other:?}"),
+        }
+    }
+    assert!(progress < 1_000, "the buffer is bounded: {progress} progress events were kept");
+}
+
+#[tokio::test]
+async fn a_call_its_gateway_stopped_waiting_for_becomes_the_clients_task() {
+    let mut h = setup().await;
+    let s = Shard(3);
+    let id = h.create(&NewTask { mode: TaskMode::Sync, ..new_task(s) }).await;
+    let attempt = h.start(&id).await;
+    let read = TaskRead::new("alice", TaskParts::STATUS);
+    assert!(matches!(h.store.read_task(&id, &read).await.expect("read"), ReadOutcome::Missing), "hidden");
+
+    assert_eq!(h.store.escalate_overdue(&id, "alice", 60_000).await.expect("escalate"), Overdue::Escalated);
+    assert_eq!(h.store.escalate_overdue(&id, "alice", 60_000).await.expect("again"), Overdue::Escalated);
+    assert!(matches!(h.store.read_task(&id, &read).await.expect("read"), ReadOutcome::Read(_)), "visible");
+    let page =
+        h.store.list_tasks(TaskIndex::Owner("alice"), None, 50).await.expect("list").expect("valid cursor");
+    assert_eq!(page.tasks.iter().map(|t| t.task_id.as_str()).collect::<Vec<_>>(), vec![id.as_str()]);
+    // Its tool, asking to escalate it too, hears that it is a task.
+    assert!(h.store.escalate(&attempt, "Working").await.expect("the tool's escalate"));
+    h.store.complete(&attempt, Some(&ok("done")), false, 0).await.expect("complete");
+    assert_eq!(h.store.escalate_overdue(&id, "alice", 60_000).await.expect("settled"), Overdue::Escalated);
+
+    // A call that settled before its gateway gave up is answered with its outcome.
+    let settled = h.create(&NewTask { mode: TaskMode::Sync, ..new_task(s) }).await;
+    let attempt = h.start(&settled).await;
+    h.store.complete(&attempt, Some(&ok("done")), false, 0).await.expect("complete");
+    assert_eq!(h.store.escalate_overdue(&settled, "alice", 60_000).await.expect("late"), Overdue::Settled);
+    assert_eq!(
+        h.store.escalate_overdue(&new_task_id(s), "alice", 60_000).await.expect("x"),
+        Overdue::Missing
+    );
 }

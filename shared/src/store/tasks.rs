@@ -53,6 +53,17 @@ pub struct NewTask {
     pub max_bytes: u64,
 }
 
+/// What became of a synchronous call its gateway stopped waiting for ([`Store::escalate_overdue`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overdue {
+    /// It is the client's task now (or was already).
+    Escalated,
+    /// It settled meanwhile: its outcome is the call's answer.
+    Settled,
+    /// No such task (it expired).
+    Missing,
+}
+
 /// What `create_task` did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Created {
@@ -652,6 +663,36 @@ impl Store {
         let key = crate::keys::log_level(scope);
         let level: Option<String> = self.query(|| redis::Cmd::get(&key)).await?;
         Ok(level.and_then(|l| l.parse().ok()))
+    }
+
+    /// Turns the hidden task of a synchronous call that its gateway stopped waiting for into the
+    /// client's task (listed for `owner`, whose index is kept `index_retention_ms` at least), so
+    /// that the client can fetch, follow and cancel it. Safe to repeat.
+    pub async fn escalate_overdue(
+        &self,
+        task_id: &str,
+        owner: &str,
+        index_retention_ms: u64,
+    ) -> Result<Overdue, StoreError> {
+        let Some(shard) = self.task_shard(task_id) else { return Ok(Overdue::Missing) };
+        let keys = [shard.task(task_id), shard.owner_tasks(owner)];
+        let record = json!({
+            "task": task_id, "message": "", "overdue": true, "retention": index_retention_ms.max(1),
+        });
+        // The client is told of the task at once: its new mode must survive a failover.
+        let reply: super::nodes::EscalateReply =
+            self.durable_script(&scripts::ESCALATE_TASK, &keys, &record).await?;
+        Ok(match reply {
+            super::nodes::EscalateReply::Escalated => Overdue::Escalated,
+            super::nodes::EscalateReply::Terminal => Overdue::Settled,
+            super::nodes::EscalateReply::Missing => Overdue::Missing,
+            // Not answers to the gateway: it fences nothing, and any live call escalates.
+            super::nodes::EscalateReply::Unchanged | super::nodes::EscalateReply::Stale => {
+                return Err(StoreError::Corrupt(format!(
+                    "escalate_task answered an overdue call {task_id} as a tool's"
+                )));
+            }
+        })
     }
 
     /// The task of a synchronous call by its call key ([`NewTask::call_key`]), while it lives.

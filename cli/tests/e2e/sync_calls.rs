@@ -1,0 +1,129 @@
+//! Synchronous calls at their edges, on real `conveyor` processes and a real Redis: a call that
+//! outlives the gateway's wait (`--sync-timeout-ms`) goes on as a task the client can fetch and
+//! cancel, on both wires and with the official Python SDK; and a 2025-11-25
+//! `notifications/cancelled` cancels only the call it can be matched to.
+
+use std::time::Duration;
+
+use anyhow::{Context, bail, ensure};
+use conveyor_tests::mcp::{Reply, settle, tasks_client_capabilities, wait_for_tools};
+use conveyor_tests::process::{output_text, scratch_dir};
+use conveyor_tests::python::{MCP_1, python_with, script};
+use conveyor_tests::{Conveyor, Mcp, RedisServer};
+use serde_json::{Value, json};
+
+/// How long the gateways of these tests wait for a synchronous call.
+const WAIT_MS: &str = "2000";
+
+/// A tools file with `nap`, a command that takes longer than the wait and never runs as a task.
+fn nap_tools() -> String {
+    let tools = scratch_dir("sync-calls").join("tools.toml");
+    std::fs::write(
+        &tools,
+        "[[tool]]\nname = \"nap\"\ndescription = \"Sleeps a few seconds\"\nargv = [\"sleep\", \"4\"]\ntask_support = \"forbidden\"\n",
+    )
+    .expect("tools file");
+    tools.display().to_string()
+}
+
+/// The task an overdue call's error names, checked to say what it is and how to reach it.
+fn named_task(reply: &Reply, how: &str) -> String {
+    assert_eq!(reply.error_code(), Some(-32603), "{}", reply.raw);
+    let error = &reply.message["error"];
+    let task = error["data"]["taskId"].as_str().unwrap_or_else(|| panic!("no task named: {}", reply.raw));
+    let message = error["message"].as_str().unwrap_or_default();
+    assert!(message.contains(task) && message.contains(how), "{message}");
+    assert_eq!(error["data"]["task"]["taskId"], task, "{}", reply.raw);
+    assert_eq!(error["data"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], task);
+    task.to_owned()
+}
+
+fn text_of(result: &Value) -> &str {
+    result["content"][0]["text"].as_str().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_call_past_the_wait_goes_on_as_a_task_the_client_can_fetch_and_cancel() {
+    let redis = RedisServer::start().expect("redis");
+    let tools = nap_tools();
+    let up =
+        Conveyor::up(&redis.url(), &["--fixtures", "--sync-timeout-ms", WAIT_MS, "--tools-file", &tools])
+            .expect("conveyor up");
+    let mcp = Mcp::new(up.mcp_url());
+    wait_for_tools(&mcp, &["slow_compute", "nap"]).await;
+
+    // 2025-11-25: the error names the task; tasks/get, tasks/list and tasks/result reach it.
+    let call = json!({"name": "slow_compute", "arguments": {"seconds": 4, "label": "late"}});
+    let reply = mcp.call_2025("tools/call", call).await.expect("tools/call");
+    let late = named_task(&reply, "tasks/result");
+    let got = mcp.call_2025("tasks/get", json!({"taskId": late})).await.expect("tasks/get");
+    assert!(
+        ["working", "completed"].contains(&got.result()["status"].as_str().unwrap_or_default()),
+        "{}",
+        got.raw
+    );
+    let listed = mcp.call_2025("tasks/list", json!({})).await.expect("tasks/list");
+    assert!(listed.raw.contains(&late), "tasks/list: {}", listed.raw);
+    let result = mcp.call_2025("tasks/result", json!({"taskId": late})).await.expect("tasks/result");
+    assert_eq!(text_of(result.result()), "computed late", "{}", result.raw);
+    assert_eq!(result.result()["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], late.as_str());
+
+    // ... and tasks/cancel stops its work.
+    let call = json!({"name": "slow_compute", "arguments": {"seconds": 60, "label": "doomed"}});
+    let reply = mcp.call_2025("tools/call", call).await.expect("tools/call");
+    let doomed = named_task(&reply, "tasks/cancel");
+    let cancelled = mcp.call_2025("tasks/cancel", json!({"taskId": doomed})).await.expect("tasks/cancel");
+    assert_eq!(cancelled.result()["status"], "cancelled", "{}", cancelled.raw);
+    redis
+        .wait_node_status(&doomed, "root", "cancelled", Duration::from_secs(10))
+        .await
+        .expect("the work stops");
+
+    // 2026-07-28 without the tasks extension: an error naming the task, which tasks/get (with the
+    // extension declared) and tasks/cancel reach.
+    let call = json!({"name": "slow_compute", "arguments": {"seconds": 4, "label": "later"}});
+    let reply = mcp.call_2026("tools/call", call, json!({})).await.expect("tools/call");
+    let later = named_task(&reply, "tasks/get");
+    let done = settle(&mcp, &later, Duration::from_secs(30)).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(text_of(&done["result"]), "computed later", "{done}");
+    let call = json!({"name": "slow_compute", "arguments": {"seconds": 60}});
+    let reply = mcp.call_2026("tools/call", call, json!({})).await.expect("tools/call");
+    let stopped = named_task(&reply, "tasks/cancel");
+    let ack = mcp
+        .call_2026("tasks/cancel", json!({"taskId": stopped}), tasks_client_capabilities())
+        .await
+        .expect("tasks/cancel");
+    assert!(ack.error_code().is_none(), "{}", ack.raw);
+    assert_eq!(settle(&mcp, &stopped, Duration::from_secs(10)).await["status"], "cancelled");
+
+    // 2026-07-28 with the tasks extension: a tool that never runs as a task answers with the task
+    // its call became.
+    let reply = mcp
+        .call_2026("tools/call", json!({"name": "nap", "arguments": {}}), tasks_client_capabilities())
+        .await
+        .expect("tools/call");
+    assert_eq!(reply.result()["resultType"], "task", "{}", reply.raw);
+    let nap = reply.result()["taskId"].as_str().expect("a task id").to_owned();
+    assert_eq!(settle(&mcp, &nap, Duration::from_secs(30)).await["status"], "completed");
+}
+
+#[tokio::test]
+async fn the_python_sdk_fetches_and_cancels_the_task_of_a_call_past_the_wait() -> anyhow::Result<()> {
+    let python = python_with(&MCP_1).await?;
+    let redis = RedisServer::start()?;
+    let up = Conveyor::up(&redis.url(), &["--fixtures", "--sync-timeout-ms", WAIT_MS])?;
+    let run = script(&python, "overdue_client.py").arg(up.mcp_url()).output();
+    let output = match tokio::time::timeout(Duration::from_secs(120), run).await {
+        Ok(output) => output.context("cannot run the Python client")?,
+        Err(_) => bail!("the Python client did not finish\n--- conveyor log ---\n{}", up.log_text()),
+    };
+    ensure!(
+        output.status.success(),
+        "the Python client failed\n{}\n--- conveyor log ---\n{}",
+        output_text(&output),
+        up.log_text()
+    );
+    print!("{}", String::from_utf8_lossy(&output.stdout));
+    Ok(())
+}
