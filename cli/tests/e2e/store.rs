@@ -1838,6 +1838,69 @@ async fn a_repeated_escalation_answers_that_the_call_is_escalated() {
     assert!(!h.store.escalate(&attempt, "Working").await.expect("escalate a plain call again"));
 }
 
+/// The first terminal status event the waiter gets within 10 s.
+async fn terminal_event(waiter: &mut conveyor_shared::events::Waiter) -> TaskEvent {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let delivery = tokio::time::timeout_at(deadline, waiter.recv()).await.expect("a terminal event");
+        match delivery.expect("the hub runs") {
+            Delivery::Event(event @ TaskEvent::Status { status, .. }) if status.is_terminal() => {
+                return event;
+            }
+            _ => {}
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_task_that_settles_after_its_ttl_stays_readable_for_a_grace() {
+    let mut h = setup().await;
+    let s = Shard(2);
+    let hub = h.store.events().await.expect("events");
+    // A synchronous call whose work outlives its TTL (no maintenance runs here to expire it).
+    let call = NewTask { ttl_ms: 300, mode: TaskMode::Sync, waiter: Some(hub.inbox(s)), ..new_task(s) };
+    let mut waiter = hub.waiter(&call.task_id);
+    let id = h.create(&call).await;
+    let attempt = h.start(&id).await;
+    let task = h.create(&NewTask { ttl_ms: 300, ..new_task(s) }).await;
+    let task_attempt = h.start(&task).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let big = ToolOutcome::Result(result::text("r".repeat(100 * 1024)));
+    h.store.complete(&attempt, Some(&big), false, 0).await.expect("complete");
+    h.store.complete(&task_attempt, Some(&ok("late")), false, 0).await.expect("complete");
+
+    // The waiter hears that its call settled, without the result (too large for the event), and
+    // reads the result as a follower does.
+    match terminal_event(&mut waiter).await {
+        TaskEvent::Status { status, result, .. } => {
+            assert_eq!(status, TaskStatus::Completed);
+            assert!(result.is_none(), "a result over 64 KiB does not travel with its event");
+        }
+        other => panic!("{other:?}"),
+    }
+    let read = TaskRead { hidden: true, allowance: 1 << 20, ..TaskRead::new("alice", TaskParts::OUTCOME) };
+    match h.store.read_task(&id, &read).await.expect("read") {
+        ReadOutcome::Read(detail) => {
+            assert_eq!(detail.task.status, TaskStatus::Completed);
+            let text =
+                detail.task.result.as_ref().and_then(|r| r["content"][0]["text"].as_str()).unwrap_or("");
+            assert_eq!(text.len(), 100 * 1024, "the whole result");
+        }
+        other => panic!("the waiter could not read the result it was told of: {other:?}"),
+    }
+    // A task that settled late, with no waiter, is readable too, for a while.
+    let got = h.store.get_task(&task).await.expect("get").expect("readable after settling late");
+    assert_eq!(got.status, TaskStatus::Completed);
+    for id in [&id, &task] {
+        let ttl: i64 = h.conn().pttl(task_key(id)).expect("pttl");
+        assert!(ttl > 1_000, "task {id} is kept {ttl} ms more");
+        assert!(h.store.task_status(id).await.expect("status").is_some());
+    }
+    // Its maintenance finds nothing to expire: a settled task's keys expire by themselves.
+    assert!(h.due(s).await.1.is_empty());
+    assert!(h.exists(&task_key(&task)));
+}
+
 #[tokio::test]
 async fn a_waiter_that_falls_behind_still_gets_the_terminal_status() {
     let h = setup().await;

@@ -724,13 +724,14 @@ impl Store {
         Ok(!settled && created.saturating_add(ttl) > now_ms())
     }
 
-    /// A task read as the values of [`TASK_FIELDS`], unless it is past its TTL.
+    /// A task read as the values of [`TASK_FIELDS`], unless it is gone for its readers (unsettled
+    /// past its TTL).
     pub(crate) fn live_record(
         task_id: &str,
         values: Vec<Option<String>>,
     ) -> Result<Option<TaskRecord>, StoreError> {
         let task = TaskRecord::from_fields(task_id, values).map_err(StoreError::Corrupt)?;
-        Ok(task.filter(|t| t.created_at_ms.saturating_add(t.ttl_ms) > now_ms()))
+        Ok(task.filter(|t| !t.expired_at(now_ms())))
     }
 
     /// Starts waiting on a task from this process: its inbox joins the task's waiters, and the task
@@ -764,7 +765,7 @@ impl Store {
             .filter_map(|(field, value)| Some(((*field).to_owned(), value?)))
             .collect();
         let task = TaskRecord::from_hash(task_id, hash).map_err(StoreError::Corrupt)?;
-        Ok(task.filter(|t| t.created_at_ms.saturating_add(t.ttl_ms) > now_ms()))
+        Ok(task.filter(|t| !t.expired_at(now_ms())))
     }
 
     async fn watch_fields(
