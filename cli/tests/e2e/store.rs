@@ -1291,7 +1291,16 @@ async fn a_call_pinned_to_a_full_shard_lands_in_another_and_keeps_its_keys() {
         Created::Created
     );
     assert_ne!(shard_of(&call.task_id), Shard(0));
-    assert_eq!(h.store.call_task(&call_key).await.expect("get").as_deref(), Some(call.task_id.as_str()));
+    assert_eq!(h.store.call_tasks(&call_key).await.expect("get"), [call.task_id.clone()]);
+    // A later call under the same request id joins it, in front, whichever shard it lands in.
+    let mut again = NewTask { call_key: Some(call_key.clone()), ..new_task(Shard(0)) };
+    h.store.create_task_spread(&mut again, &limits, |_, _| {}).await.expect("create");
+    assert_eq!(
+        h.store.call_tasks(&call_key).await.expect("get"),
+        [again.task_id.clone(), call.task_id.clone()]
+    );
+    let ttl: i64 = h.conn().pttl(&call_key).expect("pttl");
+    assert!(ttl > 0 && ttl <= 60_000, "the list lives as long as its calls: {ttl} ms");
 
     // An idempotent call whose key lives in a full shard: a retry still finds the first task.
     let key = (0..)

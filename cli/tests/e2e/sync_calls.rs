@@ -127,3 +127,110 @@ async fn the_python_sdk_fetches_and_cancels_the_task_of_a_call_past_the_wait() -
     print!("{}", String::from_utf8_lossy(&output.stdout));
     Ok(())
 }
+
+/// The hidden task of the running synchronous call whose arguments carry `label`.
+async fn call_labelled(redis: &RedisServer, label: &str) -> String {
+    let needle = format!("\"label\":\"{label}\"");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut conn = redis.connection().expect("redis connection");
+        for key in redis.keys("cv:{cv.*}:t:*") {
+            let (call, mode): (Option<String>, Option<String>) =
+                redis::cmd("HMGET").arg(&key).arg("call").arg("mode").query(&mut conn).unwrap_or_default();
+            if mode.as_deref() == Some("sync") && call.is_some_and(|c| c.contains(&needle)) {
+                let id = key.rsplit(':').next().unwrap_or_default().to_owned();
+                redis
+                    .wait_node_status(&id, "root", "running", Duration::from_secs(20))
+                    .await
+                    .expect("it runs");
+                return id;
+            }
+        }
+        assert!(std::time::Instant::now() < deadline, "no call labelled {label} appeared in Redis");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn status_of(redis: &RedisServer, task: &str) -> String {
+    let mut conn = redis.connection().expect("redis connection");
+    redis::cmd("HGET")
+        .arg(conveyor_tests::process::task_key(task))
+        .arg("status")
+        .query::<Option<String>>(&mut conn)
+        .expect("hget")
+        .unwrap_or_default()
+}
+
+/// Starts a 2025-11-25 synchronous call of `slow_compute` with request id `id` (in `session`, or
+/// without one) in the background, labelled `label`.
+fn start_call(mcp: &Mcp, session: Option<&str>, id: u64, label: &str) -> tokio::task::JoinHandle<()> {
+    let mcp = mcp.clone();
+    let session = session.map(str::to_owned);
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": "slow_compute", "arguments": {"seconds": 60, "label": label}}});
+    tokio::spawn(async move {
+        let mut headers = vec![("mcp-protocol-version", "2025-11-25")];
+        if let Some(session) = &session {
+            headers.push(("mcp-session-id", session.as_str()));
+        }
+        let _ = mcp.post_raw(&headers, body.to_string()).await;
+    })
+}
+
+/// `notifications/cancelled` for request `id`, in `session` or without one.
+async fn cancel(mcp: &Mcp, session: Option<&str>, id: u64) {
+    let body = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": id, "reason": "the user gave up"}});
+    let mut headers = vec![("mcp-protocol-version", "2025-11-25")];
+    if let Some(session) = session {
+        headers.push(("mcp-session-id", session));
+    }
+    let posted = mcp.post_raw(&headers, body.to_string()).await.expect("notifications/cancelled");
+    // The gateway acts on a notification before it accepts it.
+    assert_eq!(posted.status, 202, "{}", posted.raw);
+}
+
+async fn session(mcp: &Mcp) -> String {
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "conveyor-tests", "version": "1"}}});
+    let reply = mcp.post_raw(&[], init.to_string()).await.expect("initialize");
+    reply.session_id.unwrap_or_else(|| panic!("no session: {}", reply.raw))
+}
+
+#[tokio::test]
+async fn a_sessionless_cancel_stops_only_the_call_it_matches_alone() {
+    let redis = RedisServer::start().expect("redis");
+    let up = Conveyor::up(&redis.url(), &["--fixtures"]).expect("conveyor up");
+    // Two clients of one principal (no authentication: everyone is the same caller, as two clients
+    // sharing one token are), neither with a session.
+    let (alice, bob) = (Mcp::new(up.mcp_url()), Mcp::new(up.mcp_url()));
+    wait_for_tools(&alice, &["slow_compute"]).await;
+
+    // Both use request id 7: a cancel of id 7 names neither alone, and stops neither.
+    let _a = start_call(&alice, None, 7, "alice-7");
+    let alice_7 = call_labelled(&redis, "alice-7").await;
+    let _b = start_call(&bob, None, 7, "bob-7");
+    let bob_7 = call_labelled(&redis, "bob-7").await;
+    cancel(&alice, None, 7).await;
+    assert_eq!(status_of(&redis, &alice_7), "working", "alice's call");
+    assert_eq!(status_of(&redis, &bob_7), "working", "bob's call was cancelled by alice's notification");
+    assert!(up.log_text().contains("cancel_ambiguous"), "the refusal is audited:\n{}", up.log_text());
+
+    // A request id that one call alone is running under is still cancelled.
+    let _c = start_call(&alice, None, 8, "alice-8");
+    let alice_8 = call_labelled(&redis, "alice-8").await;
+    cancel(&alice, None, 8).await;
+    assert_eq!(status_of(&redis, &alice_8), "cancelled");
+    assert_eq!(status_of(&redis, &bob_7), "working");
+
+    // With sessions, the session tells the calls apart.
+    let (alice_session, bob_session) = (session(&alice).await, session(&bob).await);
+    let _d = start_call(&alice, Some(&alice_session), 9, "alice-9");
+    let alice_9 = call_labelled(&redis, "alice-9").await;
+    let _e = start_call(&bob, Some(&bob_session), 9, "bob-9");
+    let bob_9 = call_labelled(&redis, "bob-9").await;
+    cancel(&bob, Some(&bob_session), 9).await;
+    assert_eq!(status_of(&redis, &bob_9), "cancelled");
+    assert_eq!(status_of(&redis, &alice_9), "working");
+}

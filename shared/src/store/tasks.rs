@@ -43,7 +43,7 @@ pub struct NewTask {
     /// call's first attempt sees them as if it had asked.
     pub input_responses: Option<serde_json::Map<String, Value>>,
     /// The key that finds a synchronous call's task by its request id ([`crate::keys::Shard::call`],
-    /// in the task's shard), so that `notifications/cancelled` reaches it.
+    /// in the shard the request id names), so that `notifications/cancelled` reaches it.
     pub call_key: Option<String>,
     /// A synchronous call whose tool may turn it into the client's task ([`TaskMode::Sync`] only):
     /// it is indexed for its owner from the start, and listed once it escalates.
@@ -63,6 +63,10 @@ pub enum Overdue {
     /// No such task (it expired).
     Missing,
 }
+
+/// Calls remembered under one call key ([`crate::keys::Shard::call`]); `CALLS_KEPT` in
+/// `prelude.lua`.
+pub const CALLS_KEPT: isize = 16;
 
 /// What `create_task` did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -619,9 +623,25 @@ impl Store {
             return Ok(created);
         }
         if let Some(call_key) = &new.call_key {
+            // As `remember_call` (prelude.lua) does for a call created in the key's own shard.
             let ttl = new.ttl_ms;
-            self.query::<()>(|| redis::cmd("SET").arg(call_key).arg(&new.task_id).arg("PX").arg(ttl).clone())
-                .await?;
+            let mut pipe = redis::pipe();
+            pipe.atomic()
+                .lpush(call_key, &new.task_id)
+                .ignore()
+                .ltrim(call_key, 0, CALLS_KEPT - 1)
+                .ignore()
+                .cmd("PEXPIRE")
+                .arg(call_key)
+                .arg(ttl)
+                .arg("GT")
+                .ignore()
+                .cmd("PEXPIRE")
+                .arg(call_key)
+                .arg(ttl)
+                .arg("NX")
+                .ignore();
+            self.pipeline::<()>(&pipe).await?;
         }
         if let Some(key) = &new.idempotency_key {
             let home = keys::shard_of_key(&new.owner, key, self.shards());
@@ -695,9 +715,10 @@ impl Store {
         })
     }
 
-    /// The task of a synchronous call by its call key ([`NewTask::call_key`]), while it lives.
-    pub async fn call_task(&self, call_key: &str) -> Result<Option<String>, StoreError> {
-        self.query(|| redis::Cmd::get(call_key)).await
+    /// The tasks of the synchronous calls made under one call key ([`NewTask::call_key`]), newest
+    /// first: the last [`CALLS_KEPT`] within the longest TTL among them.
+    pub async fn call_tasks(&self, call_key: &str) -> Result<Vec<String>, StoreError> {
+        self.query(|| redis::Cmd::lrange(call_key, 0, -1)).await
     }
 
     /// Reads a task; `None` when it does not exist: never created, expired (its TTL counts from
