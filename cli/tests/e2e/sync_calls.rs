@@ -1,7 +1,8 @@
 //! Synchronous calls at their edges, on real `conveyor` processes and a real Redis: a call that
 //! outlives the gateway's wait (`--sync-timeout-ms`) goes on as a task the client can fetch and
-//! cancel, on both wires and with the official Python SDK; and a 2025-11-25
-//! `notifications/cancelled` cancels only the call it can be matched to.
+//! cancel, on both wires and with the official Python SDK; a 2025-11-25 `notifications/cancelled`
+//! cancels only the call it can be matched to; and a client that reads its SSE stream slowly gets
+//! its call's end as soon as it reads on.
 
 use std::time::Duration;
 
@@ -233,4 +234,68 @@ async fn a_sessionless_cancel_stops_only_the_call_it_matches_alone() {
     cancel(&bob, Some(&bob_session), 9).await;
     assert_eq!(status_of(&redis, &bob_9), "cancelled");
     assert_eq!(status_of(&redis, &alice_9), "working");
+}
+
+#[tokio::test]
+async fn a_slow_sse_reader_gets_the_end_of_its_call_as_soon_as_it_reads() {
+    let redis = RedisServer::start().expect("redis");
+    let up = Conveyor::up(&redis.url(), &["--fixtures"]).expect("conveyor up");
+    let mcp = Mcp::new(up.mcp_url());
+    wait_for_tools(&mcp, &["slow_compute"]).await;
+
+    // A call whose client asks for progress on an SSE stream, then reads nothing for a while.
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "slow_compute", "arguments": {"seconds": 120, "label": "slow-reader"},
+        "_meta": {"progressToken": "p"}}});
+    let mut response = reqwest::Client::new()
+        .post(&mcp.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("tools/call");
+    let task = call_labelled(&redis, "slow-reader").await;
+    let mut conn = redis.connection().expect("redis connection");
+    let waiters: String = redis::cmd("HGET")
+        .arg(conveyor_tests::process::task_key(&task))
+        .arg("waiters")
+        .query(&mut conn)
+        .expect("the call's waiters");
+    let inbox = serde_json::from_str::<Vec<String>>(&waiters).expect("waiters")[0].clone();
+
+    // Far more progress than the stream's buffers hold (the sockets' included), then the end, on
+    // the gateway's inbox as the transitions publish them.
+    let padding = "x".repeat(1_000);
+    for batch in 0..20 {
+        let mut pipe = redis::pipe();
+        for i in 0..1_000 {
+            let event =
+                json!({"task": task, "type": "progress", "progress": batch * 1_000 + i, "message": padding});
+            pipe.cmd("SPUBLISH").arg(&inbox).arg(event.to_string()).ignore();
+        }
+        let () = pipe.query(&mut conn).expect("publish");
+    }
+    let end = json!({"task": task, "type": "status", "status": "completed", "message": "done",
+        "result": {"content": [{"type": "text", "text": "the end of the slow reader's call"}]}});
+    let () = redis::cmd("SPUBLISH").arg(&inbox).arg(end.to_string()).query(&mut conn).expect("publish");
+
+    // Reading now, the client gets the end after what the buffers kept, while the task (still
+    // working in Redis: only the event says it ended) has well over a minute to run.
+    let mut read = Vec::new();
+    let answered = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(chunk) = response.chunk().await.expect("the stream") {
+            read.extend_from_slice(&chunk);
+            if String::from_utf8_lossy(&read[read.len().saturating_sub(4_096)..])
+                .contains("the end of the slow reader's call")
+            {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(answered, Ok(true), "the end never came ({} bytes read)", read.len());
+    assert!(read.len() > 1_000_000, "the stream's buffers held {} bytes: they did not fill", read.len());
 }
