@@ -7,7 +7,10 @@
 //! the task publish to the inboxes of its waiters, and the hub hands each message to the local
 //! waiters of its task. When the connection drops or is re-established (a Redis restart, a
 //! failover), messages may have been lost, so every waiter is told to read its task again
-//! ([`Delivery::Resync`]), and cancel listeners to look at their running tasks again.
+//! ([`Delivery::Resync`]), and cancel listeners to look at their running tasks again. A waiter
+//! whose buffer is full (its client reads slowly) is told the same once it has read what its
+//! buffer holds, and the event that ended its task is kept for it apart from the buffer: a slow
+//! reader gets its task's end as soon as it reads, not at its next recheck.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -20,7 +23,8 @@ use crate::conn::Backend;
 use crate::keys::Shard;
 use crate::model::{InboxMessage, TaskEvent};
 
-/// Messages buffered per waiter; one that falls further behind is told to read its task again.
+/// Messages buffered per waiter; one that falls further behind is told to read its task again,
+/// and what ended its task is kept for it beside the buffer ([`Overflow`]).
 const WAITER_BUFFER: usize = 256;
 /// How often the single-server subscriber checks that its connection still answers.
 const KEEPALIVE: Duration = Duration::from_secs(20);
@@ -49,7 +53,77 @@ pub enum CancelNotice {
 /// id never takes this form.
 pub const MAINTAIN_NOTICE: &str = "$maintain";
 
-type Waiters = HashMap<String, HashMap<u64, mpsc::Sender<Delivery>>>;
+type Waiters = HashMap<String, HashMap<u64, WaiterSender>>;
+
+/// What a waiter missed because its buffer was full (its client reads slowly): a resync, and the
+/// terminal status of its task, kept apart from the buffer so that neither is ever dropped. A
+/// waiter reads it once its buffer is empty, so it comes after everything that came before it.
+#[derive(Default)]
+struct Overflow {
+    missed: Mutex<Missed>,
+    /// Wakes a waiter that waits on an empty buffer.
+    filled: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct Missed {
+    resync: bool,
+    /// The event that ended the task (a terminal status, or its expiry): after it the task never
+    /// changes, so it is all a waiter needs of what it missed.
+    last: Option<TaskEvent>,
+}
+
+impl Overflow {
+    fn missed(&self) -> std::sync::MutexGuard<'_, Missed> {
+        // Each critical section sets or takes a field, so a poisoned lock is still whole.
+        self.missed.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// What was missed, the end of the task first (a resync would only find it again).
+    fn take(&self) -> Option<Delivery> {
+        let mut missed = self.missed();
+        let resync = std::mem::take(&mut missed.resync);
+        match missed.last.take() {
+            Some(last) => Some(Delivery::Event(last)),
+            None => resync.then_some(Delivery::Resync),
+        }
+    }
+}
+
+/// The hub's end of one waiter.
+#[derive(Clone)]
+struct WaiterSender {
+    sender: mpsc::Sender<Delivery>,
+    overflow: Arc<Overflow>,
+}
+
+impl WaiterSender {
+    /// Hands `delivery` over without waiting: into the buffer, or, when it is full, into the
+    /// overflow, where the end of a task is kept and anything else becomes a resync.
+    fn send(&self, delivery: Delivery) {
+        let Err(mpsc::error::TrySendError::Full(delivery)) = self.sender.try_send(delivery) else {
+            // Sent, or the waiter is gone.
+            return;
+        };
+        {
+            let mut missed = self.overflow.missed();
+            match delivery {
+                Delivery::Event(event) if ends_task(&event) => missed.last = Some(event),
+                Delivery::Event(_) | Delivery::Resync => missed.resync = true,
+            }
+        }
+        self.overflow.filled.notify_one();
+    }
+}
+
+/// Whether `event` ends its task: nothing comes after it.
+fn ends_task(event: &TaskEvent) -> bool {
+    match event {
+        TaskEvent::Status { status, .. } => status.is_terminal(),
+        TaskEvent::Expired => true,
+        TaskEvent::Progress { .. } | TaskEvent::Log { .. } | TaskEvent::Reconnect { .. } => false,
+    }
+}
 
 struct Shared {
     waiters: Mutex<Waiters>,
@@ -68,21 +142,17 @@ impl Shared {
     }
 
     fn deliver(&self, message: InboxMessage) {
-        let targets: Vec<mpsc::Sender<Delivery>> =
+        let targets: Vec<WaiterSender> =
             self.waiters().get(&message.task_id).map(|w| w.values().cloned().collect()).unwrap_or_default();
         for target in targets {
-            if target.try_send(Delivery::Event(message.event.clone())).is_err() {
-                // A full buffer lost this event: the waiter reads the task again instead.
-                let _ = target.try_send(Delivery::Resync);
-            }
+            target.send(Delivery::Event(message.event.clone()));
         }
     }
 
     fn resync(&self) {
-        let targets: Vec<mpsc::Sender<Delivery>> =
-            self.waiters().values().flat_map(|w| w.values().cloned()).collect();
+        let targets: Vec<WaiterSender> = self.waiters().values().flat_map(|w| w.values().cloned()).collect();
         for target in targets {
-            let _ = target.try_send(Delivery::Resync);
+            target.send(Delivery::Resync);
         }
         self.cancel(CancelNotice::Resync);
     }
@@ -154,15 +224,36 @@ struct Starter {
 /// One waiter's deliveries for one task; dropping it unregisters the waiter.
 pub struct Waiter {
     receiver: mpsc::Receiver<Delivery>,
+    overflow: Arc<Overflow>,
     task_id: String,
     id: u64,
     shared: Arc<Shared>,
 }
 
 impl Waiter {
-    /// The next delivery. `None` only when the hub is gone.
+    /// The next delivery: what the buffer holds, then what overflowed it. `None` only when the
+    /// hub is gone.
     pub async fn recv(&mut self) -> Option<Delivery> {
-        self.receiver.recv().await
+        loop {
+            match self.receiver.try_recv() {
+                Ok(delivery) => return Some(delivery),
+                Err(mpsc::error::TryRecvError::Disconnected) => return self.overflow.take(),
+                Err(mpsc::error::TryRecvError::Empty) => {}
+            }
+            if let Some(missed) = self.overflow.take() {
+                return Some(missed);
+            }
+            tokio::select! {
+                biased;
+                delivery = self.receiver.recv() => match delivery {
+                    Some(delivery) => return Some(delivery),
+                    None => return self.overflow.take(),
+                },
+                // Something overflowed while the buffer was empty (it filled and drained between
+                // the looks above): look again.
+                () = self.overflow.filled.notified() => {}
+            }
+        }
     }
 }
 
@@ -229,9 +320,11 @@ impl EventHub {
     /// the task publish to this process (creating it, watching it), so that nothing is missed.
     pub fn waiter(&self, task_id: &str) -> Waiter {
         let (sender, receiver) = mpsc::channel(WAITER_BUFFER);
+        let overflow = Arc::new(Overflow::default());
         let id = self.shared.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let sender = WaiterSender { sender, overflow: overflow.clone() };
         self.shared.waiters().entry(task_id.to_owned()).or_default().insert(id, sender);
-        Waiter { receiver, task_id: task_id.to_owned(), id, shared: self.shared.clone() }
+        Waiter { receiver, overflow, task_id: task_id.to_owned(), id, shared: self.shared.clone() }
     }
 }
 
@@ -358,4 +451,84 @@ async fn subscribe_cluster(
         conn.ssubscribe(channel).await?;
     }
     Ok(conn)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::TaskStatus;
+
+    fn shared() -> Arc<Shared> {
+        Arc::new(Shared {
+            waiters: Mutex::default(),
+            next_id: Default::default(),
+            cancels: Mutex::default(),
+            inboxes: Vec::new(),
+            cancel_channels: HashMap::new(),
+        })
+    }
+
+    fn waiter(shared: &Arc<Shared>, task_id: &str) -> Waiter {
+        let (sender, receiver) = mpsc::channel(WAITER_BUFFER);
+        let overflow = Arc::new(Overflow::default());
+        shared
+            .waiters()
+            .entry(task_id.to_owned())
+            .or_default()
+            .insert(0, WaiterSender { sender, overflow: overflow.clone() });
+        Waiter { receiver, overflow, task_id: task_id.to_owned(), id: 0, shared: shared.clone() }
+    }
+
+    fn event(event: TaskEvent) -> InboxMessage {
+        InboxMessage { task_id: "t".to_owned(), event }
+    }
+
+    fn progress(progress: f64) -> TaskEvent {
+        TaskEvent::Progress { progress, total: None, message: None }
+    }
+
+    fn status(status: TaskStatus) -> TaskEvent {
+        TaskEvent::Status {
+            status,
+            message: None,
+            result: None,
+            error: None,
+            input_requests: None,
+            input_rounds: Box::default(),
+            escalated: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_full_buffer_keeps_the_end_of_the_task_after_what_it_holds() {
+        let shared = shared();
+        let mut waiter = waiter(&shared, "t");
+        for i in 0..WAITER_BUFFER + 10 {
+            shared.deliver(event(progress(i as f64)));
+        }
+        shared.deliver(event(status(TaskStatus::Completed)));
+        shared.resync();
+        for i in 0..WAITER_BUFFER {
+            assert_eq!(waiter.recv().await, Some(Delivery::Event(progress(i as f64))));
+        }
+        // What overflowed: the end, which a resync would only find again.
+        assert_eq!(waiter.recv().await, Some(Delivery::Event(status(TaskStatus::Completed))));
+        assert!(waiter.overflow.take().is_none(), "told once");
+    }
+
+    #[tokio::test]
+    async fn a_full_buffer_without_an_end_asks_for_a_resync_once_it_is_read() {
+        let shared = shared();
+        let mut waiter = waiter(&shared, "t");
+        for i in 0..WAITER_BUFFER + 1 {
+            shared.deliver(event(progress(i as f64)));
+        }
+        for _ in 0..WAITER_BUFFER {
+            assert!(matches!(waiter.recv().await, Some(Delivery::Event(TaskEvent::Progress { .. }))));
+        }
+        assert_eq!(waiter.recv().await, Some(Delivery::Resync));
+        // An event that finds room again goes through the buffer, as ever.
+        shared.deliver(event(status(TaskStatus::Failed)));
+        assert_eq!(waiter.recv().await, Some(Delivery::Event(status(TaskStatus::Failed))));
+    }
 }

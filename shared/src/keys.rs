@@ -105,11 +105,13 @@ impl Shard {
         format!("{}:idem:{}:{}", self.tag(), part(owner), part(key))
     }
 
-    /// The hidden task of a synchronous call, by the request id the client gave it in `scope` (a
-    /// 2025-11-25 session, or the principal), so that `notifications/cancelled` on any gateway
-    /// finds the call's work. Both parts are escaped, as in [`Shard::idempotency`].
+    /// The hidden tasks of the synchronous calls the client made under one request id in `scope`
+    /// (a 2025-11-25 session, or the principal), newest first, so that `notifications/cancelled`
+    /// on any gateway finds the call's work, and knows when the id names more than one call (two
+    /// clients of one principal without sessions). A list, trimmed to the last few calls. Both
+    /// parts are escaped, as in [`Shard::idempotency`].
     pub fn call(self, scope: &str, request_id: &str) -> String {
-        format!("{}:call:{}:{}", self.tag(), part(scope), part(request_id))
+        format!("{}:calls:{}:{}", self.tag(), part(scope), part(request_id))
     }
 
     /// A list of one principal's memory of a tool under a name (a root's troubleshooting

@@ -224,10 +224,18 @@ impl TaskStatusRecord {
         })
     }
 
-    /// Whether the task's TTL, counted from its creation, has run out at `now_ms`.
+    /// Whether the task is gone for its readers at `now_ms`: an unsettled task whose TTL, counted
+    /// from its creation, has run out. A settled task is there as long as its keys are: one that
+    /// settled at or after its TTL is kept a grace after it settled (`prelude.lua`'s `settle`).
     pub fn expired_at(&self, now_ms: u64) -> bool {
-        self.created_at_ms.saturating_add(self.ttl_ms) <= now_ms
+        outlived(self.status, self.created_at_ms, self.ttl_ms, now_ms)
     }
+}
+
+/// Whether a task in `status`, created at `created_at_ms` with `ttl_ms`, is gone for its readers at
+/// `now_ms` (see [`TaskStatusRecord::expired_at`]).
+fn outlived(status: TaskStatus, created_at_ms: u64, ttl_ms: u64, now_ms: u64) -> bool {
+    !status.is_terminal() && created_at_ms.saturating_add(ttl_ms) <= now_ms
 }
 
 impl TaskRecord {
@@ -324,6 +332,11 @@ impl TaskRecord {
             output_node,
             mode: head.mode,
         }))
+    }
+
+    /// Whether the task is gone for its readers at `now_ms` ([`TaskStatusRecord::expired_at`]).
+    pub fn expired_at(&self, now_ms: u64) -> bool {
+        outlived(self.status, self.created_at_ms, self.ttl_ms, now_ms)
     }
 
     /// The task's status and times, as a listing shows them.

@@ -31,6 +31,7 @@ mod rmcp_client;
 mod root_grants;
 mod store;
 mod subscriptions;
+mod sync_calls;
 mod task_resources;
 mod tenants;
 mod terminal;

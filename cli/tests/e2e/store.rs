@@ -7,15 +7,16 @@ use std::time::Duration;
 
 use conveyor_shared::Store;
 use conveyor_shared::call::CallRecord;
-use conveyor_shared::events::CancelNotice;
+use conveyor_shared::events::{CancelNotice, Delivery};
 use conveyor_shared::input::{self, InputRequired};
 use conveyor_shared::keys::{self, Shard};
 use conveyor_shared::model::{
-    ROOT_NODE, RpcError, TaskMode, TaskStatus, ToolOutcome, WorkItem, new_task_id, now_ms, result,
+    ROOT_NODE, RpcError, TaskEvent, TaskMode, TaskStatus, ToolOutcome, WorkItem, new_task_id, now_ms, result,
 };
 use conveyor_shared::store::{
     AnswerOutcome, Attempt, CancelOutcome, CompleteOutcome, Created, Limits, MaintainOutcome, NewTask,
-    NodeStart, ParkOutcome, ReclaimOutcome, SlotShares, StartOutcome, TaskIndex, WorkReader, WorkerRecord,
+    NodeStart, Overdue, ParkOutcome, ReclaimOutcome, SlotShares, StartOutcome, TaskIndex, WorkReader,
+    WorkerRecord,
 };
 use conveyor_shared::store::{Gate, GateKind, ReadOutcome, TaskParts, TaskRead};
 use conveyor_tests::RedisServer;
@@ -1450,7 +1451,16 @@ async fn a_call_pinned_to_a_full_shard_lands_in_another_and_keeps_its_keys() {
         Created::Created
     );
     assert_ne!(shard_of(&call.task_id), Shard(0));
-    assert_eq!(h.store.call_task(&call_key).await.expect("get").as_deref(), Some(call.task_id.as_str()));
+    assert_eq!(h.store.call_tasks(&call_key).await.expect("get"), [call.task_id.clone()]);
+    // A later call under the same request id joins it, in front, whichever shard it lands in.
+    let mut again = NewTask { call_key: Some(call_key.clone()), ..new_task(Shard(0)) };
+    h.store.create_task_spread(&mut again, &limits, |_, _| {}).await.expect("create");
+    assert_eq!(
+        h.store.call_tasks(&call_key).await.expect("get"),
+        [again.task_id.clone(), call.task_id.clone()]
+    );
+    let ttl: i64 = h.conn().pttl(&call_key).expect("pttl");
+    assert!(ttl > 0 && ttl <= 60_000, "the list lives as long as its calls: {ttl} ms");
 
     // An idempotent call whose key lives in a full shard: a retry still finds the first task.
     let key = (0..)
@@ -1973,4 +1983,169 @@ async fn after_an_output_that_did_not_fit_a_shard_takes_no_call_of_its_owner_unt
     h.store.maintain(s, 100, Duration::from_secs(5), Duration::ZERO).await.expect("maintain");
     assert!(!h.load(s).contains_key("full:alice"), "{:?}", h.load(s));
     assert_eq!(h.store.create_task(&new_task(s), &limits).await.expect("create"), Created::Created);
+}
+
+#[tokio::test]
+async fn a_repeated_escalation_answers_that_the_call_is_escalated() {
+    let mut h = setup().await;
+    let id = h.create(&NewTask { mode: TaskMode::Sync, escalable: true, ..new_task(Shard(2)) }).await;
+    let attempt = h.start(&id).await;
+    assert!(h.store.escalate(&attempt, "Working").await.expect("escalate"));
+    // The reply was lost, and the tool asks again: the call is a task, and it is told so.
+    assert!(h.store.escalate(&attempt, "Working").await.expect("escalate again"), "a repeat says escalated");
+    let page =
+        h.store.list_tasks(TaskIndex::Owner("alice"), None, 50).await.expect("list").expect("valid cursor");
+    assert_eq!(page.tasks.iter().map(|t| t.task_id.as_str()).collect::<Vec<_>>(), vec![id.as_str()]);
+
+    // A call created as a task was never escalated, nor is a synchronous call that may not be.
+    let task = h.create(&new_task(Shard(2))).await;
+    let attempt = h.start(&task).await;
+    assert!(!h.store.escalate(&attempt, "Working").await.expect("escalate a task"));
+    let plain = h.create(&NewTask { mode: TaskMode::Sync, ..new_task(Shard(2)) }).await;
+    let attempt = h.start(&plain).await;
+    assert!(!h.store.escalate(&attempt, "Working").await.expect("escalate a plain call"));
+    assert!(!h.store.escalate(&attempt, "Working").await.expect("escalate a plain call again"));
+}
+
+/// The first terminal status event the waiter gets within 10 s.
+async fn terminal_event(waiter: &mut conveyor_shared::events::Waiter) -> TaskEvent {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let delivery = tokio::time::timeout_at(deadline, waiter.recv()).await.expect("a terminal event");
+        match delivery.expect("the hub runs") {
+            Delivery::Event(event @ TaskEvent::Status { status, .. }) if status.is_terminal() => {
+                return event;
+            }
+            _ => {}
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_task_that_settles_after_its_ttl_stays_readable_for_a_grace() {
+    let mut h = setup().await;
+    let s = Shard(2);
+    let hub = h.store.events().await.expect("events");
+    // A synchronous call whose work outlives its TTL (no maintenance runs here to expire it).
+    let call = NewTask { ttl_ms: 300, mode: TaskMode::Sync, waiter: Some(hub.inbox(s)), ..new_task(s) };
+    let mut waiter = hub.waiter(&call.task_id);
+    let id = h.create(&call).await;
+    let attempt = h.start(&id).await;
+    let task = h.create(&NewTask { ttl_ms: 300, ..new_task(s) }).await;
+    let task_attempt = h.start(&task).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let big = ToolOutcome::Result(result::text("r".repeat(100 * 1024)));
+    h.store.complete(&attempt, Some(&big), false, 0).await.expect("complete");
+    h.store.complete(&task_attempt, Some(&ok("late")), false, 0).await.expect("complete");
+
+    // The waiter hears that its call settled, without the result (too large for the event), and
+    // reads the result as a follower does.
+    match terminal_event(&mut waiter).await {
+        TaskEvent::Status { status, result, .. } => {
+            assert_eq!(status, TaskStatus::Completed);
+            assert!(result.is_none(), "a result over 64 KiB does not travel with its event");
+        }
+        other => panic!("{other:?}"),
+    }
+    let read = TaskRead { hidden: true, allowance: 1 << 20, ..TaskRead::new("alice", TaskParts::OUTCOME) };
+    match h.store.read_task(&id, &read).await.expect("read") {
+        ReadOutcome::Read(detail) => {
+            assert_eq!(detail.task.status, TaskStatus::Completed);
+            let text =
+                detail.task.result.as_ref().and_then(|r| r["content"][0]["text"].as_str()).unwrap_or("");
+            assert_eq!(text.len(), 100 * 1024, "the whole result");
+        }
+        other => panic!("the waiter could not read the result it was told of: {other:?}"),
+    }
+    // A task that settled late, with no waiter, is readable too, for a while.
+    let got = h.store.get_task(&task).await.expect("get").expect("readable after settling late");
+    assert_eq!(got.status, TaskStatus::Completed);
+    for id in [&id, &task] {
+        let ttl: i64 = h.conn().pttl(task_key(id)).expect("pttl");
+        assert!(ttl > 1_000, "task {id} is kept {ttl} ms more");
+        assert!(h.store.task_status(id).await.expect("status").is_some());
+    }
+    // Its maintenance finds nothing to expire: a settled task's keys expire by themselves.
+    assert!(h.due(s).await.1.is_empty());
+    assert!(h.exists(&task_key(&task)));
+}
+
+#[tokio::test]
+async fn a_waiter_that_falls_behind_still_gets_the_terminal_status() {
+    let h = setup().await;
+    let s = Shard(1);
+    let hub = h.store.events().await.expect("events");
+    let slow = new_task_id(s);
+    let marker = new_task_id(s);
+    let mut waiter = hub.waiter(&slow);
+    let mut marker_waiter = hub.waiter(&marker);
+    // A waiter that reads nothing for a while (its SSE client is slow): far more progress than
+    // its buffer holds, then the end, then a marker on another task; the inbox keeps their order.
+    let mut pipe = redis::pipe();
+    for i in 0..1_000 {
+        let event = json!({"task": slow, "type": "progress", "progress": i});
+        pipe.cmd("SPUBLISH").arg(hub.inbox(s)).arg(event.to_string()).ignore();
+    }
+    let done = json!({"task": slow, "type": "status", "status": "completed", "message": "done",
+        "result": {"content": [{"type": "text", "text": "the end"}]}});
+    pipe.cmd("SPUBLISH").arg(hub.inbox(s)).arg(done.to_string()).ignore();
+    let mark = json!({"task": marker, "type": "status", "status": "working", "message": "marker"});
+    pipe.cmd("SPUBLISH").arg(hub.inbox(s)).arg(mark.to_string()).ignore();
+    let () = pipe.query(&mut h.conn()).expect("publish");
+    // (A waiter registered as the hub starts may be told to resync first.)
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), marker_waiter.recv()).await {
+            Ok(Some(Delivery::Event(_))) => break,
+            Ok(Some(Delivery::Resync)) => {}
+            other => panic!("the marker never arrived: {other:?}"),
+        }
+    }
+
+    // Everything before the marker has reached the slow waiter or overflowed it: reading now,
+    // it gets the terminal status (after what its buffer kept), not only a later recheck.
+    let mut progress = 0;
+    loop {
+        match tokio::time::timeout(Duration::from_secs(5), waiter.recv()).await {
+            Ok(Some(Delivery::Event(TaskEvent::Progress { .. }))) => progress += 1,
+            Ok(Some(Delivery::Event(TaskEvent::Status { status, result, .. }))) => {
+                assert_eq!(status, TaskStatus::Completed);
+                assert_eq!(result.expect("the result travelled")["content"][0]["text"], "the end");
+                break;
+            }
+            Ok(Some(Delivery::Resync)) => {}
+            other => panic!("the terminal status was lost ({progress} progress events read): {other:?}"),
+        }
+    }
+    assert!(progress < 1_000, "the buffer is bounded: {progress} progress events were kept");
+}
+
+#[tokio::test]
+async fn a_call_its_gateway_stopped_waiting_for_becomes_the_clients_task() {
+    let mut h = setup().await;
+    let s = Shard(3);
+    let id = h.create(&NewTask { mode: TaskMode::Sync, ..new_task(s) }).await;
+    let attempt = h.start(&id).await;
+    let read = TaskRead::new("alice", TaskParts::STATUS);
+    assert!(matches!(h.store.read_task(&id, &read).await.expect("read"), ReadOutcome::Missing), "hidden");
+
+    assert_eq!(h.store.escalate_overdue(&id, "alice", 60_000).await.expect("escalate"), Overdue::Escalated);
+    assert_eq!(h.store.escalate_overdue(&id, "alice", 60_000).await.expect("again"), Overdue::Escalated);
+    assert!(matches!(h.store.read_task(&id, &read).await.expect("read"), ReadOutcome::Read(_)), "visible");
+    let page =
+        h.store.list_tasks(TaskIndex::Owner("alice"), None, 50).await.expect("list").expect("valid cursor");
+    assert_eq!(page.tasks.iter().map(|t| t.task_id.as_str()).collect::<Vec<_>>(), vec![id.as_str()]);
+    // Its tool, asking to escalate it too, hears that it is a task.
+    assert!(h.store.escalate(&attempt, "Working").await.expect("the tool's escalate"));
+    h.store.complete(&attempt, Some(&ok("done")), false, 0).await.expect("complete");
+    assert_eq!(h.store.escalate_overdue(&id, "alice", 60_000).await.expect("settled"), Overdue::Escalated);
+
+    // A call that settled before its gateway gave up is answered with its outcome.
+    let settled = h.create(&NewTask { mode: TaskMode::Sync, ..new_task(s) }).await;
+    let attempt = h.start(&settled).await;
+    h.store.complete(&attempt, Some(&ok("done")), false, 0).await.expect("complete");
+    assert_eq!(h.store.escalate_overdue(&settled, "alice", 60_000).await.expect("late"), Overdue::Settled);
+    assert_eq!(
+        h.store.escalate_overdue(&new_task_id(s), "alice", 60_000).await.expect("x"),
+        Overdue::Missing
+    );
 }

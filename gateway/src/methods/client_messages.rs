@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 
 use conveyor_shared::keys;
+use conveyor_shared::model::TaskMode;
 use conveyor_shared::store::{AnswerOutcome, CancelOutcome};
 use serde_json::{Map, Value};
 
@@ -62,6 +63,11 @@ pub(crate) async fn client_response(state: &AppState, caller: &Caller, id: &Valu
 
 /// A notification from the client. `notifications/cancelled` stops the work of a synchronous
 /// call (a task is cancelled with tasks/cancel instead); the rest need nothing from the gateway.
+///
+/// A cancel names only a request id, in the request's session or, without one, in its principal's
+/// name: two clients of one principal without sessions (sharing a token) may each have a call
+/// under the same id. It cancels the one call of its caller still running under that id; when
+/// there are several, it cannot tell which is meant, and cancels none (audited).
 pub(crate) async fn notification(
     state: &AppState,
     caller: &Caller,
@@ -78,14 +84,21 @@ pub(crate) async fn notification(
     let scope = session.cloned().unwrap_or_else(|| caller.principal.clone());
     let request_id = request_id_text(id);
     let shard = keys::shard_of_key(&scope, &request_id, state.store.shards());
-    let task_id = match state.store.call_task(&shard.call(&scope, &request_id)).await {
-        Ok(Some(task_id)) => task_id,
-        Ok(None) => {
+    let running = match calls_in_progress(state, caller, &shard.call(&scope, &request_id)).await {
+        Ok(running) => running,
+        Err(e) => {
+            tracing::warn!(%id, error = %e, "could not look up a cancelled call");
+            return;
+        }
+    };
+    let task_id = match <[String; 1]>::try_from(running) {
+        Ok([task_id]) => task_id,
+        Err(running) if running.is_empty() => {
             tracing::debug!(%id, "notifications/cancelled for no call in progress; ignored");
             return;
         }
-        Err(e) => {
-            tracing::warn!(%id, error = %e, "could not look up a cancelled call");
+        Err(running) => {
+            tracing::info!(target: "conveyor::audit", event = "cancel_ambiguous", principal = %caller.principal, session = session.is_some(), request = %id, calls = running.len(), "notifications/cancelled names a request id several calls of this caller run under; nothing cancelled (use a session to tell them apart)");
             return;
         }
     };
@@ -101,6 +114,30 @@ pub(crate) async fn notification(
         Ok(_) => {}
         Err(e) => tracing::warn!(task = %task_id, error = %e, "could not cancel a call"),
     }
+}
+
+/// The calls of `caller` still running under `call_key`: its synchronous calls not yet over, nor
+/// become tasks (those are cancelled with tasks/cancel).
+async fn calls_in_progress(
+    state: &AppState,
+    caller: &Caller,
+    call_key: &str,
+) -> Result<Vec<String>, conveyor_shared::StoreError> {
+    let mut running = Vec::new();
+    for task_id in state.store.call_tasks(call_key).await? {
+        let Some(task) = state.store.task_status(&task_id).await? else { continue };
+        if task.owner != caller.principal {
+            super::audit_denied(
+                caller,
+                "notifications/cancelled",
+                &task_id,
+                "the call belongs to another principal",
+            );
+        } else if task.mode == TaskMode::Sync && !task.status.is_terminal() {
+            running.push(task_id);
+        }
+    }
+    Ok(running)
 }
 
 #[cfg(test)]

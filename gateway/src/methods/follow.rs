@@ -1,6 +1,8 @@
 //! A request that waits for a task's end: relays progress and (on 2025-11-25) the task's requests
 //! for input from the gateway's inbox, answers from the terminal event (which carries a small
-//! result), and reads the task again only when events may have been lost.
+//! result), and reads the task again only when events may have been lost. A synchronous call
+//! whose wait runs out hands its hidden task to the client as a task of its own (escalates it),
+//! so that the work it leaves running stays in the client's reach.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -8,7 +10,7 @@ use std::time::Duration;
 
 use conveyor_shared::events::{Delivery, Waiter};
 use conveyor_shared::model::{LogLevel, TaskEvent, TaskMode, TaskRecord, TaskStatus};
-use conveyor_shared::store::{CancelOutcome, TaskParts};
+use conveyor_shared::store::{CancelOutcome, Overdue, TaskParts};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -19,7 +21,8 @@ use super::client_messages::input_request_id;
 use super::{ReplyStream, StreamItem, task_not_found};
 use crate::rpc::{self, RpcFailure};
 use crate::state::AppState;
-use crate::wire::META_RELATED_TASK;
+use crate::wire::{META_RELATED_TASK, Wire};
+use rmcp::model::TASKS_EXTENSION_ID;
 
 /// How often a waiting request reads its task again although no event said so: events are only
 /// lost when the subscription drops, and then every waiter reads again at once; this is a last
@@ -44,12 +47,27 @@ pub(super) struct Follow {
     pub related_task: bool,
     /// The follow is the client's synchronous call: when the client goes away, its work stops.
     pub cancel_when_gone: bool,
+    /// What becomes of the task when the deadline comes.
+    pub when_overdue: WhenOverdue,
     /// The reply stream can be resumed after a disconnect, from this point; a tool may then let
     /// the stream close (`ToolContext::release_stream`).
     pub resume: Option<super::resume::ResumePoint>,
     /// Where a result read from Redis (one too large to travel with its event) holds its memory
     /// of the caller's budget until the reply is written.
     pub reply_budget: crate::state::ReplyBudget,
+}
+
+/// What a follow does with its task when its deadline comes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum WhenOverdue {
+    /// Nothing: the client's task runs on, and the client asks again (`tasks/result`).
+    AskAgain,
+    /// The hidden task of a tool's synchronous call becomes the client's task
+    /// ([`Stopped::Overdue`]), which it can fetch and cancel.
+    Escalate,
+    /// The hidden task of an offer's call (`prompts/get`, `resources/read`), which has no task
+    /// form, is cancelled: nobody could fetch what it would make.
+    Cancel,
 }
 
 /// Where a follow stopped.
@@ -60,6 +78,9 @@ pub(super) enum Stopped {
     InputRequired(TaskRecord),
     /// The hidden task of a synchronous call became the client's task.
     Escalated(TaskRecord),
+    /// The wait of a synchronous call ran out: its hidden task became the client's task, which
+    /// runs on ([`overdue_failure`] says so to a client that cannot take a task as the answer).
+    Overdue(TaskRecord),
 }
 
 impl Stopped {
@@ -211,6 +232,7 @@ async fn wait_until_stopped(
         related_task,
         resume,
         reply_budget,
+        when_overdue,
         ..
     } = follow;
     // Whether a task as read from Redis stops the follow.
@@ -365,9 +387,39 @@ async fn wait_until_stopped(
                 relay.input_requests(&task).await;
             }
             () = tokio::time::sleep_until(give_up) => {
-                return Err(RpcFailure::internal(format!(
-                    "Task `{task_id}` is still running after {deadline:?}; it goes on, ask again later"
-                )));
+                match when_overdue {
+                    WhenOverdue::Escalate => {}
+                    WhenOverdue::AskAgain => {
+                        return Err(RpcFailure::internal(format!(
+                            "Task `{task_id}` is still running after {deadline:?}; it goes on, ask again later"
+                        )));
+                    }
+                    WhenOverdue::Cancel => {
+                        let message = "Cancelled: it took longer than the server waits for a synchronous call";
+                        state.store.cancel_task(&task_id, "", message).await?;
+                        return Err(RpcFailure::internal(format!(
+                            "The request did not finish within {} s, as long as this server waits (CONVEYOR_SYNC_TIMEOUT_MS); its work was stopped",
+                            deadline.as_secs_f64()
+                        )));
+                    }
+                }
+                // The work runs on: as the client's task, which it can fetch and cancel, never
+                // as a hidden one out of its reach.
+                let retention = super::index_retention_ms(state);
+                return match state.store.escalate_overdue(&task_id, &task.owner, retention).await? {
+                    Overdue::Escalated => {
+                        tracing::info!(task = %task_id, waited = ?deadline, "a synchronous call outlived its wait; it is the client's task now");
+                        task.mode = TaskMode::Task;
+                        Ok(Some(Stopped::Overdue(task)))
+                    }
+                    // It settled just now: its outcome is the call's answer after all.
+                    Overdue::Settled => {
+                        let mut settled = read(&task_id).await?;
+                        settled.call = std::mem::take(&mut task.call);
+                        Ok(Some(Stopped::Terminal(settled)))
+                    }
+                    Overdue::Missing => Err(task_not_found(&task_id)),
+                };
             }
             () = tx.closed() => {
                 return Err(RpcFailure::internal("the client went away"));
@@ -380,4 +432,35 @@ async fn wait_until_stopped(
             }
         }
     }
+}
+
+/// The answer to a synchronous call whose wait ran out, for a client that cannot take a task as
+/// the call's answer (2025-11-25, or 2026-07-28 without the tasks extension): an error that names
+/// the task the call became, what it is, and how to fetch and cancel it.
+pub(super) fn overdue_failure(wire: Wire, task: &TaskRecord, waited: Duration) -> RpcFailure {
+    let task_id = &task.task_id;
+    let status = task.status_record();
+    let (how, shown) = match wire {
+        Wire::V2025 => (
+            "fetch it with tasks/get and tasks/result, stop it with tasks/cancel".to_owned(),
+            crate::wire::task_2025(&status, task.call.poll_interval_ms),
+        ),
+        Wire::V2026 => (
+            format!(
+                "fetch it with tasks/get, stop it with tasks/cancel (declaring the {TASKS_EXTENSION_ID} extension)"
+            ),
+            json!(crate::wire::task_2026(&status, task.call.poll_interval_ms)),
+        ),
+    };
+    RpcFailure::internal(format!(
+        "The call is still running after {} s, as long as this server waits for a synchronous call; \
+         it goes on as task `{task_id}`: {how}",
+        waited.as_secs_f64()
+    ))
+    .with_data(json!({
+        "taskId": task_id,
+        "task": shown,
+        "reason": "the call outlived the server's wait for a synchronous call (CONVEYOR_SYNC_TIMEOUT_MS); it became a task",
+        "_meta": {META_RELATED_TASK: {"taskId": task_id}},
+    }))
 }

@@ -269,6 +269,11 @@ pub(crate) async fn reply_from(mut stream: ReplyStream, mode: ReplyMode) -> Resu
 /// Owner index entries are kept as long as the longest-lived task could be listed.
 const OWNER_INDEX_SLACK_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 
+/// How long an owner's task index is kept at least: as long as its longest-lived task.
+pub(crate) fn index_retention_ms(state: &AppState) -> u64 {
+    state.config.task_ttl_max_ms + OWNER_INDEX_SLACK_MS
+}
+
 /// What every call of a tool or an offer stores for its worker: the wire, the arguments, the
 /// client's capabilities, the roots its caller may read. A `tools/call` adds its progress token
 /// and log level.
@@ -313,7 +318,7 @@ pub(crate) fn new_task(
         idempotency_key: None,
         queues: catalog.queues.clone(),
         waiter: None,
-        index_retention_ms: state.config.task_ttl_max_ms + OWNER_INDEX_SLACK_MS,
+        index_retention_ms: index_retention_ms(state),
         input_responses: None,
         escalable: false,
         call_key: None,

@@ -79,6 +79,7 @@ pub(super) async fn run_offer(
             request_state,
             round.responses,
             ctx.accepts_sse,
+            rounds::Overdue::Offer,
             ctx.reply_budget.clone(),
         )
         .await;
@@ -122,6 +123,7 @@ pub(super) async fn run_offer(
         None,
         mode,
         true,
+        rounds::Overdue::Offer,
         ctx.reply_budget.clone(),
     )
     .await;

@@ -12,7 +12,7 @@ use conveyor_shared::store::TaskParts;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::follow::{Follow, Stopped, follow_task};
+use super::follow::{Follow, Stopped, WhenOverdue, follow_task};
 use super::tasks_result::task_result_payload;
 use super::tools_call::sync_outcome;
 use super::{ReplyStream, task_not_found};
@@ -21,6 +21,7 @@ use crate::reads::{Found, Reader, read_task};
 use crate::rpc::RpcFailure;
 use crate::signing::{Purpose, Refused, SigningKey};
 use crate::state::AppState;
+use crate::wire::Wire;
 
 /// How long a client waits before it resumes a stream the gateway closed (the SSE `retry`).
 pub const RESUME_AFTER: Duration = Duration::from_millis(1_000);
@@ -79,6 +80,7 @@ pub async fn resume(
     };
     let task = held.detail.task;
     let kind = point.kind;
+    let waited = state.config.sync_call_timeout;
     let follow = Follow {
         // The wait takes it from the call record when it joins the task's waiters.
         progress_token: None,
@@ -92,12 +94,18 @@ pub async fn resume(
         relay_input: true,
         related_task: kind == ResumeKind::Result,
         cancel_when_gone: kind == ResumeKind::Call,
+        // A resumed call's wait runs out as its first one would have (a 2025-11-25 stream).
+        when_overdue: match kind {
+            ResumeKind::Call => WhenOverdue::Escalate,
+            ResumeKind::Result => WhenOverdue::AskAgain,
+        },
         resume: Some(point),
         reply_budget,
     };
     Ok(follow_task(state, follow, None, move |stopped| match stopped {
         Stopped::Terminal(task) if kind == ResumeKind::Call => sync_outcome(&task),
         Stopped::Terminal(task) => task_result_payload(task),
+        Stopped::Overdue(task) => Err(super::follow::overdue_failure(Wire::V2025, &task, waited)),
         Stopped::InputRequired(task) | Stopped::Escalated(task) => Err(RpcFailure::internal(format!(
             "task `{}` stopped being followed before its end",
             task.task_id

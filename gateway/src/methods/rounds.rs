@@ -17,7 +17,7 @@ use conveyor_shared::store::{AnswerOutcome, TaskParts};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use super::follow::{Follow, Stopped, follow_task};
+use super::follow::{Follow, Stopped, WhenOverdue, follow_task};
 use super::resume::{ResumeKind, ResumePoint};
 use super::tools_call::sync_outcome;
 use super::{Reply, ReplyMode, RequestCtx, reply_from};
@@ -89,9 +89,22 @@ struct RoundState {
     // gone is refused by `answer_input`, whatever this gateway's clock says.
 }
 
+/// What a synchronous call is, for what becomes of it when its wait runs out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Overdue {
+    /// A tool's call: it becomes the client's task. `client_tasks`: the client takes a task as the
+    /// call's answer (2026-07-28 with the tasks extension).
+    Task { client_tasks: bool },
+    /// An offer's call (`prompts/get`, `resources/read`): it is cancelled.
+    Offer,
+}
+
 /// Follows a synchronous call's hidden task: its result when it ends; on 2026-07-28 the input
 /// requests when it asks, or the task when the tool turns the call into one; on 2025-11-25 its
-/// requests go to the client on the reply stream, and the client's answers resume it.
+/// requests go to the client on the reply stream, and the client's answers resume it. A call
+/// still running when the wait runs out becomes the client's task: the answer is that task for a
+/// client that declared the tasks extension, an error naming it for any other; an offer's call is
+/// cancelled then (`overdue`).
 #[allow(clippy::too_many_arguments)] // each is a distinct fact of the call; a struct would only rename them
 pub(super) async fn follow_call(
     state: Arc<AppState>,
@@ -103,6 +116,7 @@ pub(super) async fn follow_call(
     progress_token: Option<Value>,
     mode: ReplyMode,
     cancel_when_gone: bool,
+    overdue: Overdue,
     reply_budget: crate::state::ReplyBudget,
 ) -> Result<Reply, RpcFailure> {
     // A 2025-11-25 client that takes no SSE cannot be asked anything: its call stops there.
@@ -123,13 +137,24 @@ pub(super) async fn follow_call(
         relay_input: !stop_on_input,
         related_task: false,
         cancel_when_gone,
+        when_overdue: match overdue {
+            Overdue::Task { .. } => WhenOverdue::Escalate,
+            Overdue::Offer => WhenOverdue::Cancel,
+        },
         resume,
         reply_budget,
     };
+    let waited = follow.deadline;
     let store = state.store.clone();
     let stream = follow_task(state, follow, waiter, move |stopped| match stopped {
         Stopped::Terminal(task) => sync_outcome(&task),
         Stopped::Escalated(task) => Ok(wire::create_result(wire, &task)),
+        Stopped::Overdue(task)
+            if wire == Wire::V2026 && overdue == (Overdue::Task { client_tasks: true }) =>
+        {
+            Ok(wire::create_result(wire, &task))
+        }
+        Stopped::Overdue(task) => Err(super::follow::overdue_failure(wire, &task, waited)),
         Stopped::InputRequired(task) => match &key {
             Some(key) => Ok(input_required(key, &task)),
             None => {
@@ -182,6 +207,7 @@ pub(super) async fn continue_round(
     request_state: &str,
     responses: Option<Map<String, Value>>,
     accepts_sse: bool,
+    overdue: Overdue,
     reply_budget: crate::state::ReplyBudget,
 ) -> Result<Reply, RpcFailure> {
     let key = state.signer.key(&state.store).await?;
@@ -240,8 +266,20 @@ pub(super) async fn continue_round(
     let progress_token = task.call.progress_token.clone();
     let mode = ReplyMode::of(accepts_sse, progress_token.is_some());
     // A round's connection is the client's hold on the call: when it goes away, the work stops.
-    follow_call(state, Wire::V2026, request_id, caller, task, None, progress_token, mode, true, reply_budget)
-        .await
+    follow_call(
+        state,
+        Wire::V2026,
+        request_id,
+        caller,
+        task,
+        None,
+        progress_token,
+        mode,
+        true,
+        overdue,
+        reply_budget,
+    )
+    .await
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use conveyor_shared::store::{GateKind, TaskParts, task_error};
 use rmcp::model::ErrorCode;
 use serde_json::{Value, json};
 
-use super::follow::{Follow, Stopped, follow_task};
+use super::follow::{Follow, Stopped, WhenOverdue, follow_task};
 use super::resume::{ResumeKind, ResumePoint};
 use super::{Reply, ReplyMode, RequestCtx, failure_of, reply_from, string_param, task_not_found};
 use crate::reads::{Found, Held, Reader, read_task};
@@ -52,6 +52,7 @@ pub(super) async fn tasks_result(state: Arc<AppState>, ctx: RequestCtx) -> Resul
         relay_input: ctx.accepts_sse,
         related_task: true,
         cancel_when_gone: false,
+        when_overdue: WhenOverdue::AskAgain,
         resume: ctx.accepts_sse.then(|| ResumePoint {
             task_id: task_id.clone(),
             request_id: ctx.id.clone(),
@@ -61,7 +62,7 @@ pub(super) async fn tasks_result(state: Arc<AppState>, ctx: RequestCtx) -> Resul
     };
     let stream = follow_task(state, follow, None, |stopped| match stopped {
         Stopped::Terminal(t) => task_result_payload(t),
-        Stopped::InputRequired(t) | Stopped::Escalated(t) => {
+        Stopped::InputRequired(t) | Stopped::Escalated(t) | Stopped::Overdue(t) => {
             Err(RpcFailure::internal(format!("task `{}` stopped being followed before its end", t.task_id)))
         }
     });

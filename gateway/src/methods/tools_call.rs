@@ -135,6 +135,7 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
         ))
     })?;
     check_argument_size(&state, &call.arguments)?;
+    let client_tasks = ctx.wire == Wire::V2026 && call.client_tasks();
     if let Some(request_state) = &call.round.request_state {
         // A later round of a call that asked for input: it continues that call, whatever else.
         let held = super::hold_stream(&state, &ctx.caller)?;
@@ -146,6 +147,7 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
             request_state,
             call.round.responses,
             ctx.accepts_sse,
+            rounds::Overdue::Task { client_tasks },
             ctx.reply_budget.clone(),
         )
         .await;
@@ -162,6 +164,8 @@ struct CallPlan {
     as_task: bool,
     /// A synchronous call its tool may turn into the client's task (2026-07-28 input rounds).
     escalable: bool,
+    /// The client takes a task as a call's answer (2026-07-28 with the tasks extension).
+    client_tasks: bool,
     /// The checked graph of a `run_dag` call.
     graph: Option<DagSpec>,
     /// The roots the caller may read, which its call's tools may read for it.
@@ -254,7 +258,8 @@ async fn decide(
     } else {
         None
     };
-    Ok(CallPlan { as_task: as_task && !escalable, escalable, graph, roots })
+    let client_tasks = ctx.wire == Wire::V2026 && call.client_tasks();
+    Ok(CallPlan { as_task: as_task && !escalable, escalable, client_tasks, graph, roots })
 }
 
 /// A created (or, for a retry, found) task, and what its reply needs.
@@ -419,6 +424,7 @@ async fn reply(state: Arc<AppState>, mut ctx: RequestCtx, started: Started) -> R
         started.progress_token,
         mode,
         started.cancel_when_gone,
+        rounds::Overdue::Task { client_tasks: started.plan.client_tasks },
         ctx.reply_budget.clone(),
     )
     .await;

@@ -182,6 +182,6 @@ if r.idem then
   redis.call('SET', idem_key, r.id .. ' ' .. r.fingerprint, 'PX', r.idemTtl)
 end
 if r.callKey then
-  redis.call('SET', KEYS[#KEYS], r.id, 'PX', r.ttl)
+  remember_call(KEYS[#KEYS], r.id, r.ttl)
 end
 return cjson.encode({outcome = 'created', createdAt = now})

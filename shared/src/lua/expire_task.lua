@@ -1,13 +1,13 @@
--- expire_task: a task's TTL, counted from its creation, has run out. An unsettled task gives back
--- its load (its owner's live count, its queued nodes, the bytes it stores), its running nodes are
--- told to stop, and
--- its waiters hear that it is gone. Its keys are deleted and it leaves its owner's index.
+-- expire_task: a task's TTL, counted from its creation, has run out while it was unsettled. It gives
+-- back its load (its owner's live count, its queued nodes, the bytes it stores), its running nodes
+-- are told to stop, and its waiters hear that it is gone. Its keys are deleted and it leaves its
+-- owner's index. A task that settled meanwhile is left to its keys' own expiry.
 --
 -- KEYS[1] task hash (it holds the nodes)   KEYS[2] load hash   KEYS[3] expiring zset
 -- KEYS[4] the owner's task index
 -- ARGV[1] the record (MessagePack): task, cancelChannel
--- Returns JSON: {"outcome": "expired" (with settled: "expired" and tool when the task was unsettled)
---   | "notYet" | "gone"}
+-- Returns JSON: {"outcome": "expired" (with settled: "expired", tool, task, trace) | "notYet"
+--   | "gone" (no such task, or it settled)}
 local r = cmsgpack.unpack(ARGV[1])
 local now = redis_now()
 local t = redis.call('HMGET', KEYS[1], 'status', 'owner', 'createdAt', 'ttlMs', 'tool', 'traceparent', 'nodeCount',
@@ -22,21 +22,20 @@ if expires > now then
   redis.call('ZADD', KEYS[3], expires, r.task)
   return cjson.encode({outcome = 'notYet'})
 end
-local reply = {outcome = 'expired'}
-if is_live(t[1]) then
-  reply.settled = 'expired'
-  reply.tool = t[5]
-  reply.task = r.task
-  reply.trace = t[6]
-  count_down(KEYS[2], 'live:' .. t[2], 1)
-  hold_nodes(KEYS[2], t[2], 1 - (tonumber(t[7]) or 1))
-  drop_queued(KEYS[1], KEYS[2], nil)
-  -- A settled task gives its bytes back through the kept index; an unsettled one does here.
-  store_bytes(nil, KEYS[2], t[2], -(tonumber(t[8] or '0') or 0))
-  notify(KEYS[1], cjson.encode({task = r.task, type = 'expired'}))
-  redis.call('SPUBLISH', r.cancelChannel, r.task)
+if not is_live(t[1]) then
+  -- It settled after this expiry was found due: its keys expire by themselves, a grace after it
+  -- settled (`settle`), so that its waiters can read what they were told of.
+  redis.call('ZREM', KEYS[3], r.task)
+  return cjson.encode({outcome = 'gone'})
 end
+count_down(KEYS[2], 'live:' .. t[2], 1)
+hold_nodes(KEYS[2], t[2], 1 - (tonumber(t[7]) or 1))
+drop_queued(KEYS[1], KEYS[2], nil)
+-- A settled task gives its bytes back through the kept index; an unsettled one does here.
+store_bytes(nil, KEYS[2], t[2], -(tonumber(t[8] or '0') or 0))
+notify(KEYS[1], cjson.encode({task = r.task, type = 'expired'}))
+redis.call('SPUBLISH', r.cancelChannel, r.task)
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[3], r.task)
 redis.call('ZREM', KEYS[4], r.task)
-return cjson.encode(reply)
+return cjson.encode({outcome = 'expired', settled = 'expired', tool = t[5], task = r.task, trace = t[6]})

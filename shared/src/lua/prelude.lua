@@ -217,9 +217,27 @@ local function over_kept(node, size, held, max)
     data = {limit = 'stored_bytes_per_principal', max = max, held = held, size = size}})
 end
 
+-- A synchronous call joins the list of calls under its request id (`keys.call`): the newest
+-- CALLS_KEPT, kept as long as the longest-lived of them (store/tasks.rs does the same for a call
+-- that lands in another shard).
+local CALLS_KEPT = 16
+local function remember_call(key, task_id, ttl)
+  redis.call('LPUSH', key, task_id)
+  redis.call('LTRIM', key, 0, CALLS_KEPT - 1)
+  if redis.call('PTTL', key) < ttl then
+    redis.call('PEXPIRE', key, ttl)
+  end
+end
+
+-- How long a task that settles at or after its TTL is kept after it settles (and one with waiters
+-- that settles closer to its TTL than this), so that a waiter told of a result too large to travel
+-- with the event, or a client that polled the task to its end, can still read it.
+local SETTLED_GRACE_MS = 30000
+
 -- A live task ends: its status never changes again, it leaves its owner's live and node counts
--- and the expiry index, its keys expire when its TTL (counted from creation) runs out, and its
--- waiters hear of it. What it stores (its `bytes`, and `value`) stays counted in its owner's
+-- and the expiry index, its keys expire when its TTL (counted from creation) runs out, or a grace
+-- after now when it settles later than that (or, with waiters, close to it), and its waiters hear
+-- of it. What it stores (its `bytes`, and `value`) stays counted in its owner's
 -- `kept:<owner>` until then: the shard's kept index (`keys.kept`) tells the maintenance when to
 -- give it back. `t` holds the task's owner, createdAt, ttlMs, nodeCount, bytes and (when read)
 -- waiters; `extra` are more fields to write to the task's hash in the same command (the settling
@@ -247,7 +265,14 @@ local function settle(keys, task_id, t, status, field, value, message, now, inli
   count_down(keys.load, 'live:' .. t.owner, 1)
   hold_nodes(keys.load, t.owner, 1 - (tonumber(t.nodeCount) or 1))
   redis.call('ZREM', keys.expiring, task_id)
+  if t.waiters == nil then
+    t.waiters = redis.call('HGET', keys.task, 'waiters') or false
+  end
   local expires = tonumber(t.createdAt) + tonumber(t.ttlMs)
+  local waited = t.waiters and t.waiters ~= '' and t.waiters ~= '[]'
+  if expires <= now or (waited and expires < now + SETTLED_GRACE_MS) then
+    expires = now + SETTLED_GRACE_MS
+  end
   redis.call('PEXPIREAT', keys.task, expires)
   if kept > 0 then
     redis.call('ZADD', keys.kept, expires, task_id .. '\t' .. kept .. '\t' .. t.owner)

@@ -37,8 +37,10 @@ local head = redis.call('HMGET', KEYS[1], 'status', 'owner', 'mode', 'createdAt'
 if not head[1] then
   return {'missing'}
 end
+-- An unsettled task past its TTL is gone (its expiry is due); a settled one is there as long as its
+-- keys are: one that settled at or after its TTL is kept a grace after it settled (`settle`).
 local created, ttl = tonumber(head[4]), tonumber(head[5])
-if created and ttl and created + ttl <= redis_now() then
+if created and ttl and created + ttl <= redis_now() and is_live(head[1]) then
   return {'missing'}
 end
 if head[3] == 'sync' and not r.hidden then

@@ -56,7 +56,9 @@ pub use nodes::{
 pub use queues::{IdleEntries, IdleEntry, WorkReader};
 pub use reads::{Gate, GateKind, ReadOutcome, TaskDetail, TaskParts, TaskRead};
 pub use stats::{ClusterStats, QueueDepth};
-pub use tasks::{AnswerOutcome, CancelOutcome, Created, LimitHit, Limits, NewTask, task_error, task_summary};
+pub use tasks::{
+    AnswerOutcome, CancelOutcome, Created, LimitHit, Limits, NewTask, Overdue, task_error, task_summary,
+};
 
 use crate::conn::{Backend, Conn};
 use crate::error::StoreError;

@@ -360,10 +360,12 @@ enum ParkReply {
 
 #[derive(Deserialize)]
 #[serde(tag = "outcome", rename_all = "camelCase")]
-enum EscalateReply {
+pub(super) enum EscalateReply {
     Escalated,
     Unchanged,
     Stale,
+    Terminal,
+    Missing,
 }
 
 #[derive(Deserialize)]
@@ -527,7 +529,8 @@ impl Store {
     }
 
     /// Turns the hidden task of a synchronous call into the client's task, when the call allows
-    /// it; the waiting gateway answers the call with the task. Returns whether it changed.
+    /// it; the waiting gateway answers the call with the task. Returns whether the call is the
+    /// client's task now: a repeat (after a lost reply) says so again.
     pub async fn escalate(&self, attempt: &Attempt, message: &str) -> Result<bool, StoreError> {
         let record = json!({
             "task": attempt.task_id, "node": attempt.node_id, "attempt": attempt.number,

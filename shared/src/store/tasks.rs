@@ -43,7 +43,7 @@ pub struct NewTask {
     /// call's first attempt sees them as if it had asked.
     pub input_responses: Option<serde_json::Map<String, Value>>,
     /// The key that finds a synchronous call's task by its request id ([`crate::keys::Shard::call`],
-    /// in the task's shard), so that `notifications/cancelled` reaches it.
+    /// in the shard the request id names), so that `notifications/cancelled` reaches it.
     pub call_key: Option<String>,
     /// A synchronous call whose tool may turn it into the client's task ([`TaskMode::Sync`] only):
     /// it is indexed for its owner from the start, and listed once it escalates.
@@ -52,6 +52,21 @@ pub struct NewTask {
     /// result): a node that would pass it fails with an error naming `max_task_bytes`. 0: none.
     pub max_bytes: u64,
 }
+
+/// What became of a synchronous call its gateway stopped waiting for ([`Store::escalate_overdue`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overdue {
+    /// It is the client's task now (or was already).
+    Escalated,
+    /// It settled meanwhile: its outcome is the call's answer.
+    Settled,
+    /// No such task (it expired).
+    Missing,
+}
+
+/// Calls remembered under one call key ([`crate::keys::Shard::call`]); `CALLS_KEPT` in
+/// `prelude.lua`.
+pub const CALLS_KEPT: isize = 16;
 
 /// What `create_task` did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -608,9 +623,25 @@ impl Store {
             return Ok(created);
         }
         if let Some(call_key) = &new.call_key {
+            // As `remember_call` (prelude.lua) does for a call created in the key's own shard.
             let ttl = new.ttl_ms;
-            self.query::<()>(|| redis::cmd("SET").arg(call_key).arg(&new.task_id).arg("PX").arg(ttl).clone())
-                .await?;
+            let mut pipe = redis::pipe();
+            pipe.atomic()
+                .lpush(call_key, &new.task_id)
+                .ignore()
+                .ltrim(call_key, 0, CALLS_KEPT - 1)
+                .ignore()
+                .cmd("PEXPIRE")
+                .arg(call_key)
+                .arg(ttl)
+                .arg("GT")
+                .ignore()
+                .cmd("PEXPIRE")
+                .arg(call_key)
+                .arg(ttl)
+                .arg("NX")
+                .ignore();
+            self.pipeline::<()>(&pipe).await?;
         }
         if let Some(key) = &new.idempotency_key {
             let home = keys::shard_of_key(&new.owner, key, self.shards());
@@ -654,9 +685,40 @@ impl Store {
         Ok(level.and_then(|l| l.parse().ok()))
     }
 
-    /// The task of a synchronous call by its call key ([`NewTask::call_key`]), while it lives.
-    pub async fn call_task(&self, call_key: &str) -> Result<Option<String>, StoreError> {
-        self.query(|| redis::Cmd::get(call_key)).await
+    /// Turns the hidden task of a synchronous call that its gateway stopped waiting for into the
+    /// client's task (listed for `owner`, whose index is kept `index_retention_ms` at least), so
+    /// that the client can fetch, follow and cancel it. Safe to repeat.
+    pub async fn escalate_overdue(
+        &self,
+        task_id: &str,
+        owner: &str,
+        index_retention_ms: u64,
+    ) -> Result<Overdue, StoreError> {
+        let Some(shard) = self.task_shard(task_id) else { return Ok(Overdue::Missing) };
+        let keys = [shard.task(task_id), shard.owner_tasks(owner)];
+        let record = json!({
+            "task": task_id, "message": "", "overdue": true, "retention": index_retention_ms.max(1),
+        });
+        // The client is told of the task at once: its new mode must survive a failover.
+        let reply: super::nodes::EscalateReply =
+            self.durable_script(&scripts::ESCALATE_TASK, &keys, &record).await?;
+        Ok(match reply {
+            super::nodes::EscalateReply::Escalated => Overdue::Escalated,
+            super::nodes::EscalateReply::Terminal => Overdue::Settled,
+            super::nodes::EscalateReply::Missing => Overdue::Missing,
+            // Not answers to the gateway: it fences nothing, and any live call escalates.
+            super::nodes::EscalateReply::Unchanged | super::nodes::EscalateReply::Stale => {
+                return Err(StoreError::Corrupt(format!(
+                    "escalate_task answered an overdue call {task_id} as a tool's"
+                )));
+            }
+        })
+    }
+
+    /// The tasks of the synchronous calls made under one call key ([`NewTask::call_key`]), newest
+    /// first: the last [`CALLS_KEPT`] within the longest TTL among them.
+    pub async fn call_tasks(&self, call_key: &str) -> Result<Vec<String>, StoreError> {
+        self.query(|| redis::Cmd::lrange(call_key, 0, -1)).await
     }
 
     /// Reads a task; `None` when it does not exist: never created, expired (its TTL counts from
@@ -683,13 +745,14 @@ impl Store {
         Ok(!settled && created.saturating_add(ttl) > now_ms())
     }
 
-    /// A task read as the values of [`TASK_FIELDS`], unless it is past its TTL.
+    /// A task read as the values of [`TASK_FIELDS`], unless it is gone for its readers (unsettled
+    /// past its TTL).
     pub(crate) fn live_record(
         task_id: &str,
         values: Vec<Option<String>>,
     ) -> Result<Option<TaskRecord>, StoreError> {
         let task = TaskRecord::from_fields(task_id, values).map_err(StoreError::Corrupt)?;
-        Ok(task.filter(|t| t.created_at_ms.saturating_add(t.ttl_ms) > now_ms()))
+        Ok(task.filter(|t| !t.expired_at(now_ms())))
     }
 
     /// Starts waiting on a task from this process: its inbox joins the task's waiters, and the task
@@ -723,7 +786,7 @@ impl Store {
             .filter_map(|(field, value)| Some(((*field).to_owned(), value?)))
             .collect();
         let task = TaskRecord::from_hash(task_id, hash).map_err(StoreError::Corrupt)?;
-        Ok(task.filter(|t| t.created_at_ms.saturating_add(t.ttl_ms) > now_ms()))
+        Ok(task.filter(|t| !t.expired_at(now_ms())))
     }
 
     async fn watch_fields(
