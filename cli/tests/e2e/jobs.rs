@@ -951,12 +951,9 @@ timeout_s = 900
     // Killed outright: no chance to signal anything. The commands it started die with it.
     s.up.kill();
     wait_gone(alone, Duration::from_secs(10)).await;
-    // What a command started (the shell's two sleeps) outlives it only until a worker of the host
-    // looks: here the next incarnation, at its start.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let orphans =
-        conveyor_tests::process::processes(first).len() + conveyor_tests::process::processes(second).len();
-    assert_eq!(orphans, 2, "the shell's children were reparented, not killed");
+    // What a command started (the shell's two sleeps) was reparented, not killed: it outlives it
+    // only until a worker of the host looks. Here that is the next incarnation, at its start (or
+    // any other test's worker on this machine, which may come first).
     let next = Conveyor::up(&s.redis.url(), &["--tools-file", &tools_arg]).expect("conveyor up");
     Mcp::new(next.mcp_url()).wait_for_tool("nap", Duration::from_secs(30)).await.expect("tools");
     wait_gone(first, Duration::from_secs(20)).await;
