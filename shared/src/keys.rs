@@ -218,6 +218,14 @@ pub fn run_history(tool: &str, name: &str) -> String {
     format!("{PREFIX}:{{cv.history}}:{tool}:{name}")
 }
 
+/// Hash of the attempts that recorded into [`run_history`]`(tool, name)`: `<task>/<node>` to the
+/// attempt and the digest of its entry, so that a late record of a node's taken-over attempt is
+/// refused and a newer attempt's replaces it. In the history's slot; no `:` follows the hash tag,
+/// which every run history's key has there, so that no tool and name make a history of this name.
+pub fn run_fences(tool: &str, name: &str) -> String {
+    format!("{PREFIX}:{{cv.history}}fences:{}:{}", part(tool), part(name))
+}
+
 /// Hash of worker name to its heartbeat record (queues, tools, running nodes, time).
 pub const WORKERS: &str = "cv:{cv.catalog}:workers";
 

@@ -1593,16 +1593,65 @@ async fn a_read_sent_again_after_its_reply_was_lost_is_not_held_by_its_own_poll_
 
 #[tokio::test]
 async fn a_run_recorded_again_after_its_reply_was_lost_is_kept_once() {
-    let h = setup().await;
+    let mut h = setup().await;
+    let one = h.create(&new_task(Shard(0))).await;
+    let one = h.start(&one).await;
+    let two = h.create(&new_task(Shard(1))).await;
+    let two = h.start(&two).await;
     // (The first record loads the script, so that the lost try below runs it.)
     let first = json!({"runId": "r1", "atMs": 1});
-    h.store.record_run("deployment_readiness", "prod", &first, 10).await.expect("record");
+    h.store.record_run(&one, "deployment_readiness", "prod", &first, 10).await.expect("record");
     let second = json!({"runId": "r2", "atMs": 2});
     let store = losing_replies(&h.redis, 600).await;
-    let before = store.record_run("deployment_readiness", "prod", &second, 10).await.expect("record");
+    let before = store.record_run(&two, "deployment_readiness", "prod", &second, 10).await.expect("record");
     assert_eq!(before, vec![first.clone()], "the runs before it, as the first try saw them");
     let runs = h.store.runs("deployment_readiness", "prod", 10).await.expect("runs");
     assert_eq!(runs, vec![second, first], "each run once");
+}
+
+#[tokio::test]
+async fn a_run_recorded_by_an_attempt_that_was_taken_over_stays_out_of_the_history() {
+    let mut h = setup().await;
+    let id = h.create(&new_task(Shard(0))).await;
+    let first = h.start(&id).await;
+    let early = json!({"runId": id, "atMs": 1});
+    h.store.record_run(&first, "deployment_readiness", "prod", &early, 10).await.expect("record");
+
+    // Another worker takes the node over while the first still runs it.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let stream = Shard(0).queue("slow_compute");
+    let (claimed, _) = h
+        .store
+        .claim_from(Shard(0), &stream, "maint", "w1", Duration::from_millis(50), 100)
+        .await
+        .expect("claim");
+    assert!(matches!(h.store.reclaim(&claimed[0]).await.expect("reclaim"), ReclaimOutcome::Requeued { .. }));
+    let second = h.start(&id).await;
+    assert_eq!(second.number, first.number + 1);
+
+    // The first attempt records late: refused, and the history keeps what it had.
+    let late = json!({"runId": id, "atMs": 2});
+    let refused = h.store.record_run(&first, "deployment_readiness", "prod", &late, 10).await;
+    assert!(matches!(refused, Err(conveyor_shared::StoreError::Refused(_))), "{refused:?}");
+    assert_eq!(runs(&h.store).await, vec![early.clone()]);
+
+    // The attempt that took over records: its run replaces the one its node recorded before, and
+    // it does not count that one among the runs before it.
+    let newest = json!({"runId": id, "atMs": 3});
+    let before =
+        h.store.record_run(&second, "deployment_readiness", "prod", &newest, 10).await.expect("record");
+    assert_eq!(before, Vec::<Value>::new());
+    assert_eq!(runs(&h.store).await, vec![newest.clone()]);
+    // Once the node has settled, nothing more of it enters the history.
+    h.store.complete(&second, Some(&ok("done")), false, 0).await.expect("complete");
+    let after = json!({"runId": id, "atMs": 4});
+    assert!(h.store.record_run(&second, "deployment_readiness", "prod", &after, 10).await.is_err());
+    assert_eq!(runs(&h.store).await, vec![newest]);
+}
+
+/// The readiness history of profile `prod`, newest first.
+async fn runs(store: &Store) -> Vec<Value> {
+    store.runs("deployment_readiness", "prod", 10).await.expect("runs")
 }
 
 /// What `owner` keeps in every shard, by the load counters (`kept:<owner>`).
