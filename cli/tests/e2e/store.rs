@@ -14,8 +14,8 @@ use conveyor_shared::model::{
     ROOT_NODE, RpcError, TaskMode, TaskStatus, ToolOutcome, WorkItem, new_task_id, now_ms, result,
 };
 use conveyor_shared::store::{
-    AnswerOutcome, Attempt, CancelOutcome, CompleteOutcome, Created, Limits, MaintainOutcome, NewTask,
-    NodeStart, ParkOutcome, ReclaimOutcome, SlotShares, StartOutcome, TaskIndex, WorkReader,
+    AnswerOutcome, Attempt, CancelOutcome, CompleteOutcome, Created, ExpandOutcome, Limits, MaintainOutcome,
+    NewTask, NodeStart, ParkOutcome, ReclaimOutcome, SlotShares, StartOutcome, TaskIndex, WorkReader,
 };
 use conveyor_shared::store::{Gate, GateKind, ReadOutcome, TaskParts, TaskRead};
 use conveyor_tests::RedisServer;
@@ -72,6 +72,7 @@ fn new_task(shard: Shard) -> NewTask {
         escalable: false,
         call_key: None,
         max_bytes: 0,
+        plan_limits: Default::default(),
     }
 }
 
@@ -1647,6 +1648,57 @@ async fn a_run_recorded_by_an_attempt_that_was_taken_over_stays_out_of_the_histo
     let after = json!({"runId": id, "atMs": 4});
     assert!(h.store.record_run(&second, "deployment_readiness", "prod", &after, 10).await.is_err());
     assert_eq!(runs(&h.store).await, vec![newest]);
+}
+
+#[tokio::test]
+async fn a_planned_graph_is_held_to_the_limits_its_call_was_created_under() {
+    let mut h = setup().await;
+    let s = Shard(0);
+    // Shard 0's shares: 4 nodes held by alice's unfinished tasks, 2 queued nodes.
+    let limits = Limits { max_nodes_per_principal: 16, max_queued: 8, ..Limits::default() };
+    let graph_limits =
+        conveyor_shared::dag::DagLimits { max_nodes: 6, max_node_bytes: 100, ..Default::default() };
+    let task = NewTask { plan_limits: graph_limits, ..new_task(s) };
+    assert_eq!(h.store.create_task(&task, &limits).await.expect("create"), Created::Created);
+    let attempt = h.start(&task.task_id).await;
+    let plan = |nodes: Value| -> conveyor_shared::dag::DagSpec {
+        serde_json::from_value(json!({"nodes": nodes})).expect("a plan")
+    };
+    let noops = |n: usize, chained: bool| {
+        let nodes: Vec<Value> = (0..n)
+            .map(|i| match i {
+                i if chained && i > 0 => {
+                    json!({"id": format!("p{i}"), "kind": "noop", "dependsOn": [format!("p{}", i - 1)]})
+                }
+                i => json!({"id": format!("p{i}"), "kind": "noop"}),
+            })
+            .collect();
+        plan(Value::Array(nodes))
+    };
+    let refused = |outcome: ExpandOutcome, limit: &str| match outcome {
+        ExpandOutcome::Refused(reason) => assert!(reason.contains(limit), "{limit}: {reason}"),
+        other => panic!("expected a refusal naming {limit}, got {other:?}"),
+    };
+    let queues = HashMap::new();
+    refused(h.store.expand_plan(&attempt, &noops(7, true), &queues).await.expect("expand"), "max_dag_nodes");
+    let wide = plan(json!([{"id": "p0", "tool": "echo", "arguments": {"text": "x".repeat(200)}}]));
+    refused(h.store.expand_plan(&attempt, &wide, &queues).await.expect("expand"), "max_dag_node_bytes");
+    // The planner holds one node: four more would make five.
+    refused(
+        h.store.expand_plan(&attempt, &noops(4, true), &queues).await.expect("expand"),
+        "nodes_per_principal",
+    );
+    // Three more fit what alice may hold, but three at once would pass the queued share.
+    refused(h.store.expand_plan(&attempt, &noops(3, false), &queues).await.expect("expand"), "queued_nodes");
+    let load = h.load(s);
+    let count = |field: &str| load.get(field).copied().unwrap_or(0);
+    assert_eq!((count("queued"), count("nodes:alice")), (0, 0), "a refused plan holds nothing: {load:?}");
+    assert_eq!(
+        h.store.expand_plan(&attempt, &noops(3, true), &queues).await.expect("expand"),
+        ExpandOutcome::Expanded(3)
+    );
+    let load = h.load(s);
+    assert_eq!((load["queued"], load["nodes:alice"]), (1, 3), "{load:?}");
 }
 
 /// The readiness history of profile `prod`, newest first.

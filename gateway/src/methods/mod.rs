@@ -318,6 +318,7 @@ pub(crate) fn new_task(
         escalable: false,
         call_key: None,
         max_bytes: state.config.max_task_bytes,
+        plan_limits: state.config.dag_limits(),
     }
 }
 

@@ -17,7 +17,9 @@
 --   synchronous call that its tool may turn into the client's task), callKey (bool: KEYS ends with
 --   the call key), maxBytes, bytes (what the task stores from the start: its call, its nodes'
 --   arguments, its answers), cancelChannel (the shard's: wakes its maintenance when this
---   task's expiry is the shard's next due item)
+--   task's expiry is the shard's next due item), planLimits (a single call's: what a graph its tool
+--   plans is held to, "maxNodes maxNodeBytes nodesShare queuedShare perToolShare", stored for
+--   expand_plan; "" for a graph)
 -- A single call's task hash holds only what scripts read (status, times, owner, tool, mode, trace,
 -- queues, waiters) beside the call record and its node; a graph's adds its counts.
 -- Returns JSON: {"outcome":"created","createdAt":ms (Redis's clock)} | {"outcome":"exists"}
@@ -145,6 +147,9 @@ if lim.kept >= 0 then
 end
 if r.escalable then
   add('escalable', '1')
+end
+if r.planLimits and r.planLimits ~= '' then
+  add('planLimits', r.planLimits)
 end
 if r.answers ~= '' and #r.nodes == 1 then
   add(nf(r.nodes[1].id, 'answers'), r.answers)

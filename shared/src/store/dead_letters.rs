@@ -184,6 +184,7 @@ impl Store {
             escalable: false,
             call_key: None,
             max_bytes: 0,
+            plan_limits: Default::default(),
         };
         if self.create_task_spread(&mut new, &Limits::default(), |_, _| {}).await? != Created::Created {
             return Ok(Err("task id collision; run the retry again".to_owned()));

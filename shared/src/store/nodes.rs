@@ -289,6 +289,18 @@ enum SettleReply {
     Dropped,
 }
 
+/// The graph limits a task's `planLimits` field names ("maxNodes maxNodeBytes ..."); the defaults
+/// for a task stored without one.
+fn plan_limits(stored: Option<&str>) -> dag::DagLimits {
+    let mut numbers = stored.unwrap_or_default().split(' ').map(str::parse::<usize>);
+    match (numbers.next(), numbers.next()) {
+        (Some(Ok(max_nodes)), Some(Ok(max_node_bytes))) => {
+            dag::DagLimits { max_nodes, max_node_bytes, ..dag::DagLimits::default() }
+        }
+        _ => dag::DagLimits::default(),
+    }
+}
+
 fn completion_message(is_error: bool) -> String {
     if is_error { "Completed: the tool reported an error".to_owned() } else { "Completed".to_owned() }
 }
@@ -621,7 +633,9 @@ impl Store {
     }
 
     /// Completes a planning node and adds its planned graph to the task (one script). The plan
-    /// must have been validated; `queues` names the queue of each tool it calls.
+    /// must have been checked for its shape; here it is held to the graph limits the call was
+    /// created under (`max_dag_nodes`, `max_dag_node_bytes`), and the script holds its nodes to
+    /// the shard's shares of the load limits. `queues` names the queue of each tool it calls.
     pub async fn expand_plan(
         &self,
         attempt: &Attempt,
@@ -629,6 +643,13 @@ impl Store {
         queues: &HashMap<String, String>,
     ) -> Result<ExpandOutcome, StoreError> {
         let shard = attempt.shard;
+        let stored: Option<String> =
+            self.query(|| redis::Cmd::hget(shard.task(&attempt.task_id), "planLimits")).await?;
+        if let Err(e) = plan.validate(&plan_limits(stored.as_deref())) {
+            return Ok(ExpandOutcome::Refused(format!(
+                "invalid plan: {e} (max_dag_nodes, max_dag_node_bytes)"
+            )));
+        }
         let mut list = QueueList(attempt.queues.clone());
         let nodes = graph_nodes(plan, &mut list, queues);
         let mut keys = vec![shard.task(&attempt.task_id), shard.load()];

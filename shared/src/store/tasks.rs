@@ -51,6 +51,11 @@ pub struct NewTask {
     /// The bytes the task may store in Redis in all (its arguments, its nodes' outputs, its
     /// result): a node that would pass it fails with an error naming `max_task_bytes`. 0: none.
     pub max_bytes: u64,
+    /// The graph limits a graph the call's tool plans is held to (`max_dag_nodes`,
+    /// `max_dag_node_bytes`): stored with a single call, with the shard's shares of the load
+    /// limits, so that the worker that expands the plan applies the limits the call was admitted
+    /// under, whatever its own configuration.
+    pub plan_limits: crate::dag::DagLimits,
 }
 
 /// What `create_task` did.
@@ -447,6 +452,19 @@ impl Store {
         let call_text = stored_call.to_text();
         let answers =
             new.input_responses.as_ref().map(|a| Value::Object(a.clone()).to_string()).unwrap_or_default();
+        let shares = limits.for_shard(shard, self.shards());
+        // What a graph the tool plans is held to (expand_plan): only a single call may plan.
+        let plan_limits = match &new.graph {
+            Some(_) => String::new(),
+            None => format!(
+                "{} {} {} {} {}",
+                new.plan_limits.max_nodes,
+                new.plan_limits.max_node_bytes,
+                shares["nodes"],
+                shares["queued"],
+                shares["perTool"]
+            ),
+        };
         let stored_bytes = call_text.len()
             + answers.len()
             + nodes.iter().filter_map(|n| n.args.as_ref()).map(String::len).sum::<usize>();
@@ -472,7 +490,8 @@ impl Store {
             "idem": new.idempotency_key.is_some(),
             "fingerprint": fingerprint(new),
             "idemTtl": new.ttl_ms.saturating_add(IDEMPOTENCY_SLACK_MS),
-            "limits": limits.for_shard(shard, self.shards()),
+            "limits": shares,
+            "planLimits": plan_limits,
             "maxBytes": new.max_bytes,
             "bytes": stored_bytes,
             "cancelChannel": shard.cancel_channel(),

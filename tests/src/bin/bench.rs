@@ -1226,6 +1226,7 @@ impl Core {
             escalable: false,
             call_key: None,
             max_bytes: 0,
+            plan_limits: Default::default(),
         };
         match self.store.create_task(&new, &Limits::default()).await? {
             Created::Created => Ok((task_id, waiter)),
