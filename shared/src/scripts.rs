@@ -67,3 +67,5 @@ script!(HEARTBEAT, "heartbeat");
 script!(FORGET_WORKER, "forget_worker");
 script!(LEAVE_CATALOG, "leave_catalog");
 script!(RECORD_RUN, "record_run");
+script!(RELEASE_TASK, "release_task");
+script!(RESOLVE_CLAIM, "resolve_claim");

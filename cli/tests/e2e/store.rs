@@ -1321,6 +1321,84 @@ async fn a_call_pinned_to_a_full_shard_lands_in_another_and_keeps_its_keys() {
     assert_eq!(attempt.shard, shard_of(&call.task_id));
 }
 
+/// An idempotency key of alice whose call lands in `shard` (of 4).
+fn key_in(shard: Shard) -> String {
+    (0..).map(|i| format!("k{i}")).find(|k| keys::shard_of_key("alice", k, 4) == shard).expect("a key")
+}
+
+#[tokio::test]
+async fn concurrent_retries_of_an_idempotent_call_whose_shard_is_full_make_and_run_one_task() {
+    let h = setup().await;
+    let limits = Limits { max_live_per_principal: 4, ..Limits::default() };
+    // Fill shard 0's share (1 of 4): the keyed call must be made in another shard.
+    assert_eq!(spread(&h.store, "alice", Shard(0), limits).await.0, Created::Created);
+    let key = key_in(Shard(0));
+    let retries = (0..8).map(|_| {
+        let store = h.store.clone();
+        let mut call = NewTask { idempotency_key: Some(key.clone()), ..new_task(Shard(0)) };
+        async move {
+            let created = store.create_task_spread(&mut call, &limits, |_, _| {}).await.expect("create");
+            (created, call.task_id)
+        }
+    });
+    let outcomes = futures::future::join_all(retries).await;
+    let made: Vec<&String> =
+        outcomes.iter().filter(|(c, _)| *c == Created::Created).map(|(_, id)| id).collect();
+    assert_eq!(made.len(), 1, "one of the retries makes the task: {outcomes:?}");
+    let task = made[0].clone();
+    assert_ne!(shard_of(&task), Shard(0));
+    for (created, _) in &outcomes {
+        assert!(
+            *created == Created::Created || *created == Created::Duplicate(task.clone()),
+            "every other retry answers with that task: {outcomes:?}"
+        );
+    }
+    // Nothing else was made, nor queued: the first task and this one, one entry each.
+    assert_eq!(h.redis.written(), (2, 2), "{outcomes:?}");
+    assert_eq!(h.total_load()["live:alice"], 2);
+    // A retry long after still finds it.
+    let mut later = NewTask { idempotency_key: Some(key.clone()), ..new_task(Shard(0)) };
+    assert_eq!(
+        h.store.create_task_spread(&mut later, &limits, |_, _| {}).await.expect("retry"),
+        Created::Duplicate(task)
+    );
+}
+
+#[tokio::test]
+async fn a_retry_finishes_an_idempotency_claim_its_first_call_abandoned() {
+    let h = setup().await;
+    let limits = Limits { max_live_per_principal: 4, ..Limits::default() };
+    let key = key_in(Shard(0));
+    let fingerprint = |t: &NewTask| format!("{} {}", t.tool, t.call.arguments);
+    let idem = Shard(0).idempotency("alice", &key);
+    // A first call claimed the key long ago (Redis time 1000 ms) and stopped before it made any
+    // task: a retry drops the claim and makes the task.
+    let abandoned = new_task(Shard(0));
+    let claim = format!("?{}@1000 {}", &abandoned.task_id[4..], fingerprint(&abandoned));
+    let _: () = h.conn().set(&idem, &claim).expect("set");
+    let mut retry = NewTask { idempotency_key: Some(key.clone()), ..new_task(Shard(0)) };
+    assert_eq!(
+        h.store.create_task_spread(&mut retry, &limits, |_, _| {}).await.expect("retry"),
+        Created::Created
+    );
+    assert_eq!(shard_of(&retry.task_id), Shard(0));
+
+    // Another first call made its task in shard 2, and stopped before it pointed its claim at it:
+    // a retry finds the task by the claim and answers with it.
+    let other = key_in(Shard(1));
+    let idem = Shard(1).idempotency("alice", &other);
+    let made = h.create(&new_task(Shard(2))).await;
+    let claim = format!("?{}@1000 {}", &made[4..], fingerprint(&new_task(Shard(2))));
+    let _: () = h.conn().set(&idem, &claim).expect("set");
+    let mut retry = NewTask { idempotency_key: Some(other.clone()), ..new_task(Shard(1)) };
+    assert_eq!(
+        h.store.create_task_spread(&mut retry, &limits, |_, _| {}).await.expect("retry"),
+        Created::Duplicate(made.clone())
+    );
+    let value: String = h.conn().get(&idem).expect("get");
+    assert!(value.starts_with(&made), "the key names the task now: {value}");
+}
+
 #[tokio::test]
 async fn nodes_held_by_a_principal_are_bounded_and_given_back_when_its_tasks_end() {
     let mut h = setup().await;

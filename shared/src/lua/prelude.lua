@@ -306,16 +306,19 @@ local function node_state(nodes, node, task_fields, to_start)
 end
 
 -- Writes a new node (of a created task or a planned graph); a node without dependencies joins
--- its queue at once. Fields at their defaults are left out. `fields` may already hold fields of
--- the task's hash to write in the same command.
-local function write_node(keys, streams, task_id, n, trace, fields)
+-- its queue at once, or, with `hold`, is counted as queued with no entry yet (release_task gives it
+-- one). Fields at their defaults are left out. `fields` may already hold fields of the task's hash
+-- to write in the same command.
+local function write_node(keys, streams, task_id, n, trace, fields, hold)
   fields = fields or {}
   local status = 'pending'
   if n.deps == 0 then
     status = 'queued'
-    local entry = redis.call('XADD', streams[n.q], '*', 'task', task_id, 'node', n.id, 'trace', trace or '')
-    fields[#fields + 1] = nf(n.id, 'entry')
-    fields[#fields + 1] = entry
+    if not hold then
+      local entry = redis.call('XADD', streams[n.q], '*', 'task', task_id, 'node', n.id, 'trace', trace or '')
+      fields[#fields + 1] = nf(n.id, 'entry')
+      fields[#fields + 1] = entry
+    end
     redis.call('HINCRBY', keys.load, 'queued', '1')
     redis.call('HINCRBY', keys.load, 'queued:' .. n.tool, '1')
   end
