@@ -13,6 +13,7 @@ use conveyor_shared::keys::{self, Shard};
 use conveyor_shared::model::{
     ROOT_NODE, RpcError, TaskMode, TaskStatus, ToolOutcome, WorkItem, new_task_id, now_ms, result,
 };
+use conveyor_shared::store::dead_letters::RetryOptions;
 use conveyor_shared::store::{
     AnswerOutcome, Attempt, CancelOutcome, CompleteOutcome, Created, ExpandOutcome, Limits, MaintainOutcome,
     NewTask, NodeStart, ParkOutcome, ReclaimOutcome, SlotShares, StartOutcome, TaskIndex, WorkReader,
@@ -1779,6 +1780,60 @@ async fn a_planned_graph_is_held_to_the_limits_its_call_was_created_under() {
     assert_eq!((load["queued"], load["nodes:alice"]), (1, 3), "{load:?}");
 }
 
+/// A dead letter's retry as an operator runs it, with no limits.
+fn retry_options() -> RetryOptions {
+    RetryOptions {
+        ttl_ms: 60_000,
+        poll_interval_ms: 500,
+        limits: Limits::default(),
+        max_task_bytes: 0,
+        plan_limits: Default::default(),
+    }
+}
+
+#[tokio::test]
+async fn a_dead_letter_retried_again_runs_once_and_is_held_to_its_owners_limits() {
+    let mut h = setup().await;
+    let id = h.create(&new_task(Shard(1))).await;
+    let attempt = h.start(&id).await;
+    let error = RpcError { code: -32603, message: "boom".to_owned(), data: None };
+    h.store.complete(&attempt, Some(&ToolOutcome::Error(error)), false, 0).await.expect("complete");
+    let letter = h.store.dead_letters(10).await.expect("dead letters").remove(0);
+    assert_eq!(letter.task_id, id);
+
+    // alice has all the live tasks she may (one per shard): the retry is refused, and the letter stays.
+    let limits = Limits { max_live_per_principal: 4, ..Limits::default() };
+    let mut live = Vec::new();
+    for _ in 0..4 {
+        let (created, task) = spread(&h.store, "alice", Shard(0), limits).await;
+        assert_eq!(created, Created::Created);
+        live.push(task.task_id);
+    }
+    let held = RetryOptions { limits, ..retry_options() };
+    let refused = h.store.retry_dead_letter(&letter, &held).await.expect("retry");
+    assert!(refused.as_ref().is_err_and(|why| why.contains("live_tasks_per_principal")), "{refused:?}");
+    // So is one larger than a task may store.
+    let small = RetryOptions { max_task_bytes: 10, ..retry_options() };
+    let refused = h.store.retry_dead_letter(&letter, &small).await.expect("retry");
+    assert!(refused.as_ref().is_err_and(|why| why.contains("max_task_bytes")), "{refused:?}");
+    assert_eq!(h.store.dead_letters(10).await.expect("dead letters").len(), 1, "the letter stays");
+    let tasks = h.redis.task_count();
+
+    // Room again: two operators retry the letter at once, and one of them once more later (a
+    // retry whose reply was lost): one task runs the node.
+    h.store.cancel_task(&live[0], "alice", "x").await.expect("cancel");
+    let (first, second) =
+        tokio::join!(h.store.retry_dead_letter(&letter, &held), h.store.retry_dead_letter(&letter, &held));
+    let first = first.expect("retry").expect("a task");
+    assert_eq!(second.expect("retry").expect("a task"), first);
+    let again = h.store.retry_dead_letter(&letter, &held).await.expect("retry").expect("a task");
+    assert_eq!(again, first);
+    assert_eq!(h.redis.task_count(), tasks + 1, "one task for the letter");
+    assert!(h.store.dead_letters(10).await.expect("dead letters").is_empty());
+    let attempt = h.start(&first).await;
+    assert_eq!(attempt.number, 1);
+}
+
 /// The readiness history of profile `prod`, newest first.
 async fn runs(store: &Store) -> Vec<Value> {
     store.runs("deployment_readiness", "prod", 10).await.expect("runs")
@@ -1958,7 +2013,8 @@ async fn a_dead_letter_keeps_no_large_copies_and_its_retry_reads_them_from_the_t
     assert!(entry_bytes < 1_000, "the letter holds no copy of either: {entry_bytes} bytes");
 
     // The retry takes the arguments from the task, which still lives.
-    let retried = h.store.retry_dead_letter(letter, 60_000, 500).await.expect("retry").expect("a new task");
+    let retried =
+        h.store.retry_dead_letter(letter, &retry_options()).await.expect("retry").expect("a new task");
     let task = h.store.get_task(&retried).await.expect("get").expect("exists");
     assert_eq!(task.call.arguments["pad"].as_str().map(str::len), Some(100_000));
 }
