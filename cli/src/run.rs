@@ -519,8 +519,8 @@ async fn up(mut args: UpArgs) -> anyhow::Result<()> {
     let expected = args.workers;
     let ready = async {
         loop {
-            let now = conveyor_shared::model::now_ms();
-            if let Ok(live) = store.workers().await
+            // A heartbeat is Redis's time: judged by Redis's clock, not this process's.
+            if let Ok((_, live, now)) = store.catalog().await
                 && live.iter().filter(|w| w.is_live(now)).count() >= expected
             {
                 return;
@@ -623,9 +623,9 @@ async fn show(redis: &RedisArgs, id: &str, json: bool) -> anyhow::Result<()> {
 }
 
 async fn workers(redis: &RedisArgs, json: bool, all: bool) -> anyhow::Result<()> {
-    let now = conveyor_shared::model::now_ms();
-    let workers: Vec<_> =
-        store(redis)?.workers().await?.into_iter().filter(|w| all || w.is_live(now)).collect();
+    let (_, mut workers, now) = store(redis)?.catalog().await?;
+    workers.sort_by(|a, b| a.name.cmp(&b.name));
+    let workers: Vec<_> = workers.into_iter().filter(|w| all || w.is_live(now)).collect();
     if json {
         println!("{}", serde_json::to_string_pretty(&workers)?);
         return Ok(());

@@ -118,6 +118,11 @@ fn script_record(record: &impl Serialize) -> Result<Vec<u8>, StoreError> {
     rmp_serde::to_vec_named(record).map_err(|e| StoreError::Corrupt(format!("script record: {e}")))
 }
 
+/// Redis's `TIME` reply (seconds, microseconds) in milliseconds.
+pub(crate) fn redis_ms((seconds, micros): (u64, u64)) -> u64 {
+    seconds.saturating_mul(1000).saturating_add(micros / 1000)
+}
+
 /// Conveyor's view of Redis. Cheap to clone.
 #[derive(Clone)]
 pub struct Store {
@@ -359,6 +364,12 @@ impl Store {
         pipe: &redis::Pipeline,
     ) -> Result<T, StoreError> {
         self.run("pipeline", |mut c| async move { pipe.query_async(&mut c).await }).await
+    }
+
+    /// Redis's clock (ms), which every time a script stores is taken from: ages and liveness are
+    /// judged by it, never by this process's clock, which may be minutes off.
+    pub async fn redis_now_ms(&self) -> Result<u64, StoreError> {
+        Ok(redis_ms(self.query(|| redis::cmd("TIME")).await?))
     }
 
     /// Whether Redis answers.

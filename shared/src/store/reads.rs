@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use super::Store;
 use crate::error::StoreError;
 use crate::model::{
-    NodeRecord, TASK_FIELDS, TASK_LARGE_FIELDS, TASK_STATUS_FIELDS, TaskRecord, TaskStatusRecord, now_ms,
+    NodeRecord, TASK_FIELDS, TASK_LARGE_FIELDS, TASK_STATUS_FIELDS, TaskRecord, TaskStatusRecord,
 };
 use crate::scripts;
 
@@ -274,11 +274,11 @@ impl Store {
     /// check that needs no more, such as whether an id names another principal's task.
     pub async fn task_status(&self, task_id: &str) -> Result<Option<TaskStatusRecord>, StoreError> {
         let Some(shard) = self.shard_of(task_id) else { return Ok(None) };
-        let key = shard.task(task_id);
-        let values: Vec<Option<String>> =
-            self.query(|| redis::cmd("HMGET").arg(&key).arg(&TASK_STATUS_FIELDS[..]).clone()).await?;
+        let mut pipe = redis::pipe();
+        pipe.cmd("HMGET").arg(shard.task(task_id)).arg(&TASK_STATUS_FIELDS[..]).cmd("TIME");
+        let (values, now): (Vec<Option<String>>, (u64, u64)) = self.pipeline(&pipe).await?;
         let task = TaskStatusRecord::from_fields(task_id, values).map_err(StoreError::Corrupt)?;
-        Ok(task.filter(|t| !t.expired_at(now_ms())))
+        Ok(task.filter(|t| !t.expired_at(super::redis_ms(now))))
     }
 
     /// Passes the gate `key` for `gap_ms` (any gateway's later pass within the gap is refused),

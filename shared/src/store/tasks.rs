@@ -11,7 +11,7 @@ use crate::call::CallRecord;
 use crate::dag::{self, DagSpec};
 use crate::error::StoreError;
 use crate::keys::{self, Shard};
-use crate::model::{NodeRecord, RpcError, TASK_FIELDS, TaskMode, TaskRecord, TaskStatus, now_ms};
+use crate::model::{NodeRecord, RpcError, TASK_FIELDS, TaskMode, TaskRecord, TaskStatus};
 use crate::scripts;
 
 /// Everything a new task is created with.
@@ -628,8 +628,18 @@ impl Store {
         for id in tasks {
             pipe.cmd("HMGET").arg(shard.task(id)).arg("createdAt").arg("ttlMs");
         }
-        let times: Vec<(Option<u64>, Option<u64>)> = self.pipeline(&pipe).await?;
-        let now = now_ms();
+        pipe.cmd("TIME");
+        let mut times: Vec<redis::Value> = self.pipeline(&pipe).await?;
+        let corrupt = |e: redis::ParsingError| StoreError::Corrupt(format!("task times: {e}"));
+        let now = match times.pop() {
+            Some(now) => super::redis_ms(redis::from_redis_value(now).map_err(corrupt)?),
+            None => return Ok(None),
+        };
+        let times = times
+            .into_iter()
+            .map(redis::from_redis_value::<(Option<u64>, Option<u64>)>)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(corrupt)?;
         Ok(times
             .into_iter()
             .filter_map(|(created, ttl)| Some(created?.saturating_add(ttl?)))
@@ -898,36 +908,38 @@ impl Store {
     }
 
     /// Reads a task; `None` when it does not exist: never created, expired (its TTL counts from
-    /// creation), or an id that names no shard.
+    /// creation, by Redis's clock, read in the same round trip), or an id that names no shard.
     pub async fn get_task(&self, task_id: &str) -> Result<Option<TaskRecord>, StoreError> {
         let Some(shard) = self.task_shard(task_id) else { return Ok(None) };
-        let key = shard.task(task_id);
-        let values: Vec<Option<String>> =
-            self.query(|| redis::cmd("HMGET").arg(&key).arg(&TASK_FIELDS[..]).clone()).await?;
-        Self::live_record(task_id, values)
+        let mut pipe = redis::pipe();
+        pipe.cmd("HMGET").arg(shard.task(task_id)).arg(&TASK_FIELDS[..]).cmd("TIME");
+        let (values, now): (Vec<Option<String>>, (u64, u64)) = self.pipeline(&pipe).await?;
+        Self::live_record(task_id, values, super::redis_ms(now))
     }
 
-    /// Whether a task exists, has not settled and is within its TTL: what a worker asks before it
-    /// removes something a task may still use (a scratch copy on disk). Reads three fields,
-    /// never the task's result; `false` for an id that names no shard.
+    /// Whether a task exists, has not settled and is within its TTL (by Redis's clock): what a
+    /// worker asks before it removes something a task may still use (a scratch copy on disk).
+    /// Reads three fields, never the task's result; `false` for an id that names no shard.
     pub async fn task_is_live(&self, task_id: &str) -> Result<bool, StoreError> {
         let Some(shard) = self.task_shard(task_id) else { return Ok(false) };
-        let key = shard.task(task_id);
-        let (status, created, ttl): (Option<String>, Option<u64>, Option<u64>) = self
-            .query(|| redis::cmd("HMGET").arg(&key).arg("status").arg("createdAt").arg("ttlMs").clone())
-            .await?;
+        let mut pipe = redis::pipe();
+        pipe.cmd("HMGET").arg(shard.task(task_id)).arg("status").arg("createdAt").arg("ttlMs").cmd("TIME");
+        type Head = (Option<String>, Option<u64>, Option<u64>);
+        let ((status, created, ttl), now): (Head, (u64, u64)) = self.pipeline(&pipe).await?;
         let (Some(status), Some(created), Some(ttl)) = (status, created, ttl) else { return Ok(false) };
         let settled = status.parse::<TaskStatus>().map_or(true, TaskStatus::is_terminal);
-        Ok(!settled && created.saturating_add(ttl) > now_ms())
+        Ok(!settled && created.saturating_add(ttl) > super::redis_ms(now))
     }
 
-    /// A task read as the values of [`TASK_FIELDS`], unless it is past its TTL.
+    /// A task read as the values of [`TASK_FIELDS`], unless it is past its TTL at `now` (Redis's
+    /// clock: a process whose clock runs ahead must not take a live task for an expired one).
     pub(crate) fn live_record(
         task_id: &str,
         values: Vec<Option<String>>,
+        now: u64,
     ) -> Result<Option<TaskRecord>, StoreError> {
         let task = TaskRecord::from_fields(task_id, values).map_err(StoreError::Corrupt)?;
-        Ok(task.filter(|t| t.created_at_ms.saturating_add(t.ttl_ms) > now_ms()))
+        Ok(task.filter(|t| t.created_at_ms.saturating_add(t.ttl_ms) > now))
     }
 
     /// Starts waiting on a task from this process: its inbox joins the task's waiters, and the task
@@ -940,8 +952,8 @@ impl Store {
         inbox: &str,
         owner: &str,
     ) -> Result<Option<TaskRecord>, StoreError> {
-        let values = self.watch_fields(task_id, inbox, owner, &TASK_FIELDS).await?;
-        Self::live_record(task_id, values)
+        let (values, now) = self.watch_fields(task_id, inbox, owner, &TASK_FIELDS).await?;
+        Self::live_record(task_id, values, now)
     }
 
     /// [`Store::watch_task`] without the task's result and error, for a follower that reads them
@@ -954,35 +966,40 @@ impl Store {
     ) -> Result<Option<TaskRecord>, StoreError> {
         let fields: Vec<&str> =
             TASK_FIELDS.into_iter().filter(|f| !matches!(*f, "result" | "error")).collect();
-        let values = self.watch_fields(task_id, inbox, owner, &fields).await?;
+        let (values, now) = self.watch_fields(task_id, inbox, owner, &fields).await?;
         let hash: HashMap<String, String> = fields
             .iter()
             .zip(values)
             .filter_map(|(field, value)| Some(((*field).to_owned(), value?)))
             .collect();
         let task = TaskRecord::from_hash(task_id, hash).map_err(StoreError::Corrupt)?;
-        Ok(task.filter(|t| t.created_at_ms.saturating_add(t.ttl_ms) > now_ms()))
+        Ok(task.filter(|t| t.created_at_ms.saturating_add(t.ttl_ms) > now))
     }
 
+    /// The values of `fields`, and Redis's clock (ms) when they were read.
     async fn watch_fields(
         &self,
         task_id: &str,
         inbox: &str,
         owner: &str,
         fields: &[&str],
-    ) -> Result<Vec<Option<String>>, StoreError> {
-        let Some(shard) = self.task_shard(task_id) else { return Ok(Vec::new()) };
+    ) -> Result<(Vec<Option<String>>, u64), StoreError> {
+        let Some(shard) = self.task_shard(task_id) else { return Ok((Vec::new(), 0)) };
         let key = shard.task(task_id);
         let (inbox, owner) = (inbox.to_owned(), owner.to_owned());
-        self.run(scripts::WATCH_TASK.name, |mut c| {
-            let (key, inbox, owner) = (key.clone(), inbox.clone(), owner.clone());
-            async move {
-                let mut invocation = scripts::WATCH_TASK.prepare_invoke();
-                invocation.key(key).arg(inbox).arg(owner).arg(fields);
-                invocation.invoke_async(&mut c).await
-            }
-        })
-        .await
+        let mut values: Vec<Option<String>> = self
+            .run(scripts::WATCH_TASK.name, |mut c| {
+                let (key, inbox, owner) = (key.clone(), inbox.clone(), owner.clone());
+                async move {
+                    let mut invocation = scripts::WATCH_TASK.prepare_invoke();
+                    invocation.key(key).arg(inbox).arg(owner).arg(fields);
+                    invocation.invoke_async(&mut c).await
+                }
+            })
+            .await?;
+        // The script's last value is Redis's clock; no values at all, no such task.
+        let now = values.pop().flatten().and_then(|now| now.parse().ok()).unwrap_or(0);
+        Ok((values, now))
     }
 
     /// Reads a task's nodes, ordered by node id.
