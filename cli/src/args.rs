@@ -360,6 +360,12 @@ pub struct TaskLimitArgs {
     /// 0: no limit.
     #[arg(long, env = "CONVEYOR_MAX_STORED_BYTES_PER_PRINCIPAL", default_value_t = 256 * 1024 * 1024)]
     pub max_stored_bytes_per_principal: u64,
+    /// Most synchronous calls of one principal that wait in an input round its client was told of
+    /// (2026-07-28 without tasks: MRTR). They hold no live-task slot, so that rounds a client
+    /// abandons never lock it out; past this many, its oldest unanswered round ends (cancelled).
+    /// Each shard holds an equal share, at least one. 0: no limit.
+    #[arg(long, env = "CONVEYOR_MAX_PARKED_ROUNDS_PER_PRINCIPAL", default_value_t = 32)]
+    pub max_parked_rounds_per_principal: u64,
     /// Most bytes one task may store in Redis in all (its arguments, every node's output, its
     /// result); a node that would pass it fails with an error naming the limit. A reader holds
     /// three times a result's size of its caller's in-flight budget, so this is at most a third
@@ -377,6 +383,7 @@ impl TaskLimitArgs {
             max_live_per_principal: self.max_live_tasks_per_principal,
             max_nodes_per_principal: self.max_nodes_per_principal,
             max_stored_bytes_per_principal: self.max_stored_bytes_per_principal,
+            max_parked_rounds_per_principal: self.max_parked_rounds_per_principal,
         }
     }
 

@@ -66,7 +66,8 @@ impl Shard {
     /// Hash of load counters: `queued`, `queued:<tool>`, `live:<owner>`, `nodes:<owner>` (what an
     /// owner's live tasks hold beyond one node each), `held` (nodes set aside in [`Shard::held`]),
     /// `kept:<owner>` (the bytes an owner keeps in the shard: its tasks' calls, outputs, results
-    /// and answers until their keys expire, and its memories).
+    /// and answers until their keys expire, and its memories), `rounds:<owner>` (the owner's
+    /// synchronous calls parked in an input round told to their client: no longer live tasks).
     pub fn load(self) -> String {
         format!("{}:load", self.tag())
     }
@@ -92,6 +93,14 @@ impl Shard {
     /// Stream of nodes whose attempts are spent, for operators (`conveyor redis dlq`).
     pub fn dead_letters(self) -> String {
         format!("{}:dead", self.tag())
+    }
+
+    /// Sorted set of an owner's synchronous calls in this shard that parked in an input round and
+    /// were told to their client (MRTR), scored by when they parked: the oldest go first when the
+    /// owner has more than its share of unanswered rounds. Kept loosely: a round answered is
+    /// removed, one that ended otherwise is removed when an eviction finds it over.
+    pub fn rounds(self, owner: &str) -> String {
+        format!("{}:rounds:{}", self.tag(), part(owner))
     }
 
     /// Sorted set of an owner's tasks in this shard, scored by creation time.

@@ -74,6 +74,7 @@ fn new_task(shard: Shard) -> NewTask {
         call_key: None,
         max_bytes: 0,
         plan_limits: Default::default(),
+        input_rounds: false,
     }
 }
 
@@ -377,6 +378,62 @@ async fn a_tool_error_fails_a_2025_task_and_completes_a_2026_one() {
 
 fn answers(value: Value) -> serde_json::Map<String, Value> {
     value.as_object().expect("an object").clone()
+}
+
+#[tokio::test]
+async fn a_call_waiting_in_a_round_its_client_was_told_of_holds_no_live_slot_and_its_rounds_are_bounded() {
+    let mut h = setup().await;
+    let s = Shard(0);
+    // Shard 0's shares: one live task of alice's, two rounds.
+    let limits =
+        Limits { max_live_per_principal: 4, max_parked_rounds_per_principal: 8, ..Limits::default() };
+    let round = || NewTask { mode: TaskMode::Sync, input_rounds: true, ..new_task(s) };
+    let ask = InputRequired::new().ask("ok", input::elicit_form("go on?", json!({"type": "object"})));
+    let live = |h: &Harness| {
+        let load = h.load(s);
+        (load.get("live:alice").copied().unwrap_or(0), load.get("rounds:alice").copied().unwrap_or(0))
+    };
+    let mut calls = Vec::new();
+    for asked in 1..=3 {
+        // Each call is admitted although alice's share of live tasks is one: the rounds before it
+        // wait for answers her client may never send, and hold no live slot.
+        let call = round();
+        assert_eq!(
+            h.store.create_task(&call, &limits).await.expect("create"),
+            Created::Created,
+            "call {asked}"
+        );
+        let attempt = h.start(&call.task_id).await;
+        assert_eq!(h.store.park(&attempt, &ask).await.expect("park"), ParkOutcome::Parked);
+        calls.push(call.task_id);
+        assert_eq!(live(&h), (0, asked.min(2)), "after call {asked}");
+    }
+    // The third round passed the two alice may leave waiting here: the oldest ended.
+    let oldest = h.store.get_task(&calls[0]).await.expect("get").expect("exists");
+    assert_eq!(oldest.status, TaskStatus::Cancelled);
+    assert!(
+        oldest.status_message.as_deref().is_some_and(|m| m.contains("max_parked_rounds_per_principal")),
+        "{oldest:?}"
+    );
+    let answer = answers(json!({"ok": {"action": "accept", "content": {}}}));
+    assert_eq!(
+        h.store.answer_input(&calls[0], "alice", &answer, &Default::default()).await.expect("answer"),
+        AnswerOutcome::NotWaiting("cancelled".into())
+    );
+    // An answered round holds a live slot again; a round that ends otherwise leaves the rounds.
+    assert_eq!(
+        h.store.answer_input(&calls[1], "alice", &answer, &Default::default()).await.expect("answer"),
+        AnswerOutcome::Answered { remaining: 0, resumed: 1 }
+    );
+    assert_eq!(live(&h), (1, 1));
+    h.store.cancel_task(&calls[2], "alice", "Cancelled by the client").await.expect("cancel");
+    assert_eq!(live(&h), (1, 0));
+    // A task's rounds are the client's to see and answer: it holds its live slot while it waits.
+    let task = NewTask { input_rounds: false, ..new_task(Shard(1)) };
+    assert_eq!(h.store.create_task(&task, &limits).await.expect("create"), Created::Created);
+    let attempt = h.start(&task.task_id).await;
+    assert_eq!(h.store.park(&attempt, &ask).await.expect("park"), ParkOutcome::Parked);
+    assert_eq!(h.load(Shard(1)).get("live:alice").copied(), Some(1));
 }
 
 #[tokio::test]

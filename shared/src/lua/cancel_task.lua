@@ -5,13 +5,15 @@
 -- KEYS[1] task hash (it holds the nodes)   KEYS[2] load hash   KEYS[3] expiring zset   KEYS[4] kept zset
 -- ARGV[1] the record (MessagePack): task, owner ("" skips the check), message, cancelChannel, token (this
 --   request's: a cancel sent again after its reply was lost finds its own token on the task it
---   cancelled, and answers "cancelled" again rather than "terminal")
+--   cancelled, and answers "cancelled" again rather than "terminal"), parkedRound (bool: cancel only
+--   a synchronous call that waits in an input round its client was told of, an abandoned round)
 -- Returns JSON: {"outcome":"cancelled","settled":"cancelled","tool":the task's tool,"task","trace"}
---   | {"outcome":"terminal","status":s} | {"outcome":"missing"}
+--   | {"outcome":"terminal","status":s} | {"outcome":"missing"} | {"outcome":"notParked"} (with
+--   parkedRound: the call is not waiting in a round any more; nothing changed)
 local r = cmsgpack.unpack(ARGV[1])
 local now = redis_now()
 local t = redis.call('HMGET', KEYS[1], 'status', 'owner', 'ttlMs', 'createdAt', 'tool', 'traceparent', 'nodeCount',
-  'cancelToken', 'bytes')
+  'cancelToken', 'bytes', 'parkedRound')
 if not t[1] or (r.owner ~= '' and t[2] ~= r.owner) then
   return cjson.encode({outcome = 'missing'})
 end
@@ -22,9 +24,12 @@ end
 if not is_live(t[1]) then
   return cjson.encode({outcome = 'terminal', status = t[1]})
 end
+if r.parkedRound and not t[10] then
+  return cjson.encode({outcome = 'notParked'})
+end
 drop_queued(KEYS[1], KEYS[2], 'cancelled')
 settle({task = KEYS[1], load = KEYS[2], expiring = KEYS[3], kept = KEYS[4]}, r.task,
-  {owner = t[2], createdAt = t[4], ttlMs = t[3], nodeCount = t[7], bytes = t[9]}, 'cancelled', nil, nil, r.message, now, 0,
+  {owner = t[2], createdAt = t[4], ttlMs = t[3], nodeCount = t[7], bytes = t[9], parkedRound = t[10]}, 'cancelled', nil, nil, r.message, now, 0,
   {'cancelToken', r.token})
 redis.call('SPUBLISH', r.cancelChannel, r.task)
 return cjson.encode({outcome = 'cancelled', settled = 'cancelled', tool = t[5], task = r.task, trace = t[6]})

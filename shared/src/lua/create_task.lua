@@ -23,7 +23,8 @@
 --   idempotency key is claimed for its creation in another shard, as "<claim>@<now> <fingerprint>";
 --   absent: no claim), hold (bool: the nodes without dependencies are counted as queued but get no
 --   stream entry until release_task: a task made in another shard for a claimed key, which must not
---   run unless its claim resolves to it)
+--   run unless its claim resolves to it), roundsMax (absent, or for a synchronous call whose input
+--   rounds are told to its client: the shard's share of its owner's parked rounds, -1 for none)
 -- A single call's task hash holds only what scripts read (status, times, owner, tool, mode, trace,
 -- queues, waiters) beside the call record and its node; a graph's adds its counts.
 -- Returns JSON: {"outcome":"created","createdAt":ms (Redis's clock)} | {"outcome":"exists"}
@@ -172,6 +173,11 @@ if r.escalable then
 end
 if r.hold then
   add('onHold', '1')
+end
+if r.roundsMax then
+  -- A synchronous call whose rounds are told to its client: park_node counts it among its owner's
+  -- parked rounds while it waits, against this share (-1: none).
+  add('roundsMax', r.roundsMax)
 end
 if r.planLimits and r.planLimits ~= '' then
   add('planLimits', r.planLimits)

@@ -11,7 +11,7 @@
 local r = cmsgpack.unpack(ARGV[1])
 local now = redis_now()
 local t = redis.call('HMGET', KEYS[1], 'status', 'owner', 'createdAt', 'ttlMs', 'tool', 'traceparent', 'nodeCount',
-  'bytes')
+  'bytes', 'parkedRound')
 if not t[1] then
   redis.call('ZREM', KEYS[3], r.task)
   redis.call('ZREM', KEYS[4], r.task)
@@ -28,7 +28,12 @@ if is_live(t[1]) then
   reply.tool = t[5]
   reply.task = r.task
   reply.trace = t[6]
-  count_down(KEYS[2], 'live:' .. t[2], 1)
+  -- A call parked in an input round its client was told of held a round, not a live slot.
+  if t[9] then
+    count_down(KEYS[2], 'rounds:' .. t[2], 1)
+  else
+    count_down(KEYS[2], 'live:' .. t[2], 1)
+  end
   hold_nodes(KEYS[2], t[2], 1 - (tonumber(t[7]) or 1))
   drop_queued(KEYS[1], KEYS[2], nil)
   -- A settled task gives its bytes back through the kept index; an unsettled one does here.

@@ -221,8 +221,8 @@ end
 -- and the expiry index, its keys expire when its TTL (counted from creation) runs out, and its
 -- waiters hear of it. What it stores (its `bytes`, and `value`) stays counted in its owner's
 -- `kept:<owner>` until then: the shard's kept index (`keys.kept`) tells the maintenance when to
--- give it back. `t` holds the task's owner, createdAt, ttlMs, nodeCount, bytes and (when read)
--- waiters; `extra` are more fields to write to the task's hash in the same command (the settling
+-- give it back. `t` holds the task's owner, createdAt, ttlMs, nodeCount, bytes, (when read)
+-- waiters, and parkedRound (read by the scripts that may end a call parked in an input round); `extra` are more fields to write to the task's hash in the same command (the settling
 -- node's).
 local function settle(keys, task_id, t, status, field, value, message, now, inline_max, extra)
   local fields = extra or {}
@@ -244,7 +244,12 @@ local function settle(keys, task_id, t, status, field, value, message, now, inli
     redis.call('HINCRBY', keys.load, 'kept:' .. t.owner, #value)
   end
   redis.call('HSET', keys.task, unpack(fields))
-  count_down(keys.load, 'live:' .. t.owner, 1)
+  -- A call parked in an input round its client was told of holds a round, not a live slot.
+  if t.parkedRound then
+    count_down(keys.load, 'rounds:' .. t.owner, 1)
+  else
+    count_down(keys.load, 'live:' .. t.owner, 1)
+  end
   hold_nodes(keys.load, t.owner, 1 - (tonumber(t.nodeCount) or 1))
   redis.call('ZREM', keys.expiring, task_id)
   local expires = tonumber(t.createdAt) + tonumber(t.ttlMs)

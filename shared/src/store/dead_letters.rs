@@ -192,6 +192,7 @@ impl Store {
             call_key: None,
             max_bytes: retry.max_task_bytes,
             plan_limits: retry.plan_limits,
+            input_rounds: false,
         };
         let task = match self.create_task_spread(&mut new, &retry.limits, |_, _| {}).await? {
             Created::Created => new.task_id,

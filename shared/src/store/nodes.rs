@@ -260,7 +260,10 @@ pub enum ParkOutcome {
 #[derive(Deserialize)]
 #[serde(tag = "outcome", rename_all = "camelCase")]
 enum ParkReply {
-    Parked,
+    Parked {
+        #[serde(default)]
+        over: u32,
+    },
     Dropped,
     Stale,
 }
@@ -459,7 +462,12 @@ impl Store {
         // Each request travels as its own JSON text, which the script stores without decoding.
         let requests: serde_json::Map<String, Value> =
             input.requests.iter().map(|(k, v)| (k.clone(), Value::String(v.to_string()))).collect();
-        let keys = [self.task_key_of(attempt), attempt.stream.clone(), attempt.shard.load()];
+        let keys = [
+            self.task_key_of(attempt),
+            attempt.stream.clone(),
+            attempt.shard.load(),
+            attempt.shard.rounds(&attempt.owner),
+        ];
         let message = format!(
             "Waiting for input: {}",
             input.requests.keys().map(String::as_str).collect::<Vec<_>>().join(", ")
@@ -471,10 +479,39 @@ impl Store {
         });
         let reply: ParkReply = self.script(&scripts::PARK_NODE, &keys, &record).await?;
         Ok(match reply {
-            ParkReply::Parked => ParkOutcome::Parked,
+            ParkReply::Parked { over } => {
+                if over > 0 {
+                    self.end_oldest_rounds(attempt, over).await?;
+                }
+                ParkOutcome::Parked
+            }
             ParkReply::Dropped => ParkOutcome::TaskAlreadyTerminal,
             ParkReply::Stale => ParkOutcome::Stale,
         })
+    }
+
+    /// The owner of `parked` has `over` more synchronous calls waiting in input rounds in its shard
+    /// than its share: its oldest unanswered ones end, so that rounds a client abandons are bounded.
+    /// Entries of the index whose call no longer waits in a round leave it on the way.
+    async fn end_oldest_rounds(&self, parked: &Attempt, mut over: u32) -> Result<(), StoreError> {
+        let index = parked.shard.rounds(&parked.owner);
+        let oldest: Vec<String> =
+            self.query(|| redis::cmd("ZRANGE").arg(&index).arg(0).arg(i64::from(over) + 63).clone()).await?;
+        let message = "Cancelled: this call's round of input was left unanswered while its caller asked newer \
+                       ones, more than it may leave waiting (max_parked_rounds_per_principal); call again";
+        for task in oldest {
+            if over == 0 {
+                break;
+            }
+            if task == parked.task_id {
+                continue;
+            }
+            if self.end_abandoned_round(&task, message).await? {
+                over -= 1;
+            }
+            self.query::<()>(|| redis::Cmd::zrem(&index, &task)).await?;
+        }
+        Ok(())
     }
 
     /// Turns the hidden task of a synchronous call into the client's task, when the call allows

@@ -56,6 +56,10 @@ pub struct NewTask {
     /// limits, so that the worker that expands the plan applies the limits the call was admitted
     /// under, whatever its own configuration.
     pub plan_limits: crate::dag::DagLimits,
+    /// A synchronous call whose input rounds are told to its client, which answers them in later
+    /// calls (2026-07-28: MRTR): while it waits in a round it holds no live-task slot, but counts
+    /// against `max_parked_rounds_per_principal`, so that rounds a client abandons never lock it out.
+    pub input_rounds: bool,
 }
 
 /// What `create_task` did.
@@ -128,6 +132,10 @@ pub struct Limits {
     /// Bytes one principal may keep in Redis: its tasks' calls, node outputs, results and answers
     /// until their TTL runs out, and its memories.
     pub max_stored_bytes_per_principal: u64,
+    /// Synchronous calls of one principal that wait in an input round its client was told of
+    /// (2026-07-28 without tasks: MRTR), which hold no live-task slot: past it, the oldest
+    /// unanswered round ends. Each shard holds a share of at least one.
+    pub max_parked_rounds_per_principal: u64,
 }
 
 impl Limits {
@@ -150,6 +158,18 @@ impl Limits {
             "nodes": share(self.max_nodes_per_principal),
             "kept": share(self.max_stored_bytes_per_principal),
         })
+    }
+
+    /// Shard `shard`'s share of the parked-rounds limit (-1: none): as [`Limits::for_shard`]
+    /// shares a limit, but at least one, so that a round can wait in any shard.
+    fn rounds_share(self, shard: Shard, shards: u16) -> i64 {
+        let limit = self.max_parked_rounds_per_principal;
+        if limit == 0 {
+            return -1;
+        }
+        let shards = u64::from(shards.max(1));
+        let share = limit / shards + u64::from(u64::from(shard.0) < limit % shards);
+        i64::try_from(share.max(1)).unwrap_or(i64::MAX)
     }
 
     /// The configured figure of a limit, by the name a refusal gives it.
@@ -318,6 +338,7 @@ enum CancelReply {
     Cancelled,
     Terminal { status: String },
     Missing,
+    NotParked,
 }
 
 #[derive(Deserialize)]
@@ -572,6 +593,7 @@ impl Store {
             "cancelChannel": shard.cancel_channel(),
             // The claim names the task's id without its shard: a retry that finds the claim
             // abandoned looks for the task in every shard.
+            "roundsMax": new.input_rounds.then(|| limits.rounds_share(shard, self.shards())),
             "claim": (mode == CreateMode::ClaimWhenFull).then(|| format!("?{}", &new.task_id[4..])),
             "hold": mode == CreateMode::Hold,
         });
@@ -1031,7 +1053,24 @@ impl Store {
             CancelReply::Cancelled => CancelOutcome::Cancelled,
             CancelReply::Terminal { status } => CancelOutcome::AlreadyTerminal(status),
             CancelReply::Missing => CancelOutcome::Missing,
+            // Only a cancel of a parked round answers this.
+            CancelReply::NotParked => CancelOutcome::AlreadyTerminal("working".to_owned()),
         })
+    }
+
+    /// Ends a synchronous call that waits in an input round its client was told of (an abandoned
+    /// round: its owner has more unanswered rounds than it may), as cancelled, with `message`.
+    /// Returns whether it did: `false` when the call is not waiting in a round any more (answered
+    /// meanwhile, or ended), and nothing changed.
+    pub(crate) async fn end_abandoned_round(&self, task_id: &str, message: &str) -> Result<bool, StoreError> {
+        let Some(shard) = self.task_shard(task_id) else { return Ok(false) };
+        let keys = [shard.task(task_id), shard.load(), shard.expiring(), shard.kept()];
+        let record = json!({
+            "task": task_id, "owner": "", "message": message, "cancelChannel": shard.cancel_channel(),
+            "token": format!("{:016x}", rand::random::<u64>()), "parkedRound": true,
+        });
+        let reply: Value = self.durable_script(&scripts::CANCEL_TASK, &keys, &record).await?;
+        Ok(matches!(super::effects::recorded(reply)?, CancelReply::Cancelled))
     }
 
     /// Records a client's answers to a task's pending input requests (one script); a parked node
@@ -1057,7 +1096,7 @@ impl Store {
             let Some(queues) = queues else { return Ok(AnswerOutcome::Missing) };
             let queues: Vec<String> = serde_json::from_str(&queues)
                 .map_err(|e| StoreError::Corrupt(format!("task {task_id} queues: {e}")))?;
-            let mut keys = vec![key.clone(), shard.load()];
+            let mut keys = vec![key.clone(), shard.load(), shard.rounds(owner)];
             keys.extend(queues.iter().map(|q| shard.queue(q)));
             let record = json!({
                 "task": task_id, "owner": owner, "responses": texts, "rounds": rounds,
