@@ -270,8 +270,9 @@ pub struct RedisArgs {
     #[arg(long, env = "CONVEYOR_SHARDS", default_value_t = conveyor_shared::store::DEFAULT_SHARDS)]
     pub shards: u16,
     /// Answer a create or a cancel only once this many replicas have the write (`WAIT`, sent in
-    /// the same round trip), so that a failover cannot lose what a client was told. 0: rely on
-    /// Redis's asynchronous replication.
+    /// the same round trip), and tell clients of a task's end (events, reads) only once they have
+    /// it, so that a failover cannot lose what a client was told. Set it on workers too: their
+    /// completions wait the same way. 0: rely on Redis's asynchronous replication.
     #[arg(long = "redis-wait-replicas", env = "CONVEYOR_REDIS_WAIT_REPLICAS", default_value_t = 0)]
     pub wait_replicas: u32,
     /// How long such a wait may take before the request fails with a retryable error, in

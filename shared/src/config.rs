@@ -49,7 +49,7 @@ pub struct Config {
     pub redis_outage_wait: Duration,
     /// Shards of the keyspace (`CONVEYOR_SHARDS`); fixed when a deployment is first set up.
     pub shards: u16,
-    /// Replicas that must have a create or a cancel before the client is answered
+    /// Replicas that must have a create, a cancel or a task's end before a client hears of it
     /// (`CONVEYOR_REDIS_WAIT_REPLICAS`; 0: none), and how long that may take
     /// (`CONVEYOR_REDIS_WAIT_MS`).
     pub redis_wait_replicas: u32,

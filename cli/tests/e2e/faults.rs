@@ -9,6 +9,41 @@ use serde_json::{Value, json};
 
 const LEASE: &[&str] = &["--fixtures", "--lease-ms", "1000"];
 
+#[tokio::test]
+async fn with_wait_replicas_no_client_hears_of_a_completion_before_a_replica_has_it() {
+    let primary = RedisServer::start().expect("primary");
+    let replica = RedisServer::start_replica_of(&primary).expect("replica");
+    let args = ["--fixtures", "--redis-wait-replicas", "1", "--redis-wait-ms", "1000"];
+    let up = Conveyor::up(&primary.url(), &args).expect("conveyor up");
+    let mcp = Mcp::new(up.mcp_url());
+    wait_for_tools(&mcp, &["slow_compute"]).await;
+    // A synchronous call hears of its end once the replica has it.
+    let greet = mcp.call_2025("tools/call", json!({"name": "greet", "arguments": {"name": "Ada"}})).await;
+    let greet = greet.expect("tools/call greet");
+    assert_eq!(greet.result()["content"][0]["text"], "Hello, Ada!", "{}", greet.raw);
+
+    // The replica stalls while a task runs: the task completes on the primary, but no read says so.
+    let task = create_2025(&mcp, "slow_compute", json!({"seconds": 1, "label": "kept"})).await;
+    let mut stalled = replica.connection().expect("replica connection");
+    let sleeping = std::thread::spawn(move || {
+        redis::cmd("DEBUG").arg("SLEEP").arg(10).query::<()>(&mut stalled).expect("debug sleep")
+    });
+    primary.wait_node_status(&task, "root", "completed", Duration::from_secs(8)).await.expect("completes");
+    let read = mcp.call_2025("tasks/get", json!({"taskId": task})).await.expect("tasks/get");
+    assert_eq!(read.message["error"]["data"]["retryable"], true, "{}", read.raw);
+    // Once the replica has it, the client sees it.
+    sleeping.join().expect("the replica slept");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let read = mcp.call_2025("tasks/get", json!({"taskId": task})).await.expect("tasks/get");
+        if read.result()["status"] == "completed" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the completion never showed: {}", read.raw);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// libfaketime, which runs a process with its clock moved (`apt-get install faketime`).
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 

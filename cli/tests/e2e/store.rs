@@ -1245,23 +1245,76 @@ async fn a_node_taken_over_after_its_task_was_cancelled_gives_back_its_load() {
     );
 }
 
+/// A primary and a replica of it, online.
+fn primary_with_replica() -> (RedisServer, RedisServer) {
+    let primary = RedisServer::start().expect("primary");
+    let replica = RedisServer::start_replica_of(&primary).expect("replica");
+    (primary, replica)
+}
+
+#[tokio::test]
+async fn with_wait_replicas_a_completion_is_heard_and_read_only_once_a_replica_has_it() {
+    let (primary, replica) = primary_with_replica();
+    let options = conveyor_shared::store::StoreOptions {
+        timeout: Duration::from_secs(3),
+        outage_wait: Duration::from_millis(600),
+        wait_replicas: 1,
+        wait_timeout: Duration::from_millis(1000),
+        ..Default::default()
+    };
+    let store = Store::open(&primary.url(), options).expect("store");
+    let queues: Vec<String> = QUEUES.iter().map(|q| q.to_string()).collect();
+    store.ensure_groups(&queues).await.expect("groups");
+    let readers = store.work_readers(&queues).await.expect("readers");
+    let mut h = Harness { redis: primary, store: store.clone(), readers, unstarted: Vec::new() };
+    let hub = store.events().await.expect("events");
+    let status = TaskRead { allowance: 1 << 20, ..TaskRead::new("alice", TaskParts::OUTCOME) };
+
+    // With the replica up, the waiter hears of the completion, and a read shows it.
+    let heard = h.create(&new_task(Shard(1))).await;
+    let attempt = h.start(&heard).await;
+    let mut waiter = hub.waiter(&heard);
+    store.watch_task(&heard, &hub.inbox(Shard(1)), "alice").await.expect("watch");
+    store.complete(&attempt, Some(&ok("done")), false, 0).await.expect("complete");
+    let event = tokio::time::timeout(Duration::from_secs(10), waiter.recv()).await.expect("an event");
+    assert!(matches!(event, Some(conveyor_shared::events::Delivery::Event(_))), "{event:?}");
+
+    // With the replica stalled, the completion is recorded on the primary, but no waiter hears of
+    // it and no read shows it.
+    let quiet = h.create(&new_task(Shard(2))).await;
+    let attempt = h.start(&quiet).await;
+    let mut waiter = hub.waiter(&quiet);
+    store.watch_task(&quiet, &hub.inbox(Shard(2)), "alice").await.expect("watch");
+    let mut stalled = replica.connection().expect("replica conn");
+    let sleeping = std::thread::spawn(move || {
+        redis::cmd("DEBUG").arg("SLEEP").arg(8).query::<()>(&mut stalled).expect("debug sleep")
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    store.complete(&attempt, Some(&ok("done")), false, 0).await.expect("complete");
+    assert_eq!(h.redis.node_field(&quiet, ROOT_NODE, "status").as_deref(), Some("completed"));
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), waiter.recv()).await.is_err(),
+        "a waiter heard of a completion no replica had"
+    );
+    let read = store.read_task(&quiet, &status).await;
+    assert!(read.as_ref().is_err_and(|e| e.is_transient()), "a read showed it: {read:?}");
+    // Once the replica has it, reads show it.
+    sleeping.join().expect("the replica slept");
+    let shown =
+        conveyor_tests::eventually(Duration::from_secs(10), "a read of the completion", async || match store
+            .read_task(&quiet, &status)
+            .await
+        {
+            Ok(ReadOutcome::Read(detail)) => Some(detail.task.status),
+            _ => None,
+        })
+        .await;
+    assert_eq!(shown, TaskStatus::Completed);
+}
+
 #[tokio::test]
 async fn with_wait_replicas_a_create_is_answered_only_once_a_replica_has_it() {
-    let primary = RedisServer::start().expect("primary");
-    let port = primary.port.to_string();
-    let mut replica =
-        RedisServer::start_with(&["--save", "", "--appendonly", "no", "--replicaof", "127.0.0.1", &port])
-            .expect("replica");
-    let linked = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let mut conn = primary.connection().expect("conn");
-        let info: String = redis::cmd("INFO").arg("replication").query(&mut conn).expect("info");
-        if info.contains("connected_slaves:1") && info.contains("state=online") {
-            break;
-        }
-        assert!(std::time::Instant::now() < linked, "the replica never came online:\n{info}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (primary, mut replica) = primary_with_replica();
     let options = conveyor_shared::store::StoreOptions {
         timeout: Duration::from_secs(3),
         outage_wait: Duration::from_millis(600),

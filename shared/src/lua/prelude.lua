@@ -123,6 +123,38 @@ local function drop_queued(nodes, load, status)
   end
 end
 
+-- Events a transition keeps for its caller instead of publishing them: on a deployment that waits
+-- for replicas (`CONVEYOR_REDIS_WAIT_REPLICAS`), no client may hear of a transition before enough
+-- replicas have it, so the caller publishes them after its `WAIT` (a script that takes
+-- `deferEvents` calls defer_events first, and answers with_events). nil: published at once.
+local deferred_events = nil
+
+local function defer_events()
+  deferred_events = {}
+end
+
+-- Publishes `message` on a waiter's inbox `channel`, or keeps it for the caller (defer_events).
+local function publish(channel, message)
+  if deferred_events then
+    deferred_events[#deferred_events + 1] = {channel, message}
+  else
+    redis.call('SPUBLISH', channel, message)
+  end
+end
+
+-- A script's reply (JSON text), with the events it kept when they are deferred:
+-- {"events": [[channel, message], ...], "reply": <reply>}.
+local function with_events(reply)
+  if not deferred_events then
+    return reply
+  end
+  local events = '[]'
+  if #deferred_events > 0 then
+    events = cjson.encode(deferred_events)
+  end
+  return '{"events":' .. events .. ',"reply":' .. reply .. '}'
+end
+
 -- Sends an event to every process waiting on the task (their inbox channels, stored by them).
 -- `waiters` is the task's `waiters` field when the caller has already read it.
 local function notify(task, message, waiters)
@@ -134,11 +166,11 @@ local function notify(task, message, waiters)
     -- JSON decode. Channel names hold no quote, comma or backslash.
     local single = string.match(waiters, '^%["([^",\\]*)"%]$')
     if single then
-      redis.call('SPUBLISH', single, message)
+      publish(single, message)
       return
     end
     for _, channel in ipairs(cjson.decode(waiters)) do
-      redis.call('SPUBLISH', channel, message)
+      publish(channel, message)
     end
   end
 end

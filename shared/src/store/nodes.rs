@@ -480,8 +480,12 @@ impl Store {
         let reply: ParkReply = self.script(&scripts::PARK_NODE, &keys, &record).await?;
         Ok(match reply {
             ParkReply::Parked { over } => {
-                if over > 0 {
-                    self.end_oldest_rounds(attempt, over).await?;
+                // The park is done; a round left over its owner's bound is ended by the next park
+                // when this cannot end it now.
+                if over > 0
+                    && let Err(e) = self.end_oldest_rounds(attempt, over).await
+                {
+                    tracing::warn!(task = %attempt.task_id, error = %e, "could not end the oldest unanswered rounds");
                 }
                 ParkOutcome::Parked
             }
@@ -723,7 +727,7 @@ impl Store {
             "isError": crate::model::result::is_error(result), "message": message, "entry": item.entry_id,
             "inlineMax": INLINE_MAX, "toolErrorFails": tool_error_fails,
         });
-        let reply: Value = self.script(&scripts::SETTLE_DAG, &keys, &record).await?;
+        let reply: Value = self.durable_transition(&scripts::SETTLE_DAG, &keys, &record).await?;
         let reply: SettleReply = super::effects::recorded(reply)?;
         Ok(matches!(reply, SettleReply::Settled))
     }

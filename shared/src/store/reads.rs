@@ -267,6 +267,8 @@ impl Store {
         for node in &mut nodes {
             node.output_bytes = outputs.get(&node.node_id).copied();
         }
+        // A settled task is shown once its end is on enough replicas (a deployment that waits).
+        self.confirm_if_settled(Some((task_id, task.status))).await?;
         Ok(ReadOutcome::Read(Box::new(TaskDetail { task, nodes, bytes, version })))
     }
 
@@ -278,7 +280,9 @@ impl Store {
         pipe.cmd("HMGET").arg(shard.task(task_id)).arg(&TASK_STATUS_FIELDS[..]).cmd("TIME");
         let (values, now): (Vec<Option<String>>, (u64, u64)) = self.pipeline(&pipe).await?;
         let task = TaskStatusRecord::from_fields(task_id, values).map_err(StoreError::Corrupt)?;
-        Ok(task.filter(|t| !t.expired_at(super::redis_ms(now))))
+        let task = task.filter(|t| !t.expired_at(super::redis_ms(now)));
+        self.confirm_if_settled(task.as_ref().map(|t| (task_id, t.status))).await?;
+        Ok(task)
     }
 
     /// Passes the gate `key` for `gap_ms` (any gateway's later pass within the gap is refused),

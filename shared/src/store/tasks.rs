@@ -975,7 +975,9 @@ impl Store {
         owner: &str,
     ) -> Result<Option<TaskRecord>, StoreError> {
         let (values, now) = self.watch_fields(task_id, inbox, owner, &TASK_FIELDS).await?;
-        Self::live_record(task_id, values, now)
+        let task = Self::live_record(task_id, values, now)?;
+        self.confirm_if_settled(task.as_ref().map(|t| (t.task_id.as_str(), t.status))).await?;
+        Ok(task)
     }
 
     /// [`Store::watch_task`] without the task's result and error, for a follower that reads them
@@ -995,7 +997,23 @@ impl Store {
             .filter_map(|(field, value)| Some(((*field).to_owned(), value?)))
             .collect();
         let task = TaskRecord::from_hash(task_id, hash).map_err(StoreError::Corrupt)?;
-        Ok(task.filter(|t| t.created_at_ms.saturating_add(t.ttl_ms) > now))
+        let task = task.filter(|t| t.created_at_ms.saturating_add(t.ttl_ms) > now);
+        self.confirm_if_settled(task.as_ref().map(|t| (t.task_id.as_str(), t.status))).await?;
+        Ok(task)
+    }
+
+    /// [`Store::confirm_settled`] for a task read for a client, when it has settled.
+    pub(crate) async fn confirm_if_settled(
+        &self,
+        task: Option<(&str, TaskStatus)>,
+    ) -> Result<(), StoreError> {
+        match task {
+            Some((task_id, status)) if status.is_terminal() => match self.task_shard(task_id) {
+                Some(shard) => self.confirm_settled(&shard.task(task_id)).await,
+                None => Ok(()),
+            },
+            _ => Ok(()),
+        }
     }
 
     /// The values of `fields`, and Redis's clock (ms) when they were read.
@@ -1047,7 +1065,7 @@ impl Store {
             "task": task_id, "owner": owner, "message": message,
             "cancelChannel": shard.cancel_channel(), "token": format!("{:016x}", rand::random::<u64>()),
         });
-        let reply: Value = self.durable_script(&scripts::CANCEL_TASK, &keys, &record).await?;
+        let reply: Value = self.durable_transition(&scripts::CANCEL_TASK, &keys, &record).await?;
         let reply: CancelReply = super::effects::recorded(reply)?;
         Ok(match reply {
             CancelReply::Cancelled => CancelOutcome::Cancelled,
@@ -1069,7 +1087,7 @@ impl Store {
             "task": task_id, "owner": "", "message": message, "cancelChannel": shard.cancel_channel(),
             "token": format!("{:016x}", rand::random::<u64>()), "parkedRound": true,
         });
-        let reply: Value = self.durable_script(&scripts::CANCEL_TASK, &keys, &record).await?;
+        let reply: Value = self.durable_transition(&scripts::CANCEL_TASK, &keys, &record).await?;
         Ok(matches!(super::effects::recorded(reply)?, CancelReply::Cancelled))
     }
 
