@@ -243,6 +243,9 @@ pub enum DlqCommand {
         /// TTL of the new task, in milliseconds.
         #[arg(long, env = "CONVEYOR_TASK_TTL_MS", default_value_t = 3_600_000)]
         task_ttl_ms: u64,
+        /// The limits the retry is held to, as a call of the dead letter's owner is.
+        #[command(flatten)]
+        limits: TaskLimitArgs,
         #[command(flatten)]
         redis: RedisArgs,
     },
@@ -267,8 +270,9 @@ pub struct RedisArgs {
     #[arg(long, env = "CONVEYOR_SHARDS", default_value_t = conveyor_shared::store::DEFAULT_SHARDS)]
     pub shards: u16,
     /// Answer a create or a cancel only once this many replicas have the write (`WAIT`, sent in
-    /// the same round trip), so that a failover cannot lose what a client was told. 0: rely on
-    /// Redis's asynchronous replication.
+    /// the same round trip), and tell clients of a task's end (events, reads) only once they have
+    /// it, so that a failover cannot lose what a client was told. Set it on workers too: their
+    /// completions wait the same way. 0: rely on Redis's asynchronous replication.
     #[arg(long = "redis-wait-replicas", env = "CONVEYOR_REDIS_WAIT_REPLICAS", default_value_t = 0)]
     pub wait_replicas: u32,
     /// How long such a wait may take before the request fails with a retryable error, in
@@ -314,6 +318,20 @@ pub struct GatewayArgs {
     /// Largest request body accepted, in bytes; larger ones get HTTP 413.
     #[arg(long, env = "CONVEYOR_MAX_BODY_BYTES", default_value_t = 4 * 1024 * 1024)]
     pub max_body_bytes: usize,
+    #[command(flatten)]
+    pub tasks: TaskLimitArgs,
+    /// How long a synchronous tools/call waits for its worker, in milliseconds.
+    #[arg(long, env = "CONVEYOR_SYNC_TIMEOUT_MS", default_value_t = 300_000)]
+    pub sync_timeout_ms: u64,
+    #[command(flatten)]
+    pub redis: RedisArgs,
+}
+
+/// What a new task may take: graph sizes, queues, a principal's live tasks, nodes and stored bytes,
+/// and a task's bytes. A gateway checks its calls against them, and `conveyor redis dlq retry` its
+/// retries, as calls.
+#[derive(Debug, Clone, Args)]
+pub struct TaskLimitArgs {
     /// Most nodes in one `run_dag` graph.
     #[arg(long, env = "CONVEYOR_MAX_DAG_NODES", default_value_t = 10_000)]
     pub max_dag_nodes: usize,
@@ -343,17 +361,41 @@ pub struct GatewayArgs {
     /// 0: no limit.
     #[arg(long, env = "CONVEYOR_MAX_STORED_BYTES_PER_PRINCIPAL", default_value_t = 256 * 1024 * 1024)]
     pub max_stored_bytes_per_principal: u64,
+    /// Most synchronous calls of one principal that wait in an input round its client was told of
+    /// (2026-07-28 without tasks: MRTR). They hold no live-task slot, so that rounds a client
+    /// abandons never lock it out; past this many, its oldest unanswered round ends (cancelled).
+    /// Each shard holds an equal share, at least one. 0: no limit.
+    #[arg(long, env = "CONVEYOR_MAX_PARKED_ROUNDS_PER_PRINCIPAL", default_value_t = 32)]
+    pub max_parked_rounds_per_principal: u64,
     /// Most bytes one task may store in Redis in all (its arguments, every node's output, its
     /// result); a node that would pass it fails with an error naming the limit. A reader holds
     /// three times a result's size of its caller's in-flight budget, so this is at most a third
     /// of that budget.
     #[arg(long, env = "CONVEYOR_MAX_TASK_BYTES", default_value_t = 16 * 1024 * 1024)]
     pub max_task_bytes: u64,
-    /// How long a synchronous tools/call waits for its worker, in milliseconds.
-    #[arg(long, env = "CONVEYOR_SYNC_TIMEOUT_MS", default_value_t = 300_000)]
-    pub sync_timeout_ms: u64,
-    #[command(flatten)]
-    pub redis: RedisArgs,
+}
+
+impl TaskLimitArgs {
+    /// The overload limits a new task is checked against.
+    pub fn limits(&self) -> conveyor_shared::store::Limits {
+        conveyor_shared::store::Limits {
+            max_queued: self.max_queued,
+            max_queued_per_tool: self.max_queued_per_tool,
+            max_live_per_principal: self.max_live_tasks_per_principal,
+            max_nodes_per_principal: self.max_nodes_per_principal,
+            max_stored_bytes_per_principal: self.max_stored_bytes_per_principal,
+            max_parked_rounds_per_principal: self.max_parked_rounds_per_principal,
+        }
+    }
+
+    /// The limits a graph is checked against.
+    pub fn dag_limits(&self) -> conveyor_shared::dag::DagLimits {
+        conveyor_shared::dag::DagLimits {
+            max_nodes: self.max_dag_nodes,
+            max_node_bytes: self.max_dag_node_bytes,
+            ..Default::default()
+        }
+    }
 }
 
 /// Who may call: static tokens, OAuth 2.1 access tokens (JWT), the access policy.

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::args::{
     AuthArgs, Cli, Command, DlqCommand, EndpointArgs, GatewayArgs, OfferArgs, RedisArgs, RedisCommand,
-    RedisTasksCommand, TasksCommand, TokenCommand, UpArgs, WorkerArgs,
+    RedisTasksCommand, TaskLimitArgs, TasksCommand, TokenCommand, UpArgs, WorkerArgs,
 };
 use crate::private_redis::PrivateRedis;
 
@@ -88,8 +88,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             RedisCommand::Dlq { command: DlqCommand::List { count, json, redis } } => {
                 dlq_list(&redis, count, json).await
             }
-            RedisCommand::Dlq { command: DlqCommand::Retry { id, task_ttl_ms, redis } } => {
-                dlq_retry(&redis, &id, task_ttl_ms).await
+            RedisCommand::Dlq { command: DlqCommand::Retry { id, task_ttl_ms, limits, redis } } => {
+                dlq_retry(&redis, &id, task_ttl_ms, &limits).await
             }
         },
         Command::Token { command: TokenCommand::New { principal, groups } } => token_new(&principal, &groups),
@@ -165,16 +165,10 @@ fn config(args: &GatewayArgs) -> Config {
         redis_wait_replicas: args.redis.wait_replicas,
         redis_wait_timeout: Duration::from_millis(args.redis.wait_ms),
         sync_call_timeout: Duration::from_millis(args.sync_timeout_ms),
-        max_dag_nodes: args.max_dag_nodes,
-        max_dag_node_bytes: args.max_dag_node_bytes,
-        limits: conveyor_shared::store::Limits {
-            max_queued: args.max_queued,
-            max_queued_per_tool: args.max_queued_per_tool,
-            max_live_per_principal: args.max_live_tasks_per_principal,
-            max_nodes_per_principal: args.max_nodes_per_principal,
-            max_stored_bytes_per_principal: args.max_stored_bytes_per_principal,
-        },
-        max_task_bytes: args.max_task_bytes,
+        max_dag_nodes: args.tasks.max_dag_nodes,
+        max_dag_node_bytes: args.tasks.max_dag_node_bytes,
+        limits: args.tasks.limits(),
+        max_task_bytes: args.tasks.max_task_bytes,
     }
 }
 
@@ -525,8 +519,8 @@ async fn up(mut args: UpArgs) -> anyhow::Result<()> {
     let expected = args.workers;
     let ready = async {
         loop {
-            let now = conveyor_shared::model::now_ms();
-            if let Ok(live) = store.workers().await
+            // A heartbeat is Redis's time: judged by Redis's clock, not this process's.
+            if let Ok((_, live, now)) = store.catalog().await
                 && live.iter().filter(|w| w.is_live(now)).count() >= expected
             {
                 return;
@@ -629,9 +623,9 @@ async fn show(redis: &RedisArgs, id: &str, json: bool) -> anyhow::Result<()> {
 }
 
 async fn workers(redis: &RedisArgs, json: bool, all: bool) -> anyhow::Result<()> {
-    let now = conveyor_shared::model::now_ms();
-    let workers: Vec<_> =
-        store(redis)?.workers().await?.into_iter().filter(|w| all || w.is_live(now)).collect();
+    let (_, mut workers, now) = store(redis)?.catalog().await?;
+    workers.sort_by(|a, b| a.name.cmp(&b.name));
+    let workers: Vec<_> = workers.into_iter().filter(|w| all || w.is_live(now)).collect();
     if json {
         println!("{}", serde_json::to_string_pretty(&workers)?);
         return Ok(());
@@ -699,13 +693,20 @@ async fn dlq_list(redis: &RedisArgs, count: usize, json: bool) -> anyhow::Result
     Ok(())
 }
 
-async fn dlq_retry(redis: &RedisArgs, id: &str, ttl_ms: u64) -> anyhow::Result<()> {
+async fn dlq_retry(redis: &RedisArgs, id: &str, ttl_ms: u64, limits: &TaskLimitArgs) -> anyhow::Result<()> {
     let store = store(redis)?;
     let letter = store
         .dead_letter(id)
         .await?
         .with_context(|| format!("no dead letter `{id}`; `conveyor redis dlq list` shows them"))?;
-    match store.retry_dead_letter(&letter, ttl_ms, 1000).await? {
+    let retry = conveyor_shared::store::dead_letters::RetryOptions {
+        ttl_ms,
+        poll_interval_ms: 1000,
+        limits: limits.limits(),
+        max_task_bytes: limits.max_task_bytes,
+        plan_limits: limits.dag_limits(),
+    };
+    match store.retry_dead_letter(&letter, &retry).await? {
         Ok(task) => {
             println!("{task}");
             eprintln!(

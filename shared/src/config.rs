@@ -49,7 +49,7 @@ pub struct Config {
     pub redis_outage_wait: Duration,
     /// Shards of the keyspace (`CONVEYOR_SHARDS`); fixed when a deployment is first set up.
     pub shards: u16,
-    /// Replicas that must have a create or a cancel before the client is answered
+    /// Replicas that must have a create, a cancel or a task's end before a client hears of it
     /// (`CONVEYOR_REDIS_WAIT_REPLICAS`; 0: none), and how long that may take
     /// (`CONVEYOR_REDIS_WAIT_MS`).
     pub redis_wait_replicas: u32,
@@ -62,7 +62,8 @@ pub struct Config {
     pub max_dag_node_bytes: usize,
     /// Overload limits on new tasks (`CONVEYOR_MAX_QUEUED`, `CONVEYOR_MAX_QUEUED_PER_TOOL`,
     /// `CONVEYOR_MAX_LIVE_TASKS_PER_PRINCIPAL`, `CONVEYOR_MAX_NODES_PER_PRINCIPAL`,
-    /// `CONVEYOR_MAX_STORED_BYTES_PER_PRINCIPAL`; 0 means no limit).
+    /// `CONVEYOR_MAX_STORED_BYTES_PER_PRINCIPAL`, `CONVEYOR_MAX_PARKED_ROUNDS_PER_PRINCIPAL`; 0
+    /// means no limit).
     pub limits: crate::store::Limits,
     /// The bytes one task may store in Redis in all: arguments, node outputs, result
     /// (`CONVEYOR_MAX_TASK_BYTES`; 0: no limit).
@@ -103,6 +104,7 @@ impl Default for Config {
                 max_live_per_principal: 1_000,
                 max_nodes_per_principal: 50_000,
                 max_stored_bytes_per_principal: 256 * 1024 * 1024,
+                max_parked_rounds_per_principal: 32,
             },
             max_task_bytes: 16 * 1024 * 1024,
         }

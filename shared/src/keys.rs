@@ -66,7 +66,8 @@ impl Shard {
     /// Hash of load counters: `queued`, `queued:<tool>`, `live:<owner>`, `nodes:<owner>` (what an
     /// owner's live tasks hold beyond one node each), `held` (nodes set aside in [`Shard::held`]),
     /// `kept:<owner>` (the bytes an owner keeps in the shard: its tasks' calls, outputs, results
-    /// and answers until their keys expire, and its memories).
+    /// and answers until their keys expire, and its memories), `rounds:<owner>` (the owner's
+    /// synchronous calls parked in an input round told to their client: no longer live tasks).
     pub fn load(self) -> String {
         format!("{}:load", self.tag())
     }
@@ -92,6 +93,14 @@ impl Shard {
     /// Stream of nodes whose attempts are spent, for operators (`conveyor redis dlq`).
     pub fn dead_letters(self) -> String {
         format!("{}:dead", self.tag())
+    }
+
+    /// Sorted set of an owner's synchronous calls in this shard that parked in an input round and
+    /// were told to their client (MRTR), scored by when they parked: the oldest go first when the
+    /// owner has more than its share of unanswered rounds. Kept loosely: a round answered is
+    /// removed, one that ended otherwise is removed when an eviction finds it over.
+    pub fn rounds(self, owner: &str) -> String {
+        format!("{}:rounds:{}", self.tag(), part(owner))
     }
 
     /// Sorted set of an owner's tasks in this shard, scored by creation time.
@@ -218,6 +227,14 @@ pub fn log_level(scope: &str) -> String {
 /// the number the tool keeps. Outside the shards: no task script touches it.
 pub fn run_history(tool: &str, name: &str) -> String {
     format!("{PREFIX}:{{cv.history}}:{tool}:{name}")
+}
+
+/// Hash of the attempts that recorded into [`run_history`]`(tool, name)`: `<task>/<node>` to the
+/// attempt and the digest of its entry, so that a late record of a node's taken-over attempt is
+/// refused and a newer attempt's replaces it. In the history's slot; no `:` follows the hash tag,
+/// which every run history's key has there, so that no tool and name make a history of this name.
+pub fn run_fences(tool: &str, name: &str) -> String {
+    format!("{PREFIX}:{{cv.history}}fences:{}:{}", part(tool), part(name))
 }
 
 /// Hash of worker name to its heartbeat record (queues, tools, running nodes, time).

@@ -69,3 +69,6 @@ script!(RELEASE_MAINTENANCE, "release_maintenance");
 script!(FORGET_WORKER, "forget_worker");
 script!(LEAVE_CATALOG, "leave_catalog");
 script!(RECORD_RUN, "record_run");
+script!(RELEASE_TASK, "release_task");
+script!(RESOLVE_CLAIM, "resolve_claim");
+script!(CONFIRM_SETTLED, "confirm_settled");

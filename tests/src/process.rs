@@ -380,6 +380,35 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// A replica of `primary` that keeps nothing on disk and takes `DEBUG` (whose `DEBUG SLEEP`
+    /// stands for a replica that stalls), once the primary sees it online.
+    pub fn start_replica_of(primary: &RedisServer) -> anyhow::Result<Self> {
+        let port = primary.port.to_string();
+        let replica = Self::start_with(&[
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--enable-debug-command",
+            "yes",
+            "--replicaof",
+            "127.0.0.1",
+            &port,
+        ])?;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let mut conn = primary.connection()?;
+            let info: String = redis::cmd("INFO").arg("replication").query(&mut conn)?;
+            if info.contains("connected_slaves:1") && info.contains("state=online") {
+                return Ok(replica);
+            }
+            if Instant::now() > deadline {
+                bail!("the replica never came online:\n{info}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Whether the server answers PING.
     pub fn ping(&self) -> bool {
         redis::Client::open(self.url())

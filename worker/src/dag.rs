@@ -43,10 +43,13 @@ fn invalid(message: String) -> ToolOutcome {
     ToolOutcome::Error(RpcError { code: -32602, message, data: None })
 }
 
-/// Checks a graph a tool planned: its shape and limits, and that a worker offers each tool it
-/// calls. The error fails the planning node with the reason.
+/// Checks a graph a tool planned: its shape, and that a worker offers each tool it calls. The
+/// error fails the planning node with the reason. Its size is held to the limits its task was
+/// created under when it joins the task ([`Store::expand_plan`]), not to this worker's defaults.
 pub async fn check_plan(store: &Store, plan: &dag::DagSpec) -> Result<(), ToolOutcome> {
-    plan.validate(&dag::DagLimits::default()).map_err(|e| invalid(format!("invalid plan: {e}")))?;
+    let shape =
+        dag::DagLimits { max_nodes: usize::MAX, max_node_bytes: usize::MAX, ..dag::DagLimits::default() };
+    plan.validate(&shape).map_err(|e| invalid(format!("invalid plan: {e}")))?;
     let published = store.tools().await.map_err(|e| invalid(format!("cannot read the tool catalog: {e}")))?;
     for node in &plan.nodes {
         if let Some(tool) = &node.tool

@@ -168,7 +168,8 @@ impl ToolContext {
     /// Records `entry` as the newest run of `tool` under `name` (a readiness profile, say),
     /// keeping the newest `keep`, and returns the runs recorded before it, newest first: a tool's
     /// history across tasks, kept in Redis and shared by every worker and every caller. What
-    /// belongs to the caller alone goes in its memory ([`ToolContext::record_memory`]).
+    /// belongs to the caller alone goes in its memory ([`ToolContext::record_memory`]). Fenced by
+    /// this attempt: once another worker has taken the node over, it records nothing and fails.
     pub async fn record_run(
         &self,
         tool: &str,
@@ -176,7 +177,7 @@ impl ToolContext {
         entry: &Value,
         keep: usize,
     ) -> Result<Vec<Value>, conveyor_shared::StoreError> {
-        self.store.record_run(tool, name, entry, keep).await
+        self.store.record_run(&self.started, tool, name, entry, keep).await
     }
 
     /// The newest `count` runs of `tool` under `name` that [`ToolContext::record_run`] kept,

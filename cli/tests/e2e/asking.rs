@@ -566,3 +566,57 @@ async fn progress_on_a_tasks_result_stream_names_its_task() {
     }
     assert_eq!(result.result()["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], task.as_str());
 }
+
+#[tokio::test]
+async fn rounds_a_client_abandons_never_lock_it_out_and_the_oldest_end_past_their_bound() {
+    let redis = RedisServer::start().expect("redis");
+    // One shard, so that the limits are the shard's: 3 live tasks, 4 rounds left waiting.
+    let args = [
+        "--fixtures",
+        "--shards",
+        "1",
+        "--max-live-tasks-per-principal",
+        "3",
+        "--max-parked-rounds-per-principal",
+        "4",
+    ];
+    let up = Conveyor::up(&redis.url(), &args).expect("conveyor up");
+    let mcp = Mcp::new(up.mcp_url());
+    let tool = "test_input_required_result_multi_round";
+    mcp.wait_for_tool(tool, Duration::from_secs(20)).await.expect("tool listed");
+    let elicits = json!({"elicitation": {}});
+
+    // A client asks five calls' first rounds and answers none of them.
+    let mut states = Vec::new();
+    for i in 0..5 {
+        let asked = sync_call(&mcp, tool, None, elicits.clone()).await;
+        assert_eq!(asked.result()["resultType"], "input_required", "round {i}: {}", asked.raw);
+        states.push(state_of(asked.result()));
+    }
+    // More rounds wait than the caller may hold live tasks, yet a new call runs.
+    let greet = mcp
+        .call_2026("tools/call", json!({"name": "greet", "arguments": {"name": "Ada"}}), elicits.clone())
+        .await;
+    let greet = greet.expect("tools/call greet");
+    assert!(greet.error_code().is_none(), "{}", greet.raw);
+    assert_eq!(greet.result()["content"][0]["text"], "Hello, Ada!", "{}", greet.raw);
+
+    // Four rounds may wait: the fifth ended the oldest, whose continuation says so.
+    let rounds = || {
+        let mut conn = redis.connection().expect("redis connection");
+        let load: std::collections::HashMap<String, i64> =
+            redis::cmd("HGETALL").arg("cv:{cv.0}:load").query(&mut conn).expect("load");
+        load.iter().filter(|(k, _)| k.starts_with("rounds:")).map(|(_, v)| *v).sum::<i64>()
+    };
+    conveyor_tests::eventually(Duration::from_secs(10), "the oldest round to end", async || {
+        (rounds() == 4).then_some(())
+    })
+    .await;
+    let step1 = || json!({"step1": accept(json!({"name": "Ada"}))});
+    let late = sync_call(&mcp, tool, Some((&states[0], step1())), elicits.clone()).await;
+    let message = late.message["error"]["message"].as_str().unwrap_or_default().to_owned();
+    assert!(message.contains("max_parked_rounds_per_principal"), "{}", late.raw);
+    // The newest goes on to its next round.
+    let next = sync_call(&mcp, tool, Some((&states[4], step1())), elicits).await;
+    assert_eq!(keys_of(&next.result()["inputRequests"]), ["step2"], "{}", next.raw);
+}

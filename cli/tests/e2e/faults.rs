@@ -4,12 +4,95 @@
 
 use std::time::{Duration, Instant};
 
-use conveyor_tests::mcp::{create_2025, wait_for_tools};
+use conveyor_tests::mcp::{create_2025, status_2025, wait_for_tools};
 use conveyor_tests::proxy::StallProxy;
 use conveyor_tests::{Conveyor, Mcp, RedisServer, eventually};
 use serde_json::{Value, json};
 
 const LEASE: &[&str] = &["--fixtures", "--lease-ms", "1000"];
+
+#[tokio::test]
+async fn with_wait_replicas_no_client_hears_of_a_completion_before_a_replica_has_it() {
+    let primary = RedisServer::start().expect("primary");
+    let replica = RedisServer::start_replica_of(&primary).expect("replica");
+    let args = ["--fixtures", "--redis-wait-replicas", "1", "--redis-wait-ms", "1000"];
+    let up = Conveyor::up(&primary.url(), &args).expect("conveyor up");
+    let mcp = Mcp::new(up.mcp_url());
+    wait_for_tools(&mcp, &["slow_compute"]).await;
+    // A synchronous call hears of its end once the replica has it.
+    let greet = mcp.call_2025("tools/call", json!({"name": "greet", "arguments": {"name": "Ada"}})).await;
+    let greet = greet.expect("tools/call greet");
+    assert_eq!(greet.result()["content"][0]["text"], "Hello, Ada!", "{}", greet.raw);
+
+    // The replica stalls while a task runs: the task completes on the primary, but no read says so.
+    let task = create_2025(&mcp, "slow_compute", json!({"seconds": 1, "label": "kept"})).await;
+    let mut stalled = replica.connection().expect("replica connection");
+    let sleeping = std::thread::spawn(move || {
+        redis::cmd("DEBUG").arg("SLEEP").arg(10).query::<()>(&mut stalled).expect("debug sleep")
+    });
+    primary.wait_node_status(&task, "root", "completed", Duration::from_secs(8)).await.expect("completes");
+    let read = mcp.call_2025("tasks/get", json!({"taskId": task})).await.expect("tasks/get");
+    assert_eq!(read.message["error"]["data"]["retryable"], true, "{}", read.raw);
+    // Once the replica has it, the client sees it.
+    sleeping.join().expect("the replica slept");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let read = mcp.call_2025("tasks/get", json!({"taskId": task})).await.expect("tasks/get");
+        if read.result()["status"] == "completed" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the completion never showed: {}", read.raw);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// libfaketime, which runs a process with its clock moved (`apt-get install faketime`).
+const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+#[tokio::test]
+async fn processes_whose_clock_runs_ahead_of_redis_take_no_live_task_for_an_expired_one() {
+    assert!(
+        std::path::Path::new(LIBFAKETIME).exists(),
+        "this test runs conveyor with its clock moved by libfaketime: apt-get install faketime"
+    );
+    let redis = RedisServer::start().expect("redis");
+    // The gateway and the workers of `conveyor up` run 30 minutes ahead of Redis; the tasks below
+    // live 10 minutes (their TTL, counted by Redis from their creation).
+    let skewed = [("LD_PRELOAD", LIBFAKETIME), ("FAKETIME", "+30m"), ("FAKETIME_DONT_FAKE_MONOTONIC", "1")];
+    let up = Conveyor::with_env("up", &redis.url(), &["--fixtures"], &skewed).expect("conveyor up");
+    let mcp = Mcp::new(up.mcp_url());
+    wait_for_tools(&mcp, &["slow_compute"]).await;
+    // A graph, whose end is assembled by a worker that reads the task first, and a single call.
+    let graph = json!({"nodes": [
+        {"id": "a", "tool": "slow_compute", "arguments": {"seconds": 1, "label": "a"}},
+        {"id": "b", "kind": "collect", "dependsOn": ["a"]}
+    ], "output": "b"});
+    let tasks = [
+        create_2025(&mcp, "run_dag", graph).await,
+        create_2025(&mcp, "slow_compute", json!({"seconds": 1, "label": "single"})).await,
+    ];
+    for task in tasks {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let status = status_2025(&mcp, &task).await;
+            if status != "working" {
+                assert_eq!(status, "completed", "task {task}");
+                break;
+            }
+            assert!(Instant::now() < deadline, "task {task} never ended: {}", up.log_text());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    // The worker counts as live by Redis's clock: `conveyor redis workers` lists it.
+    let listed = std::process::Command::new(conveyor_tests::process::conveyor_bin())
+        .args(["redis", "workers", "--json"])
+        .env("REDIS_URL", redis.url())
+        .envs(skewed)
+        .output()
+        .expect("conveyor redis workers");
+    let workers: Vec<Value> = serde_json::from_slice(&listed.stdout).expect("a JSON list of workers");
+    assert!(!workers.is_empty(), "no live worker listed: {}", String::from_utf8_lossy(&listed.stderr));
+}
 
 #[tokio::test]
 async fn a_node_of_a_killed_worker_is_taken_over_when_its_lease_runs_out() {
@@ -581,6 +664,8 @@ async fn an_unreadable_task_in_a_batch_fails_alone_and_the_others_run() {
         escalable: false,
         call_key: None,
         max_bytes: 0,
+        plan_limits: Default::default(),
+        input_rounds: false,
     };
     let (bad, good) = (call("bad"), call("good"));
     for task in [&bad, &good] {

@@ -229,6 +229,31 @@ async fn graphs_over_the_node_limit_are_refused() {
 }
 
 #[tokio::test]
+async fn graphs_a_tool_plans_are_held_to_the_configured_limits() {
+    let redis = RedisServer::start().expect("redis");
+    // One shard, so that the principal's share of the node limit is the whole of it.
+    let args = ["--fixtures", "--max-dag-nodes", "6", "--max-nodes-per-principal", "5", "--shards", "1"];
+    let conveyor = Conveyor::up(&redis.url(), &args).expect("conveyor up");
+    let mcp = Mcp::new(conveyor.mcp_url());
+    mcp.wait_for_tool("plan_fanout", Duration::from_secs(10)).await.expect("worker tools");
+    let fan_out = |width: u64| json!({"name": "plan_fanout", "arguments": {"width": width, "seconds": 0}});
+
+    // 6 parts and their join: 7 nodes, over the graph limit.
+    let reply = mcp.call_2025("tools/call", fan_out(6)).await.expect("tools/call");
+    let message = reply.message["error"]["message"].as_str().unwrap_or_default().to_owned();
+    assert!(message.contains("7 nodes") && message.contains("max_dag_nodes"), "{}", reply.raw);
+    // 5 nodes fit the graph limit, but the planner holds one already: 6 held, over the 5 a
+    // principal's unfinished tasks may hold.
+    let reply = mcp.call_2025("tools/call", fan_out(4)).await.expect("tools/call");
+    let message = reply.message["error"]["message"].as_str().unwrap_or_default().to_owned();
+    assert!(message.contains("nodes_per_principal"), "{}", reply.raw);
+    // Within both, the plan runs.
+    let reply = mcp.call_2025("tools/call", fan_out(3)).await.expect("tools/call");
+    assert_eq!(reply.error_code(), None, "{}", reply.raw);
+    assert_ne!(reply.result()["isError"], true, "{}", reply.raw);
+}
+
+#[tokio::test]
 async fn a_requested_ttl_is_capped_at_the_maximum() {
     let redis = RedisServer::start().expect("redis");
     let conveyor =

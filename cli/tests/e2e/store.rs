@@ -13,10 +13,11 @@ use conveyor_shared::keys::{self, Shard};
 use conveyor_shared::model::{
     ROOT_NODE, RpcError, TaskEvent, TaskMode, TaskStatus, ToolOutcome, WorkItem, new_task_id, now_ms, result,
 };
+use conveyor_shared::store::dead_letters::RetryOptions;
 use conveyor_shared::store::{
-    AnswerOutcome, Attempt, CancelOutcome, CompleteOutcome, Created, Limits, MaintainOutcome, NewTask,
-    NodeStart, Overdue, ParkOutcome, ReclaimOutcome, SlotShares, StartOutcome, TaskIndex, WorkReader,
-    WorkerRecord,
+    AnswerOutcome, Attempt, CancelOutcome, CompleteOutcome, Created, ExpandOutcome, Limits, MaintainOutcome,
+    NewTask, NodeStart, Overdue, ParkOutcome, ReclaimOutcome, SlotShares, StartOutcome, TaskIndex,
+    WorkReader, WorkerRecord,
 };
 use conveyor_shared::store::{Gate, GateKind, ReadOutcome, TaskParts, TaskRead};
 use conveyor_tests::RedisServer;
@@ -73,6 +74,8 @@ fn new_task(shard: Shard) -> NewTask {
         escalable: false,
         call_key: None,
         max_bytes: 0,
+        plan_limits: Default::default(),
+        input_rounds: false,
     }
 }
 
@@ -383,6 +386,62 @@ async fn a_tool_error_fails_a_2025_task_and_completes_a_2026_one() {
 
 fn answers(value: Value) -> serde_json::Map<String, Value> {
     value.as_object().expect("an object").clone()
+}
+
+#[tokio::test]
+async fn a_call_waiting_in_a_round_its_client_was_told_of_holds_no_live_slot_and_its_rounds_are_bounded() {
+    let mut h = setup().await;
+    let s = Shard(0);
+    // Shard 0's shares: one live task of alice's, two rounds.
+    let limits =
+        Limits { max_live_per_principal: 4, max_parked_rounds_per_principal: 8, ..Limits::default() };
+    let round = || NewTask { mode: TaskMode::Sync, input_rounds: true, ..new_task(s) };
+    let ask = InputRequired::new().ask("ok", input::elicit_form("go on?", json!({"type": "object"})));
+    let live = |h: &Harness| {
+        let load = h.load(s);
+        (load.get("live:alice").copied().unwrap_or(0), load.get("rounds:alice").copied().unwrap_or(0))
+    };
+    let mut calls = Vec::new();
+    for asked in 1..=3 {
+        // Each call is admitted although alice's share of live tasks is one: the rounds before it
+        // wait for answers her client may never send, and hold no live slot.
+        let call = round();
+        assert_eq!(
+            h.store.create_task(&call, &limits).await.expect("create"),
+            Created::Created,
+            "call {asked}"
+        );
+        let attempt = h.start(&call.task_id).await;
+        assert_eq!(h.store.park(&attempt, &ask).await.expect("park"), ParkOutcome::Parked);
+        calls.push(call.task_id);
+        assert_eq!(live(&h), (0, asked.min(2)), "after call {asked}");
+    }
+    // The third round passed the two alice may leave waiting here: the oldest ended.
+    let oldest = h.store.get_task(&calls[0]).await.expect("get").expect("exists");
+    assert_eq!(oldest.status, TaskStatus::Cancelled);
+    assert!(
+        oldest.status_message.as_deref().is_some_and(|m| m.contains("max_parked_rounds_per_principal")),
+        "{oldest:?}"
+    );
+    let answer = answers(json!({"ok": {"action": "accept", "content": {}}}));
+    assert_eq!(
+        h.store.answer_input(&calls[0], "alice", &answer, &Default::default()).await.expect("answer"),
+        AnswerOutcome::NotWaiting("cancelled".into())
+    );
+    // An answered round holds a live slot again; a round that ends otherwise leaves the rounds.
+    assert_eq!(
+        h.store.answer_input(&calls[1], "alice", &answer, &Default::default()).await.expect("answer"),
+        AnswerOutcome::Answered { remaining: 0, resumed: 1 }
+    );
+    assert_eq!(live(&h), (1, 1));
+    h.store.cancel_task(&calls[2], "alice", "Cancelled by the client").await.expect("cancel");
+    assert_eq!(live(&h), (1, 0));
+    // A task's rounds are the client's to see and answer: it holds its live slot while it waits.
+    let task = NewTask { input_rounds: false, ..new_task(Shard(1)) };
+    assert_eq!(h.store.create_task(&task, &limits).await.expect("create"), Created::Created);
+    let attempt = h.start(&task.task_id).await;
+    assert_eq!(h.store.park(&attempt, &ask).await.expect("park"), ParkOutcome::Parked);
+    assert_eq!(h.load(Shard(1)).get("live:alice").copied(), Some(1));
 }
 
 #[tokio::test]
@@ -1346,23 +1405,76 @@ async fn a_node_taken_over_after_its_task_was_cancelled_gives_back_its_load() {
     );
 }
 
+/// A primary and a replica of it, online.
+fn primary_with_replica() -> (RedisServer, RedisServer) {
+    let primary = RedisServer::start().expect("primary");
+    let replica = RedisServer::start_replica_of(&primary).expect("replica");
+    (primary, replica)
+}
+
+#[tokio::test]
+async fn with_wait_replicas_a_completion_is_heard_and_read_only_once_a_replica_has_it() {
+    let (primary, replica) = primary_with_replica();
+    let options = conveyor_shared::store::StoreOptions {
+        timeout: Duration::from_secs(3),
+        outage_wait: Duration::from_millis(600),
+        wait_replicas: 1,
+        wait_timeout: Duration::from_millis(1000),
+        ..Default::default()
+    };
+    let store = Store::open(&primary.url(), options).expect("store");
+    let queues: Vec<String> = QUEUES.iter().map(|q| q.to_string()).collect();
+    store.ensure_groups(&queues).await.expect("groups");
+    let readers = store.work_readers(&queues).await.expect("readers");
+    let mut h = Harness { redis: primary, store: store.clone(), readers, unstarted: Vec::new() };
+    let hub = store.events().await.expect("events");
+    let status = TaskRead { allowance: 1 << 20, ..TaskRead::new("alice", TaskParts::OUTCOME) };
+
+    // With the replica up, the waiter hears of the completion, and a read shows it.
+    let heard = h.create(&new_task(Shard(1))).await;
+    let attempt = h.start(&heard).await;
+    let mut waiter = hub.waiter(&heard);
+    store.watch_task(&heard, &hub.inbox(Shard(1)), "alice").await.expect("watch");
+    store.complete(&attempt, Some(&ok("done")), false, 0).await.expect("complete");
+    let event = tokio::time::timeout(Duration::from_secs(10), waiter.recv()).await.expect("an event");
+    assert!(matches!(event, Some(conveyor_shared::events::Delivery::Event(_))), "{event:?}");
+
+    // With the replica stalled, the completion is recorded on the primary, but no waiter hears of
+    // it and no read shows it.
+    let quiet = h.create(&new_task(Shard(2))).await;
+    let attempt = h.start(&quiet).await;
+    let mut waiter = hub.waiter(&quiet);
+    store.watch_task(&quiet, &hub.inbox(Shard(2)), "alice").await.expect("watch");
+    let mut stalled = replica.connection().expect("replica conn");
+    let sleeping = std::thread::spawn(move || {
+        redis::cmd("DEBUG").arg("SLEEP").arg(8).query::<()>(&mut stalled).expect("debug sleep")
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    store.complete(&attempt, Some(&ok("done")), false, 0).await.expect("complete");
+    assert_eq!(h.redis.node_field(&quiet, ROOT_NODE, "status").as_deref(), Some("completed"));
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), waiter.recv()).await.is_err(),
+        "a waiter heard of a completion no replica had"
+    );
+    let read = store.read_task(&quiet, &status).await;
+    assert!(read.as_ref().is_err_and(|e| e.is_transient()), "a read showed it: {read:?}");
+    // Once the replica has it, reads show it.
+    sleeping.join().expect("the replica slept");
+    let shown =
+        conveyor_tests::eventually(Duration::from_secs(10), "a read of the completion", async || match store
+            .read_task(&quiet, &status)
+            .await
+        {
+            Ok(ReadOutcome::Read(detail)) => Some(detail.task.status),
+            _ => None,
+        })
+        .await;
+    assert_eq!(shown, TaskStatus::Completed);
+}
+
 #[tokio::test]
 async fn with_wait_replicas_a_create_is_answered_only_once_a_replica_has_it() {
-    let primary = RedisServer::start().expect("primary");
-    let port = primary.port.to_string();
-    let mut replica =
-        RedisServer::start_with(&["--save", "", "--appendonly", "no", "--replicaof", "127.0.0.1", &port])
-            .expect("replica");
-    let linked = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let mut conn = primary.connection().expect("conn");
-        let info: String = redis::cmd("INFO").arg("replication").query(&mut conn).expect("info");
-        if info.contains("connected_slaves:1") && info.contains("state=online") {
-            break;
-        }
-        assert!(std::time::Instant::now() < linked, "the replica never came online:\n{info}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (primary, mut replica) = primary_with_replica();
     let options = conveyor_shared::store::StoreOptions {
         timeout: Duration::from_secs(3),
         outage_wait: Duration::from_millis(600),
@@ -1487,6 +1599,84 @@ async fn a_call_pinned_to_a_full_shard_lands_in_another_and_keeps_its_keys() {
     // The moved tasks run like any other.
     let attempt = h.start(&call.task_id).await;
     assert_eq!(attempt.shard, shard_of(&call.task_id));
+}
+
+/// An idempotency key of alice whose call lands in `shard` (of 4).
+fn key_in(shard: Shard) -> String {
+    (0..).map(|i| format!("k{i}")).find(|k| keys::shard_of_key("alice", k, 4) == shard).expect("a key")
+}
+
+#[tokio::test]
+async fn concurrent_retries_of_an_idempotent_call_whose_shard_is_full_make_and_run_one_task() {
+    let h = setup().await;
+    let limits = Limits { max_live_per_principal: 4, ..Limits::default() };
+    // Fill shard 0's share (1 of 4): the keyed call must be made in another shard.
+    assert_eq!(spread(&h.store, "alice", Shard(0), limits).await.0, Created::Created);
+    let key = key_in(Shard(0));
+    let retries = (0..8).map(|_| {
+        let store = h.store.clone();
+        let mut call = NewTask { idempotency_key: Some(key.clone()), ..new_task(Shard(0)) };
+        async move {
+            let created = store.create_task_spread(&mut call, &limits, |_, _| {}).await.expect("create");
+            (created, call.task_id)
+        }
+    });
+    let outcomes = futures::future::join_all(retries).await;
+    let made: Vec<&String> =
+        outcomes.iter().filter(|(c, _)| *c == Created::Created).map(|(_, id)| id).collect();
+    assert_eq!(made.len(), 1, "one of the retries makes the task: {outcomes:?}");
+    let task = made[0].clone();
+    assert_ne!(shard_of(&task), Shard(0));
+    for (created, _) in &outcomes {
+        assert!(
+            *created == Created::Created || *created == Created::Duplicate(task.clone()),
+            "every other retry answers with that task: {outcomes:?}"
+        );
+    }
+    // Nothing else was made, nor queued: the first task and this one, one entry each.
+    assert_eq!(h.redis.written(), (2, 2), "{outcomes:?}");
+    assert_eq!(h.total_load()["live:alice"], 2);
+    // A retry long after still finds it.
+    let mut later = NewTask { idempotency_key: Some(key.clone()), ..new_task(Shard(0)) };
+    assert_eq!(
+        h.store.create_task_spread(&mut later, &limits, |_, _| {}).await.expect("retry"),
+        Created::Duplicate(task)
+    );
+}
+
+#[tokio::test]
+async fn a_retry_finishes_an_idempotency_claim_its_first_call_abandoned() {
+    let h = setup().await;
+    let limits = Limits { max_live_per_principal: 4, ..Limits::default() };
+    let key = key_in(Shard(0));
+    let fingerprint = |t: &NewTask| format!("{} {}", t.tool, t.call.arguments);
+    let idem = Shard(0).idempotency("alice", &key);
+    // A first call claimed the key long ago (Redis time 1000 ms) and stopped before it made any
+    // task: a retry drops the claim and makes the task.
+    let abandoned = new_task(Shard(0));
+    let claim = format!("?{}@1000 {}", &abandoned.task_id[4..], fingerprint(&abandoned));
+    let _: () = h.conn().set(&idem, &claim).expect("set");
+    let mut retry = NewTask { idempotency_key: Some(key.clone()), ..new_task(Shard(0)) };
+    assert_eq!(
+        h.store.create_task_spread(&mut retry, &limits, |_, _| {}).await.expect("retry"),
+        Created::Created
+    );
+    assert_eq!(shard_of(&retry.task_id), Shard(0));
+
+    // Another first call made its task in shard 2, and stopped before it pointed its claim at it:
+    // a retry finds the task by the claim and answers with it.
+    let other = key_in(Shard(1));
+    let idem = Shard(1).idempotency("alice", &other);
+    let made = h.create(&new_task(Shard(2))).await;
+    let claim = format!("?{}@1000 {}", &made[4..], fingerprint(&new_task(Shard(2))));
+    let _: () = h.conn().set(&idem, &claim).expect("set");
+    let mut retry = NewTask { idempotency_key: Some(other.clone()), ..new_task(Shard(1)) };
+    assert_eq!(
+        h.store.create_task_spread(&mut retry, &limits, |_, _| {}).await.expect("retry"),
+        Created::Duplicate(made.clone())
+    );
+    let value: String = h.conn().get(&idem).expect("get");
+    assert!(value.starts_with(&made), "the key names the task now: {value}");
 }
 
 #[tokio::test]
@@ -1762,16 +1952,169 @@ async fn a_read_sent_again_after_its_reply_was_lost_is_not_held_by_its_own_poll_
 
 #[tokio::test]
 async fn a_run_recorded_again_after_its_reply_was_lost_is_kept_once() {
-    let h = setup().await;
+    let mut h = setup().await;
+    let one = h.create(&new_task(Shard(0))).await;
+    let one = h.start(&one).await;
+    let two = h.create(&new_task(Shard(1))).await;
+    let two = h.start(&two).await;
     // (The first record loads the script, so that the lost try below runs it.)
     let first = json!({"runId": "r1", "atMs": 1});
-    h.store.record_run("deployment_readiness", "prod", &first, 10).await.expect("record");
+    h.store.record_run(&one, "deployment_readiness", "prod", &first, 10).await.expect("record");
     let second = json!({"runId": "r2", "atMs": 2});
     let store = losing_replies(&h.redis, 600).await;
-    let before = store.record_run("deployment_readiness", "prod", &second, 10).await.expect("record");
+    let before = store.record_run(&two, "deployment_readiness", "prod", &second, 10).await.expect("record");
     assert_eq!(before, vec![first.clone()], "the runs before it, as the first try saw them");
     let runs = h.store.runs("deployment_readiness", "prod", 10).await.expect("runs");
     assert_eq!(runs, vec![second, first], "each run once");
+}
+
+#[tokio::test]
+async fn a_run_recorded_by_an_attempt_that_was_taken_over_stays_out_of_the_history() {
+    let mut h = setup().await;
+    let id = h.create(&new_task(Shard(0))).await;
+    let first = h.start(&id).await;
+    let early = json!({"runId": id, "atMs": 1});
+    h.store.record_run(&first, "deployment_readiness", "prod", &early, 10).await.expect("record");
+
+    // Another worker takes the node over while the first still runs it.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let lease = Duration::from_millis(50);
+    let claimed = lost_entries(&h, Shard(0), "w1", lease).await;
+    assert!(matches!(
+        h.store.reclaim(&claimed[0], lease).await.expect("reclaim"),
+        ReclaimOutcome::Requeued { .. }
+    ));
+    let second = h.start(&id).await;
+    assert_eq!(second.number, first.number + 1);
+
+    // The first attempt records late: refused, and the history keeps what it had.
+    let late = json!({"runId": id, "atMs": 2});
+    let refused = h.store.record_run(&first, "deployment_readiness", "prod", &late, 10).await;
+    assert!(matches!(refused, Err(conveyor_shared::StoreError::Refused(_))), "{refused:?}");
+    assert_eq!(runs(&h.store).await, vec![early.clone()]);
+
+    // The attempt that took over records: its run replaces the one its node recorded before, and
+    // it does not count that one among the runs before it.
+    let newest = json!({"runId": id, "atMs": 3});
+    let before =
+        h.store.record_run(&second, "deployment_readiness", "prod", &newest, 10).await.expect("record");
+    assert_eq!(before, Vec::<Value>::new());
+    assert_eq!(runs(&h.store).await, vec![newest.clone()]);
+    // Once the node has settled, nothing more of it enters the history.
+    h.store.complete(&second, Some(&ok("done")), false, 0).await.expect("complete");
+    let after = json!({"runId": id, "atMs": 4});
+    assert!(h.store.record_run(&second, "deployment_readiness", "prod", &after, 10).await.is_err());
+    assert_eq!(runs(&h.store).await, vec![newest]);
+}
+
+#[tokio::test]
+async fn a_planned_graph_is_held_to_the_limits_its_call_was_created_under() {
+    let mut h = setup().await;
+    let s = Shard(0);
+    // Shard 0's shares: 4 nodes held by alice's unfinished tasks, 2 queued nodes.
+    let limits = Limits { max_nodes_per_principal: 16, max_queued: 8, ..Limits::default() };
+    let graph_limits =
+        conveyor_shared::dag::DagLimits { max_nodes: 6, max_node_bytes: 100, ..Default::default() };
+    let task = NewTask { plan_limits: graph_limits, ..new_task(s) };
+    assert_eq!(h.store.create_task(&task, &limits).await.expect("create"), Created::Created);
+    let attempt = h.start(&task.task_id).await;
+    let plan = |nodes: Value| -> conveyor_shared::dag::DagSpec {
+        serde_json::from_value(json!({"nodes": nodes})).expect("a plan")
+    };
+    let noops = |n: usize, chained: bool| {
+        let nodes: Vec<Value> = (0..n)
+            .map(|i| match i {
+                i if chained && i > 0 => {
+                    json!({"id": format!("p{i}"), "kind": "noop", "dependsOn": [format!("p{}", i - 1)]})
+                }
+                i => json!({"id": format!("p{i}"), "kind": "noop"}),
+            })
+            .collect();
+        plan(Value::Array(nodes))
+    };
+    let refused = |outcome: ExpandOutcome, limit: &str| match outcome {
+        ExpandOutcome::Refused(reason) => assert!(reason.contains(limit), "{limit}: {reason}"),
+        other => panic!("expected a refusal naming {limit}, got {other:?}"),
+    };
+    let queues = HashMap::new();
+    refused(h.store.expand_plan(&attempt, &noops(7, true), &queues).await.expect("expand"), "max_dag_nodes");
+    let wide = plan(json!([{"id": "p0", "tool": "echo", "arguments": {"text": "x".repeat(200)}}]));
+    refused(h.store.expand_plan(&attempt, &wide, &queues).await.expect("expand"), "max_dag_node_bytes");
+    // The planner holds one node: four more would make five.
+    refused(
+        h.store.expand_plan(&attempt, &noops(4, true), &queues).await.expect("expand"),
+        "nodes_per_principal",
+    );
+    // Three more fit what alice may hold, but three at once would pass the queued share.
+    refused(h.store.expand_plan(&attempt, &noops(3, false), &queues).await.expect("expand"), "queued_nodes");
+    let load = h.load(s);
+    let count = |field: &str| load.get(field).copied().unwrap_or(0);
+    assert_eq!((count("queued"), count("nodes:alice")), (0, 0), "a refused plan holds nothing: {load:?}");
+    assert_eq!(
+        h.store.expand_plan(&attempt, &noops(3, true), &queues).await.expect("expand"),
+        ExpandOutcome::Expanded(3)
+    );
+    let load = h.load(s);
+    assert_eq!((load["queued"], load["nodes:alice"]), (1, 3), "{load:?}");
+}
+
+/// A dead letter's retry as an operator runs it, with no limits.
+fn retry_options() -> RetryOptions {
+    RetryOptions {
+        ttl_ms: 60_000,
+        poll_interval_ms: 500,
+        limits: Limits::default(),
+        max_task_bytes: 0,
+        plan_limits: Default::default(),
+    }
+}
+
+#[tokio::test]
+async fn a_dead_letter_retried_again_runs_once_and_is_held_to_its_owners_limits() {
+    let mut h = setup().await;
+    let id = h.create(&new_task(Shard(1))).await;
+    let attempt = h.start(&id).await;
+    let error = RpcError { code: -32603, message: "boom".to_owned(), data: None };
+    h.store.complete(&attempt, Some(&ToolOutcome::Error(error)), false, 0).await.expect("complete");
+    let letter = h.store.dead_letters(10).await.expect("dead letters").remove(0);
+    assert_eq!(letter.task_id, id);
+
+    // alice has all the live tasks she may (one per shard): the retry is refused, and the letter stays.
+    let limits = Limits { max_live_per_principal: 4, ..Limits::default() };
+    let mut live = Vec::new();
+    for _ in 0..4 {
+        let (created, task) = spread(&h.store, "alice", Shard(0), limits).await;
+        assert_eq!(created, Created::Created);
+        live.push(task.task_id);
+    }
+    let held = RetryOptions { limits, ..retry_options() };
+    let refused = h.store.retry_dead_letter(&letter, &held).await.expect("retry");
+    assert!(refused.as_ref().is_err_and(|why| why.contains("live_tasks_per_principal")), "{refused:?}");
+    // So is one larger than a task may store.
+    let small = RetryOptions { max_task_bytes: 10, ..retry_options() };
+    let refused = h.store.retry_dead_letter(&letter, &small).await.expect("retry");
+    assert!(refused.as_ref().is_err_and(|why| why.contains("max_task_bytes")), "{refused:?}");
+    assert_eq!(h.store.dead_letters(10).await.expect("dead letters").len(), 1, "the letter stays");
+    let tasks = h.redis.task_count();
+
+    // Room again: two operators retry the letter at once, and one of them once more later (a
+    // retry whose reply was lost): one task runs the node.
+    h.store.cancel_task(&live[0], "alice", "x").await.expect("cancel");
+    let (first, second) =
+        tokio::join!(h.store.retry_dead_letter(&letter, &held), h.store.retry_dead_letter(&letter, &held));
+    let first = first.expect("retry").expect("a task");
+    assert_eq!(second.expect("retry").expect("a task"), first);
+    let again = h.store.retry_dead_letter(&letter, &held).await.expect("retry").expect("a task");
+    assert_eq!(again, first);
+    assert_eq!(h.redis.task_count(), tasks + 1, "one task for the letter");
+    assert!(h.store.dead_letters(10).await.expect("dead letters").is_empty());
+    let attempt = h.start(&first).await;
+    assert_eq!(attempt.number, 1);
+}
+
+/// The readiness history of profile `prod`, newest first.
+async fn runs(store: &Store) -> Vec<Value> {
+    store.runs("deployment_readiness", "prod", 10).await.expect("runs")
 }
 
 /// What `owner` keeps in every shard, by the load counters (`kept:<owner>`).
@@ -1948,7 +2291,8 @@ async fn a_dead_letter_keeps_no_large_copies_and_its_retry_reads_them_from_the_t
     assert!(entry_bytes < 1_000, "the letter holds no copy of either: {entry_bytes} bytes");
 
     // The retry takes the arguments from the task, which still lives.
-    let retried = h.store.retry_dead_letter(letter, 60_000, 500).await.expect("retry").expect("a new task");
+    let retried =
+        h.store.retry_dead_letter(letter, &retry_options()).await.expect("retry").expect("a new task");
     let task = h.store.get_task(&retried).await.expect("get").expect("exists");
     assert_eq!(task.call.arguments["pad"].as_str().map(str::len), Some(100_000));
 }

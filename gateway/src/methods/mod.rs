@@ -323,6 +323,10 @@ pub(crate) fn new_task(
         escalable: false,
         call_key: None,
         max_bytes: state.config.max_task_bytes,
+        plan_limits: state.config.dag_limits(),
+        // A 2026-07-28 synchronous call tells its client of each round of input, and the client
+        // answers in a later call, or never.
+        input_rounds: ctx.wire == crate::wire::Wire::V2026,
     }
 }
 

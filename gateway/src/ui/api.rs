@@ -24,7 +24,8 @@ pub(super) async fn me(State(state): State<Arc<AppState>>, ApiCaller(caller): Ap
         "principal": caller.principal,
         "operator": caller.operator,
         "authRequired": !state.auth.disabled,
-        "nowMs": conveyor_shared::model::now_ms(),
+        // Task times are Redis's: so is the clock the page measures running durations by.
+        "nowMs": state.store.redis_now_ms().await.unwrap_or_else(|_| conveyor_shared::model::now_ms()),
         "streamIntervalMs": super::STREAM_INTERVAL.as_millis() as u64,
         "listLimit": view::LIST_LIMIT,
     }))
@@ -111,10 +112,11 @@ pub(super) async fn operators(
         crate::methods::audit_denied(&caller, "ui/operators", "operators", "not an operator");
         return Err(ApiError::NotOperator);
     }
-    let (stats, workers, letters) = tokio::try_join!(
+    let (stats, (_, mut workers, now), letters) = tokio::try_join!(
         state.store.cluster_stats(),
-        state.store.workers(),
+        state.store.catalog(),
         state.store.dead_letters(view::DEAD_LETTERS_SHOWN),
     )?;
-    Ok(Json(view::operators(&stats, &workers, &letters)))
+    workers.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(Json(view::operators(&stats, &workers, &letters, now)))
 }

@@ -100,7 +100,13 @@ fn node_view(node: &NodeRecord) -> Value {
 }
 
 /// Queues (summed over shards, each shard listed too), workers and dead letters, for operators.
-pub(crate) fn operators(stats: &ClusterStats, workers: &[WorkerRecord], letters: &[DeadLetter]) -> Value {
+/// `now` is Redis's clock, which heartbeats are stamped with.
+pub(crate) fn operators(
+    stats: &ClusterStats,
+    workers: &[WorkerRecord],
+    letters: &[DeadLetter],
+    now: u64,
+) -> Value {
     let live: HashMap<&str, u64> = stats.workers_live.iter().map(|(q, n)| (q.as_str(), *n)).collect();
     let mut by_queue: BTreeMap<&str, (u64, u64, u64, Vec<Value>)> = BTreeMap::new();
     for depth in &stats.queues {
@@ -121,7 +127,6 @@ pub(crate) fn operators(stats: &ClusterStats, workers: &[WorkerRecord], letters:
             })
         })
         .collect();
-    let now = conveyor_shared::model::now_ms();
     let workers: Vec<Value> = workers
         .iter()
         .map(|w| {

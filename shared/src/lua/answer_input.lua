@@ -7,8 +7,11 @@
 -- Answers travel and are stored as JSON texts this script never decodes (see pending_requests).
 -- They count as bytes the task's owner keeps, until the task's keys expire.
 --
--- KEYS[1] task hash (it holds the nodes)   KEYS[2] load hash
--- KEYS[3 ..] the work stream of each of the task's queues, in the order of the task's `queues`
+-- A synchronous call parked in a round its client was told of (park_node) is back among its owner's
+-- live tasks once nothing is pending, and leaves its parked rounds.
+--
+-- KEYS[1] task hash (it holds the nodes)   KEYS[2] load hash   KEYS[3] the owner's rounds index
+-- KEYS[4 ..] the work stream of each of the task's queues, in the order of the task's `queues`
 -- ARGV[1] the record (MessagePack): task, owner, responses (key -> the client's result as JSON text),
 --   rounds (key -> the round of the question the answer is for, when the answer names one: an
 --   answer whose key is pending from another round is ignored), queues (how many streams
@@ -20,7 +23,7 @@ local r = cmsgpack.unpack(ARGV[1])
 local now = redis_now()
 local task = KEYS[1]
 local state = redis.call('HMGET', task, 'status', 'owner', 'inputKeys', 'queues', 'traceparent', 'waiters',
-  'inputRounds')
+  'inputRounds', 'parkedRound')
 if not state[1] then
   return cjson.encode({outcome = 'missing'})
 end
@@ -64,7 +67,7 @@ for node in pairs(touched) do
     end
     local n = node_state(task, node)
     redis.call('HSET', task, nf(node, 'answers'), '{' .. table.concat(parts, ',') .. '}')
-    enqueue(task, KEYS[2 + n.q], KEYS[2], r.task, node, n.tool, state[5])
+    enqueue(task, KEYS[3 + n.q], KEYS[2], r.task, node, n.tool, state[5])
     resumed = resumed + 1
   end
 end
@@ -78,6 +81,14 @@ redis.call('HSET', task, 'inputKeys', cjson.encode(owners), 'inputRounds', cjson
 if remaining == 0 then
   local message = 'Input received; working'
   redis.call('HSET', task, 'status', 'working', 'statusMessage', message)
+  if state[8] then
+    -- Answered: the call holds a live slot again (even past its owner's limit for a moment: it
+    -- was admitted as live, and its round was bounded meanwhile).
+    redis.call('HDEL', task, 'parkedRound')
+    count_down(KEYS[2], 'rounds:' .. r.owner, 1)
+    redis.call('HINCRBY', KEYS[2], 'live:' .. r.owner, 1)
+    redis.call('ZREM', KEYS[3], r.task)
+  end
   notify(task, status_event(r.task, 'working', message), state[6])
 end
 return cjson.encode({outcome = 'answered', remaining = remaining, resumed = resumed})

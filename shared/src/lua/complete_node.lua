@@ -24,14 +24,19 @@
 --   each, a larger one as its size), cancelChannel, inlineMax (largest result carried by the event),
 --   queueCount (Q), releaseHeld (bool: nodes were set aside in the shard when the attempt
 --   started; then one of its queue's goes back to the stream), toolErrorFails (bool: the call's
---   wire makes a tool error a failed task, 2025-11-25)
+--   wire makes a tool error a failed task, 2025-11-25), deferEvents (the first record's decides for
+--   the batch: its waiters' events come back with the replies instead of being published)
 -- Returns a JSON array, one reply per record, in order: {"outcome": "stale" | "retry" (with
 --   delayMs) | "dropped" (task already over) |
 --   "settled" (with settled: the task's status, tool: the task's tool, task, and trace: its stored
 --   trace context, for the task span the worker writes) | "released" (with count)
---   | "finalize"}, and deadLetter (the entry's id) with nodeTool when a dead letter was written
+--   | "finalize"}, and deadLetter (the entry's id) with nodeTool when a dead letter was written;
+--   with deferEvents, that array as `reply` beside the `events` (prelude's with_events)
 local batch = cmsgpack.unpack(ARGV[1])
 local now = redis_now()
+if batch[1] and batch[1].deferEvents then
+  defer_events()
+end
 local SHARD_KEYS = KEYS
 
 local function complete(r)
@@ -298,4 +303,4 @@ local replies = {}
 for i, r in ipairs(batch) do
   replies[i] = complete(r)
 end
-return '[' .. table.concat(replies, ',') .. ']'
+return with_events('[' .. table.concat(replies, ',') .. ']')

@@ -17,15 +17,24 @@
 --   synchronous call that its tool may turn into the client's task), callKey (bool: KEYS ends with
 --   the call key), maxBytes, bytes (what the task stores from the start: its call, its nodes'
 --   arguments, its answers), cancelChannel (the shard's: wakes its maintenance when this
---   task's expiry is the shard's next due item)
+--   task's expiry is the shard's next due item), planLimits (a single call's: what a graph its tool
+--   plans is held to, "maxNodes maxNodeBytes nodesShare queuedShare perToolShare", stored for
+--   expand_plan; "" for a graph), claim (with idem: when the shard's limits refuse the task, the
+--   idempotency key is claimed for its creation in another shard, as "<claim>@<now> <fingerprint>";
+--   absent: no claim), hold (bool: the nodes without dependencies are counted as queued but get no
+--   stream entry until release_task: a task made in another shard for a claimed key, which must not
+--   run unless its claim resolves to it), roundsMax (absent, or for a synchronous call whose input
+--   rounds are told to its client: the shard's share of its owner's parked rounds, -1 for none)
 -- A single call's task hash holds only what scripts read (status, times, owner, tool, mode, trace,
 -- queues, waiters) beside the call record and its node; a graph's adds its counts.
 -- Returns JSON: {"outcome":"created","createdAt":ms (Redis's clock)} | {"outcome":"exists"}
---   | {"outcome":"duplicate","task":id}
+--   | {"outcome":"duplicate","task":id} | {"outcome":"claimed","claim":value,"ageMs":n} (another
+--   create of the key claimed it and is making its task in another shard)
 --   | {"outcome":"conflict","task":id} | {"outcome":"budget","size":n,"max":n} (the arguments alone
 --   pass the task's byte budget)
 --   | {"outcome":"limit","limit":name,"current":n,"max":n,"needed":n,"tool":name,"live":n,"nodes":n,
---   "queued":n,"kept":n,"oldest":[ids]?} (needed: what this task would add to the count)
+--   "queued":n,"kept":n,"oldest":[ids]?,"claim":value?} (needed: what this task would add to the
+--   count; claim: the value this script claimed the idempotency key with)
 --   (live, nodes: the owner's live tasks and the nodes they hold in this shard; queued: the
 --   shard's queued nodes; kept: the bytes the owner keeps in this shard; oldest: with
 --   stored_bytes_per_principal, the owner's oldest indexed tasks here, whose TTLs say when their
@@ -41,8 +50,18 @@ end
 local idem_key = KEYS[5 + queue_count]
 if r.idem then
   local earlier = redis.call('GET', idem_key)
+  -- This very create's own claim (sent again after its reply was lost) is no one else's: it goes on
+  -- as if the key were free, and either claims it again or takes it for its task.
+  if earlier and r.claim and string.sub(earlier, 1, #r.claim + 1) == r.claim .. '@' then
+    earlier = nil
+  end
   if earlier then
     local task_id, fingerprint = string.match(earlier, '^(%S+) (.*)$')
+    if string.sub(task_id, 1, 1) == '?' then
+      -- Another create of this key found its shard full and is making its task in another one.
+      local made = tonumber(string.match(task_id, '@(%d+)$') or '0') or 0
+      return cjson.encode({outcome = 'claimed', claim = earlier, ageMs = math.max(now - made, 0)})
+    end
     if fingerprint == r.fingerprint then
       return cjson.encode({outcome = 'duplicate', task = task_id})
     end
@@ -74,19 +93,25 @@ do
   local live, queued = tonumber(load[1] or '0'), tonumber(load[2] or '0')
   local held = live + tonumber(load[3] or '0')
   local kept = tonumber(load[5] or '0')
-  local function over(limit, current, max, needed, tool)
-    return cjson.encode({outcome = 'limit', limit = limit, current = current, max = max, needed = needed,
-      tool = tool or '', live = live, nodes = held, queued = queued, kept = kept})
+  local function over(limit, current, max, needed, tool, oldest)
+    local reply = {outcome = 'limit', limit = limit, current = current, max = max, needed = needed,
+      tool = tool or '', live = live, nodes = held, queued = queued, kept = kept, oldest = oldest}
+    if r.idem and r.claim then
+      -- The caller tries the other shards: the key is claimed first, so that a concurrent retry of
+      -- the call waits for this one's task instead of making one of its own.
+      reply.claim = r.claim .. '@' .. now .. ' ' .. r.fingerprint
+      redis.call('SET', idem_key, reply.claim, 'PX', r.idemTtl)
+    end
+    return cjson.encode(reply)
   end
   -- Over the share, or an output of the owner's did not fit since it last gave bytes back.
   if lim.kept >= 0 and (kept + r.bytes > lim.kept or load[6]) then
     -- The owner's oldest tasks here, for the caller to tell when their bytes come back.
-    local reply = cjson.decode(over('stored_bytes_per_principal', kept, lim.kept, r.bytes))
     local oldest = redis.call('ZRANGE', KEYS[4], 0, 9)
-    if #oldest > 0 then
-      reply.oldest = oldest
+    if #oldest == 0 then
+      oldest = nil
     end
-    return cjson.encode(reply)
+    return over('stored_bytes_per_principal', kept, lim.kept, r.bytes, nil, oldest)
   end
   if lim.live >= 0 and live + 1 > lim.live then
     return over('live_tasks_per_principal', live, lim.live, 1)
@@ -146,6 +171,17 @@ end
 if r.escalable then
   add('escalable', '1')
 end
+if r.hold then
+  add('onHold', '1')
+end
+if r.roundsMax then
+  -- A synchronous call whose rounds are told to its client: park_node counts it among its owner's
+  -- parked rounds while it waits, against this share (-1: none).
+  add('roundsMax', r.roundsMax)
+end
+if r.planLimits and r.planLimits ~= '' then
+  add('planLimits', r.planLimits)
+end
 if r.answers ~= '' and #r.nodes == 1 then
   add(nf(r.nodes[1].id, 'answers'), r.answers)
 end
@@ -153,11 +189,11 @@ redis.call('HINCRBY', KEYS[2], 'live:' .. r.owner, '1')
 hold_nodes(KEYS[2], r.owner, #r.nodes - 1)
 if #r.nodes == 1 then
   -- A single call: the task and its node in one write.
-  write_node(keys, streams, r.id, r.nodes[1], r.trace, task_fields)
+  write_node(keys, streams, r.id, r.nodes[1], r.trace, task_fields, r.hold)
 else
   redis.call('HSET', KEYS[1], unpack(task_fields))
   for _, n in ipairs(r.nodes) do
-    write_node(keys, streams, r.id, n, r.trace)
+    write_node(keys, streams, r.id, n, r.trace, nil, r.hold)
   end
 end
 redis.call('ZADD', KEYS[3], now + r.ttl, r.id)

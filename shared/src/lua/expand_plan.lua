@@ -3,6 +3,12 @@
 -- the node of a direct tool call (a single-call task) may plan. The planning node's entry is
 -- acknowledged when the plan is taken.
 --
+-- The planned nodes are held and queued like a created graph's: against the shares of the load
+-- limits the call was admitted under (its `planLimits`, stored at creation): the nodes its owner's
+-- live tasks hold here (nodes_per_principal), the shard's queued nodes (queued_nodes) and each
+-- tool's (queued_nodes_per_tool). A plan that would pass one is refused with the limit's name. (The
+-- graph limits stored there, max_dag_nodes and max_dag_node_bytes, the store checks before.)
+--
 -- KEYS[1] task hash (it holds the nodes)   KEYS[2] load hash
 -- KEYS[3 ..] the work stream of each queue in record.queues (the task's queues, then new ones)
 -- ARGV[1] the record (MessagePack): task, node, attempt, output (JSON text), planOutput, nodes (as
@@ -16,7 +22,7 @@ if n.status ~= 'running' or n.attempt ~= r.attempt then
   return cjson.encode({outcome = 'stale'})
 end
 local t = redis.call('HMGET', KEYS[1], 'status', 'kind', 'traceparent', 'queues', 'owner', 'maxBytes', 'bytes',
-  'progress', 'keptMax')
+  'progress', 'keptMax', 'planLimits')
 if t[1] ~= 'working' then
   return cjson.encode({outcome = 'dropped'})
 end
@@ -43,6 +49,45 @@ if not room then
   return cjson.encode({outcome = 'refused', reason = 'the planned graph takes ' .. planned_bytes ..
     ' bytes, which passes what its principal may keep in Redis (stored_bytes_per_principal: ' .. held ..
     ' bytes kept where this task lives, whose share of the budget is ' .. share .. ')'})
+end
+do
+  local shares = {}
+  for v in string.gmatch(t[10] or '', '%-?%d+') do
+    shares[#shares + 1] = tonumber(v)
+  end
+  local nodes_share, queued_share, tool_share = shares[3] or -1, shares[4] or -1, shares[5] or -1
+  local owner = t[5] or ''
+  local roots, roots_by_tool = 0, {}
+  for _, p in ipairs(r.nodes) do
+    if p.deps == 0 then
+      roots = roots + 1
+      roots_by_tool[p.tool] = (roots_by_tool[p.tool] or 0) + 1
+    end
+  end
+  local load = redis.call('HMGET', KEYS[2], 'live:' .. owner, 'nodes:' .. owner, 'queued')
+  -- The owner's live tasks hold one node each (this one's planner among them) and `nodes:` more.
+  local held = tonumber(load[1] or '0') + tonumber(load[2] or '0')
+  local queued = tonumber(load[3] or '0')
+  if nodes_share >= 0 and held + #r.nodes > nodes_share then
+    return cjson.encode({outcome = 'refused', reason = 'the planned graph has ' .. #r.nodes .. ' nodes, more than ' ..
+      'its principal\'s unfinished tasks may hold (nodes_per_principal: ' .. held .. ' held where this task ' ..
+      'lives, whose share of the limit is ' .. nodes_share .. ')'})
+  end
+  if queued_share >= 0 and queued + roots > queued_share then
+    return cjson.encode({outcome = 'refused', reason = 'the planned graph would queue ' .. roots .. ' nodes, ' ..
+      'more than the queues take now (queued_nodes: ' .. queued .. ' queued where this task lives, whose share ' ..
+      'of the limit is ' .. queued_share .. '); call again later'})
+  end
+  if tool_share >= 0 then
+    for tool, count in pairs(roots_by_tool) do
+      local current = tonumber(redis.call('HGET', KEYS[2], 'queued:' .. tool) or '0')
+      if string.sub(tool, 1, 1) ~= '$' and current + count > tool_share then
+        return cjson.encode({outcome = 'refused', reason = 'the planned graph would queue ' .. count .. ' nodes ' ..
+          'of ' .. tool .. ', more than its queue takes now (queued_nodes_per_tool: ' .. current .. ' queued ' ..
+          'where this task lives, whose share of the limit is ' .. tool_share .. '); call again later'})
+      end
+    end
+  end
 end
 -- The plan's bytes are the owner's; the task's `bytes` is written below with its other fields.
 store_bytes(nil, KEYS[2], t[5] or '', planned_bytes)

@@ -1,7 +1,8 @@
 -- expire_task: a task's TTL, counted from its creation, has run out while it was unsettled. It gives
--- back its load (its owner's live count, its queued nodes, the bytes it stores), its running nodes
--- are told to stop, and its waiters hear that it is gone. Its keys are deleted and it leaves its
--- owner's index. A task that settled meanwhile is left to its keys' own expiry.
+-- back its load (its owner's live count, or its input round when it was parked in one its client
+-- was told of; its queued nodes; the bytes it stores), its running nodes are told to stop, and its
+-- waiters hear that it is gone. Its keys are deleted and it leaves its owner's index. A task that
+-- settled meanwhile is left to its keys' own expiry.
 --
 -- KEYS[1] task hash (it holds the nodes)   KEYS[2] load hash   KEYS[3] expiring zset
 -- KEYS[4] the owner's task index
@@ -11,7 +12,7 @@
 local r = cmsgpack.unpack(ARGV[1])
 local now = redis_now()
 local t = redis.call('HMGET', KEYS[1], 'status', 'owner', 'createdAt', 'ttlMs', 'tool', 'traceparent', 'nodeCount',
-  'bytes')
+  'bytes', 'parkedRound')
 if not t[1] then
   redis.call('ZREM', KEYS[3], r.task)
   redis.call('ZREM', KEYS[4], r.task)
@@ -28,7 +29,12 @@ if not is_live(t[1]) then
   redis.call('ZREM', KEYS[3], r.task)
   return cjson.encode({outcome = 'gone'})
 end
-count_down(KEYS[2], 'live:' .. t[2], 1)
+-- A call parked in an input round its client was told of held a round, not a live slot.
+if t[9] then
+  count_down(KEYS[2], 'rounds:' .. t[2], 1)
+else
+  count_down(KEYS[2], 'live:' .. t[2], 1)
+end
 hold_nodes(KEYS[2], t[2], 1 - (tonumber(t[7]) or 1))
 drop_queued(KEYS[1], KEYS[2], nil)
 -- A settled task gives its bytes back through the kept index; an unsettled one does here.

@@ -123,6 +123,38 @@ local function drop_queued(nodes, load, status)
   end
 end
 
+-- Events a transition keeps for its caller instead of publishing them: on a deployment that waits
+-- for replicas (`CONVEYOR_REDIS_WAIT_REPLICAS`), no client may hear of a transition before enough
+-- replicas have it, so the caller publishes them after its `WAIT` (a script that takes
+-- `deferEvents` calls defer_events first, and answers with_events). nil: published at once.
+local deferred_events = nil
+
+local function defer_events()
+  deferred_events = {}
+end
+
+-- Publishes `message` on a waiter's inbox `channel`, or keeps it for the caller (defer_events).
+local function publish(channel, message)
+  if deferred_events then
+    deferred_events[#deferred_events + 1] = {channel, message}
+  else
+    redis.call('SPUBLISH', channel, message)
+  end
+end
+
+-- A script's reply (JSON text), with the events it kept when they are deferred:
+-- {"events": [[channel, message], ...], "reply": <reply>}.
+local function with_events(reply)
+  if not deferred_events then
+    return reply
+  end
+  local events = '[]'
+  if #deferred_events > 0 then
+    events = cjson.encode(deferred_events)
+  end
+  return '{"events":' .. events .. ',"reply":' .. reply .. '}'
+end
+
 -- Sends an event to every process waiting on the task (their inbox channels, stored by them).
 -- `waiters` is the task's `waiters` field when the caller has already read it.
 local function notify(task, message, waiters)
@@ -134,11 +166,11 @@ local function notify(task, message, waiters)
     -- JSON decode. Channel names hold no quote, comma or backslash.
     local single = string.match(waiters, '^%["([^",\\]*)"%]$')
     if single then
-      redis.call('SPUBLISH', single, message)
+      publish(single, message)
       return
     end
     for _, channel in ipairs(cjson.decode(waiters)) do
-      redis.call('SPUBLISH', channel, message)
+      publish(channel, message)
     end
   end
 end
@@ -239,8 +271,8 @@ local SETTLED_GRACE_MS = 30000
 -- after now when it settles later than that (or, with waiters, close to it), and its waiters hear
 -- of it. What it stores (its `bytes`, and `value`) stays counted in its owner's
 -- `kept:<owner>` until then: the shard's kept index (`keys.kept`) tells the maintenance when to
--- give it back. `t` holds the task's owner, createdAt, ttlMs, nodeCount, bytes and (when read)
--- waiters; `extra` are more fields to write to the task's hash in the same command (the settling
+-- give it back. `t` holds the task's owner, createdAt, ttlMs, nodeCount, bytes, (when read)
+-- waiters, and parkedRound (read by the scripts that may end a call parked in an input round); `extra` are more fields to write to the task's hash in the same command (the settling
 -- node's).
 local function settle(keys, task_id, t, status, field, value, message, now, inline_max, extra)
   local fields = extra or {}
@@ -262,7 +294,12 @@ local function settle(keys, task_id, t, status, field, value, message, now, inli
     redis.call('HINCRBY', keys.load, 'kept:' .. t.owner, #value)
   end
   redis.call('HSET', keys.task, unpack(fields))
-  count_down(keys.load, 'live:' .. t.owner, 1)
+  -- A call parked in an input round its client was told of holds a round, not a live slot.
+  if t.parkedRound then
+    count_down(keys.load, 'rounds:' .. t.owner, 1)
+  else
+    count_down(keys.load, 'live:' .. t.owner, 1)
+  end
   hold_nodes(keys.load, t.owner, 1 - (tonumber(t.nodeCount) or 1))
   redis.call('ZREM', keys.expiring, task_id)
   if t.waiters == nil then
@@ -331,16 +368,19 @@ local function node_state(nodes, node, task_fields, to_start)
 end
 
 -- Writes a new node (of a created task or a planned graph); a node without dependencies joins
--- its queue at once. Fields at their defaults are left out. `fields` may already hold fields of
--- the task's hash to write in the same command.
-local function write_node(keys, streams, task_id, n, trace, fields)
+-- its queue at once, or, with `hold`, is counted as queued with no entry yet (release_task gives it
+-- one). Fields at their defaults are left out. `fields` may already hold fields of the task's hash
+-- to write in the same command.
+local function write_node(keys, streams, task_id, n, trace, fields, hold)
   fields = fields or {}
   local status = 'pending'
   if n.deps == 0 then
     status = 'queued'
-    local entry = redis.call('XADD', streams[n.q], '*', 'task', task_id, 'node', n.id, 'trace', trace or '')
-    fields[#fields + 1] = nf(n.id, 'entry')
-    fields[#fields + 1] = entry
+    if not hold then
+      local entry = redis.call('XADD', streams[n.q], '*', 'task', task_id, 'node', n.id, 'trace', trace or '')
+      fields[#fields + 1] = nf(n.id, 'entry')
+      fields[#fields + 1] = entry
+    end
     redis.call('HINCRBY', keys.load, 'queued', '1')
     redis.call('HINCRBY', keys.load, 'queued:' .. n.tool, '1')
   end

@@ -5,15 +5,20 @@
 -- KEYS[1] task hash (it holds the nodes)   KEYS[2] load hash   KEYS[3] expiring zset
 -- KEYS[4] the built-in queue's stream (where the finalize entry is)   KEYS[5] kept zset
 -- ARGV[1] the record (MessagePack): task, result (JSON text), isError, message, entry, inlineMax,
---   toolErrorFails (bool: the call's wire makes a tool error a failed task, 2025-11-25)
--- Returns JSON: {"outcome": "settled" (with settled: the task's status, and tool) | "dropped"}
+--   toolErrorFails (bool: the call's wire makes a tool error a failed task, 2025-11-25),
+--   deferEvents (the waiters' events come back with the reply instead of being published)
+-- Returns JSON: {"outcome": "settled" (with settled: the task's status, and tool) | "dropped"}; with
+--   deferEvents, as `reply` beside the `events` (prelude's with_events)
 local r = cmsgpack.unpack(ARGV[1])
 local now = redis_now()
+if r.deferEvents then
+  defer_events()
+end
 ack(KEYS[4], r.entry)
 local t = redis.call('HMGET', KEYS[1], 'status', 'ttlMs', 'owner', 'createdAt', 'tool', 'traceparent', 'nodeCount',
   'maxBytes', 'bytes', 'keptMax')
 if not is_live(t[1]) then
-  return cjson.encode({outcome = 'dropped'})
+  return with_events(cjson.encode({outcome = 'dropped'}))
 end
 local result, message, is_error = r.result, r.message, r.isError
 local fits, used, budget = fits_budget({maxBytes = t[8], bytes = t[9]}, #result)
@@ -44,4 +49,4 @@ end
 local task = {owner = t[3] or '', createdAt = t[4], ttlMs = t[2], nodeCount = t[7], bytes = t[9]}
 settle({task = KEYS[1], load = KEYS[2], expiring = KEYS[3], kept = KEYS[5]}, r.task, task, status, 'result', result,
   message, now, r.inlineMax)
-return cjson.encode({outcome = 'settled', settled = status, tool = t[5], task = r.task, trace = t[6]})
+return with_events(cjson.encode({outcome = 'settled', settled = status, tool = t[5], task = r.task, trace = t[6]}))

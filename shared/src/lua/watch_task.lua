@@ -8,7 +8,8 @@
 -- KEYS[1] task hash
 -- ARGV[1] the waiter's inbox channel   ARGV[2] the owner the waiter may see ("" for any)
 -- ARGV[3 ..] the task fields to read
--- Returns the values of those fields (all nil when there is no such task).
+-- Returns the values of those fields, then Redis's clock (ms) as text, by which the caller tells
+-- whether the task is past its TTL; nothing at all when there is no such task.
 local fields = {}
 for i = 3, #ARGV do
   fields[#fields + 1] = ARGV[i]
@@ -20,6 +21,7 @@ end
 if ARGV[2] ~= '' and values[2] ~= ARGV[2] then
   table.remove(values, 1)
   table.remove(values, 1)
+  values[#values + 1] = tostring(redis_now())
   return values
 end
 local waiters = cjson.decode(values[1] or '[]')
@@ -33,4 +35,5 @@ if not known then
 end
 table.remove(values, 1)
 table.remove(values, 1)
+values[#values + 1] = tostring(redis_now())
 return values

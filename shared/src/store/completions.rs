@@ -15,7 +15,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 use tracing::Instrument;
 
-use super::Store;
+use super::{Deferred, Store};
 use crate::error::StoreError;
 use crate::keys::Shard;
 use crate::scripts;
@@ -118,7 +118,26 @@ impl Store {
             keys.extend(completion.keys.iter().cloned());
             records.push(record);
         }
-        self.script(&scripts::COMPLETE_NODE, &keys, &records).await
+        if self.inner.options.wait_replicas == 0 {
+            return self.script(&scripts::COMPLETE_NODE, &keys, &records).await;
+        }
+        // A deployment that waits for replicas: the waiters hear of these completions only once
+        // enough replicas have them, so that no client is told an outcome a failover could take
+        // back (the node would run again, and its stored result could differ).
+        records[0]["deferEvents"] = Value::Bool(true);
+        let record = super::script_record(&records)?;
+        let (reply, acknowledged) = self.eval_and_wait(&scripts::COMPLETE_NODE, &keys, &record).await?;
+        let Deferred { events, reply } = serde_json::from_str(&reply)
+            .map_err(|e| StoreError::Corrupt(format!("complete_node reply {reply:?}: {e}")))?;
+        match self.enough_replicas(acknowledged) {
+            Ok(()) => self.publish_events(&events).await?,
+            // Recorded on the primary all the same: the workers are done with these nodes. A
+            // waiter learns of them at its next read of the task, which waits for the replicas.
+            Err(e) => {
+                tracing::warn!(error = %e, completions = records.len(), "completions not announced: too few replicas have them")
+            }
+        }
+        serde_json::from_value(reply).map_err(|e| StoreError::Corrupt(format!("complete_node reply: {e}")))
     }
 }
 

@@ -9,7 +9,7 @@ use super::tasks::{Created, Limits, NewTask};
 use crate::call::CallRecord;
 use crate::dag;
 use crate::error::StoreError;
-use crate::keys::Shard;
+use crate::keys::{self, Shard};
 use crate::model::{TaskMode, new_task_id, now_ms};
 
 /// The most a dead letter copies of a node's arguments, and of its error: the dead letters are
@@ -115,12 +115,17 @@ impl Store {
     /// Runs a dead-lettered node again as a new task of the same owner (a terminal task never
     /// changes, so its own task stays failed), then removes the dead letter. Upstream values in the
     /// node's arguments are taken from its original task while that still exists. Returns the new
-    /// task's id.
+    /// task's id, or why there is none.
+    ///
+    /// The new task is created like a call of the owner's: under `retry.limits` (spread over the
+    /// shards) and within `retry.max_task_bytes`, and keyed by the letter: its idempotency key is
+    /// the letter's id, so that a retry sent again (the letter still there after a lost reply or
+    /// a crash, or two operators at once) finds the task the first made instead of running the
+    /// node twice.
     pub async fn retry_dead_letter(
         &self,
         letter: &DeadLetter,
-        ttl_ms: u64,
-        poll_interval_ms: u64,
+        retry: &RetryOptions,
     ) -> Result<Result<String, String>, StoreError> {
         let Some((shard, entry)) = self.parse_letter_id(&letter.id) else {
             return Ok(Err(format!("`{}` is not a dead letter id", letter.id)));
@@ -152,8 +157,10 @@ impl Store {
             }
         };
         let original = self.get_task(&letter.task_id).await?;
+        // Keyed by the letter: a client's keys hold no space, so no call of the owner's shares it.
+        let key = format!("dead letter {}", letter.id);
         let mut new = NewTask {
-            task_id: new_task_id(self.pick_shard()),
+            task_id: new_task_id(keys::shard_of_key(&letter.owner, &key, self.shards())),
             owner: letter.owner.clone(),
             tool: letter.tool.clone(),
             // An operator's retry has no client to ask or to tell: no progress token, no client
@@ -166,30 +173,58 @@ impl Store {
                     .map(|t| t.call.wire.clone())
                     .unwrap_or_else(|| "2026-07-28".to_owned()),
                 arguments,
-                poll_interval_ms,
+                poll_interval_ms: retry.poll_interval_ms,
                 roots: original.as_ref().and_then(|t| t.call.roots.clone()),
                 ..CallRecord::default()
             },
-            ttl_ms,
+            ttl_ms: retry.ttl_ms,
             traceparent: original.and_then(|t| t.traceparent),
             mode: TaskMode::Task,
             status_message: format!("Queued: retry of dead letter {}", letter.id),
             created_at_ms: now_ms(),
             graph: None,
-            idempotency_key: None,
+            idempotency_key: Some(key),
             queues: std::sync::Arc::new(self.tool_queues().await?),
             waiter: None,
-            index_retention_ms: ttl_ms.saturating_mul(2),
+            index_retention_ms: retry.ttl_ms.saturating_mul(2),
             input_responses: None,
             escalable: false,
             call_key: None,
-            max_bytes: 0,
+            max_bytes: retry.max_task_bytes,
+            plan_limits: retry.plan_limits,
+            input_rounds: false,
         };
-        if self.create_task_spread(&mut new, &Limits::default(), |_, _| {}).await? != Created::Created {
-            return Ok(Err("task id collision; run the retry again".to_owned()));
-        }
+        let task = match self.create_task_spread(&mut new, &retry.limits, |_, _| {}).await? {
+            Created::Created => new.task_id,
+            // The letter was retried before: that task is its retry, whatever it was made with.
+            Created::Duplicate(task) | Created::Conflict(task) => task,
+            Created::OverLimit(hit) => {
+                return Ok(Err(format!(
+                    "the owner {} is at a limit ({}: {} of {}); nothing was started and the dead letter stays: retry \
+                     it later",
+                    letter.owner, hit.limit, hit.current, hit.max
+                )));
+            }
+            Created::OverBudget { size, max } => {
+                return Ok(Err(format!(
+                    "the node's call is {size} bytes, more than a task may store ({max}, max_task_bytes); the dead \
+                     letter stays"
+                )));
+            }
+            Created::IdTaken => return Ok(Err("task id collision; run the retry again".to_owned())),
+        };
         let key = shard.dead_letters();
         self.query::<()>(|| redis::cmd("XDEL").arg(&key).arg(&entry).clone()).await?;
-        Ok(Ok(new.task_id))
+        Ok(Ok(task))
     }
+}
+
+/// What a dead letter's retry is made with, and held to: as a call of its owner's is.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryOptions {
+    pub ttl_ms: u64,
+    pub poll_interval_ms: u64,
+    pub limits: Limits,
+    pub max_task_bytes: u64,
+    pub plan_limits: dag::DagLimits,
 }

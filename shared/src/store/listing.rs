@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use super::Store;
 use crate::error::StoreError;
 use crate::keys::Shard;
-use crate::model::{TASK_STATUS_FIELDS, TaskMode, TaskStatusRecord, now_ms};
+use crate::model::{TASK_STATUS_FIELDS, TaskMode, TaskStatusRecord};
 
 /// Which tasks a listing walks.
 #[derive(Debug, Clone, Copy)]
@@ -140,11 +140,21 @@ impl Store {
             for id in &ids {
                 pipe.cmd("HMGET").arg(shard.task(id)).arg(&TASK_STATUS_FIELDS[..]);
             }
-            let records: Vec<Vec<Option<String>>> = self.pipeline(&pipe).await?;
+            // Redis's clock in the same round trip: what is past its TTL is judged by it.
+            pipe.cmd("TIME");
+            let mut records: Vec<redis::Value> = self.pipeline(&pipe).await?;
+            let now = match records.pop().map(redis::from_redis_value::<(u64, u64)>) {
+                Some(Ok(now)) => super::redis_ms(now),
+                _ => return Err(StoreError::Corrupt("a listing's read of Redis's clock".to_owned())),
+            };
             let mut gone = Vec::new();
             for (id, values) in ids.into_iter().zip(records) {
+                let Ok(values) = redis::from_redis_value::<Vec<Option<String>>>(values) else {
+                    tracing::warn!(task = %id, "leaving an unreadable task out of a listing");
+                    continue;
+                };
                 // One unreadable record breaks only itself: it is left out of the page.
-                match Self::readable(&id, values) {
+                match Self::readable(&id, values, now) {
                     Some(task) if index.admits(&task) => {
                         found.insert(id, task);
                     }
@@ -163,9 +173,9 @@ impl Store {
         Ok(found)
     }
 
-    fn readable(id: &str, values: Vec<Option<String>>) -> Option<TaskStatusRecord> {
+    fn readable(id: &str, values: Vec<Option<String>>, now: u64) -> Option<TaskStatusRecord> {
         match TaskStatusRecord::from_fields(id, values) {
-            Ok(task) => task.filter(|t| !t.expired_at(now_ms())),
+            Ok(task) => task.filter(|t| !t.expired_at(now)),
             Err(e) => {
                 tracing::warn!(task = %id, error = %e, "leaving an unreadable task out of a listing");
                 None

@@ -43,6 +43,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 use tokio::sync::OnceCell;
 
 pub use catalog::{FORGET_AFTER_MS, Heartbeat, RunningNode, WorkerRecord};
@@ -84,8 +85,9 @@ pub struct StoreOptions {
     /// This process's name: its inbox channels carry it. Random when `None`.
     pub process: Option<String>,
     /// When above zero, a create or a cancel is answered only once this many replicas have the
-    /// write (`WAIT`, in the same round trip), so that a failover cannot lose what a client was
-    /// told. Zero: Redis's asynchronous replication as it is.
+    /// write (`WAIT`, in the same round trip), and a task's end reaches clients (its waiters'
+    /// events, a read of it) only once they have it, so that a failover cannot lose what a client
+    /// was told. Zero: Redis's asynchronous replication as it is.
     pub wait_replicas: u32,
     /// How long such a `WAIT` may take before the operation fails with a retryable error.
     pub wait_timeout: Duration,
@@ -118,6 +120,18 @@ struct Inner {
 /// name; a `None` or JSON `null` arrives in Lua as an absent field.
 fn script_record(record: &impl Serialize) -> Result<Vec<u8>, StoreError> {
     rmp_serde::to_vec_named(record).map_err(|e| StoreError::Corrupt(format!("script record: {e}")))
+}
+
+/// Redis's `TIME` reply (seconds, microseconds) in milliseconds.
+pub(crate) fn redis_ms((seconds, micros): (u64, u64)) -> u64 {
+    seconds.saturating_mul(1000).saturating_add(micros / 1000)
+}
+
+/// A script's reply with the events it kept for its caller (`deferEvents`).
+#[derive(serde::Deserialize)]
+pub(crate) struct Deferred {
+    pub(crate) events: Vec<(String, String)>,
+    pub(crate) reply: Value,
 }
 
 /// Conveyor's view of Redis. Cheap to clone.
@@ -323,36 +337,106 @@ impl Store {
         keys: &[String],
         record: &impl Serialize,
     ) -> Result<T, StoreError> {
-        let (replicas, timeout) = (self.inner.options.wait_replicas, self.inner.options.wait_timeout);
+        let replicas = self.inner.options.wait_replicas;
         if replicas == 0 {
             return self.script(script, keys, record).await;
         }
-        let record = script_record(record)?;
+        let (reply, acknowledged) = self.eval_and_wait(script, keys, &script_record(record)?).await?;
+        self.enough_replicas(acknowledged)?;
+        serde_json::from_str(&reply).map_err(|e| StoreError::Corrupt(format!("script reply {reply:?}: {e}")))
+    }
+
+    /// [`Store::durable_script`] for a transition whose waiters hear of it (a cancel, a graph's
+    /// end): with [`StoreOptions::wait_replicas`] set, the script keeps its waiters' events
+    /// (`deferEvents`), and they are published only once enough replicas have the write, so that
+    /// no client hears of what a failover could take back. Too few replicas: a retryable error,
+    /// and the events go unpublished (a waiter learns of the transition at its next read, which
+    /// waits for the replicas too: [`Store::confirm_settled`]).
+    pub(crate) async fn durable_transition<T: DeserializeOwned>(
+        &self,
+        script: &'static NamedScript,
+        keys: &[String],
+        record: &Value,
+    ) -> Result<T, StoreError> {
+        if self.inner.options.wait_replicas == 0 {
+            return self.script(script, keys, record).await;
+        }
+        let mut record = record.clone();
+        record["deferEvents"] = Value::Bool(true);
+        let (reply, acknowledged) = self.eval_and_wait(script, keys, &script_record(&record)?).await?;
+        let Deferred { events, reply } = serde_json::from_str(&reply)
+            .map_err(|e| StoreError::Corrupt(format!("script reply {reply:?}: {e}")))?;
+        self.enough_replicas(acknowledged)?;
+        self.publish_events(&events).await?;
+        serde_json::from_value(reply).map_err(|e| StoreError::Corrupt(format!("script reply: {e}")))
+    }
+
+    /// Runs `script` and a `WAIT` for [`StoreOptions::wait_replicas`] in one pipeline, on the
+    /// connection to the shard's primary; the script's reply and how many replicas confirmed.
+    pub(crate) async fn eval_and_wait(
+        &self,
+        script: &'static NamedScript,
+        keys: &[String],
+        record: &[u8],
+    ) -> Result<(String, u32), StoreError> {
+        let (replicas, timeout) = (self.inner.options.wait_replicas, self.inner.options.wait_timeout);
         let mut pipe = redis::pipe();
-        pipe.cmd("EVALSHA").arg(script.get_hash()).arg(keys.len()).arg(keys).arg(&record);
+        pipe.cmd("EVALSHA").arg(script.get_hash()).arg(keys.len()).arg(keys).arg(record);
         pipe.cmd("WAIT").arg(replicas).arg(timeout.as_millis() as u64);
-        let run = || async {
-            self.run_within(Op::Script(script.name), self.inner.options.timeout + timeout, |mut c| {
-                let pipe = &pipe;
-                async move {
-                    match pipe.query_async::<(String, u32)>(&mut c).await {
-                        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                            script.prepare_invoke().load_async(&mut c).await?;
-                            pipe.query_async(&mut c).await
-                        }
-                        other => other,
+        self.run_within(Op::Script(script.name), self.inner.options.timeout + timeout, |mut c| {
+            let pipe = &pipe;
+            async move {
+                match pipe.query_async::<(String, u32)>(&mut c).await {
+                    Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                        script.prepare_invoke().load_async(&mut c).await?;
+                        pipe.query_async(&mut c).await
                     }
+                    other => other,
                 }
-            })
-            .await
-        };
-        let (reply, acknowledged) = run().await?;
+            }
+        })
+        .await
+    }
+
+    /// Whether `acknowledged` replicas are enough; the retryable error when they are not.
+    pub(crate) fn enough_replicas(&self, acknowledged: u32) -> Result<(), StoreError> {
+        let (replicas, timeout) = (self.inner.options.wait_replicas, self.inner.options.wait_timeout);
         if acknowledged < replicas {
             return Err(StoreError::Unavailable(format!(
                 "only {acknowledged} of {replicas} replicas confirmed the write within {timeout:?}"
             )));
         }
-        serde_json::from_str(&reply).map_err(|e| StoreError::Corrupt(format!("script reply {reply:?}: {e}")))
+        Ok(())
+    }
+
+    /// Publishes events a script kept (`deferEvents`) on their waiters' inbox channels.
+    pub(crate) async fn publish_events(&self, events: &[(String, String)]) -> Result<(), StoreError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        for (channel, message) in events {
+            pipe.cmd("SPUBLISH").arg(channel).arg(message).ignore();
+        }
+        self.pipeline::<()>(&pipe).await
+    }
+
+    /// On a deployment that waits for replicas: returns once enough replicas have everything
+    /// written to the task before now, its end included, so that a reader shows a settled task
+    /// only when a failover cannot take its end back. Too few: a retryable error.
+    pub(crate) async fn confirm_settled(&self, task_key: &str) -> Result<(), StoreError> {
+        if self.inner.options.wait_replicas == 0 {
+            return Ok(());
+        }
+        let record = script_record(&serde_json::json!({}))?;
+        let (_, acknowledged) =
+            self.eval_and_wait(&crate::scripts::CONFIRM_SETTLED, &[task_key.to_owned()], &record).await?;
+        self.enough_replicas(acknowledged).map_err(|_| {
+            StoreError::Unavailable(format!(
+                "the task's end is not yet on {} replicas; ask again shortly",
+                self.inner.options.wait_replicas
+            ))
+        })
     }
 
     /// Runs a pipeline whose commands all touch one slot.
@@ -361,6 +445,12 @@ impl Store {
         pipe: &redis::Pipeline,
     ) -> Result<T, StoreError> {
         self.run("pipeline", |mut c| async move { pipe.query_async(&mut c).await }).await
+    }
+
+    /// Redis's clock (ms), which every time a script stores is taken from: ages and liveness are
+    /// judged by it, never by this process's clock, which may be minutes off.
+    pub async fn redis_now_ms(&self) -> Result<u64, StoreError> {
+        Ok(redis_ms(self.query(|| redis::cmd("TIME")).await?))
     }
 
     /// Whether Redis answers.

@@ -353,7 +353,10 @@ pub enum ParkOutcome {
 #[derive(Deserialize)]
 #[serde(tag = "outcome", rename_all = "camelCase")]
 enum ParkReply {
-    Parked,
+    Parked {
+        #[serde(default)]
+        over: u32,
+    },
     Dropped,
     Stale,
 }
@@ -382,6 +385,18 @@ enum ExpandReply {
 enum SettleReply {
     Settled,
     Dropped,
+}
+
+/// The graph limits a task's `planLimits` field names ("maxNodes maxNodeBytes ..."); the defaults
+/// for a task stored without one.
+fn plan_limits(stored: Option<&str>) -> dag::DagLimits {
+    let mut numbers = stored.unwrap_or_default().split(' ').map(str::parse::<usize>);
+    match (numbers.next(), numbers.next()) {
+        (Some(Ok(max_nodes)), Some(Ok(max_node_bytes))) => {
+            dag::DagLimits { max_nodes, max_node_bytes, ..dag::DagLimits::default() }
+        }
+        _ => dag::DagLimits::default(),
+    }
 }
 
 fn completion_message(is_error: bool) -> String {
@@ -510,7 +525,12 @@ impl Store {
         // Each request travels as its own JSON text, which the script stores without decoding.
         let requests: serde_json::Map<String, Value> =
             input.requests.iter().map(|(k, v)| (k.clone(), Value::String(v.to_string()))).collect();
-        let keys = [self.task_key_of(attempt), attempt.stream.clone(), attempt.shard.load()];
+        let keys = [
+            self.task_key_of(attempt),
+            attempt.stream.clone(),
+            attempt.shard.load(),
+            attempt.shard.rounds(&attempt.owner),
+        ];
         let message = format!(
             "Waiting for input: {}",
             input.requests.keys().map(String::as_str).collect::<Vec<_>>().join(", ")
@@ -522,10 +542,43 @@ impl Store {
         });
         let reply: ParkReply = self.script(&scripts::PARK_NODE, &keys, &record).await?;
         Ok(match reply {
-            ParkReply::Parked => ParkOutcome::Parked,
+            ParkReply::Parked { over } => {
+                // The park is done; a round left over its owner's bound is ended by the next park
+                // when this cannot end it now.
+                if over > 0
+                    && let Err(e) = self.end_oldest_rounds(attempt, over).await
+                {
+                    tracing::warn!(task = %attempt.task_id, error = %e, "could not end the oldest unanswered rounds");
+                }
+                ParkOutcome::Parked
+            }
             ParkReply::Dropped => ParkOutcome::TaskAlreadyTerminal,
             ParkReply::Stale => ParkOutcome::Stale,
         })
+    }
+
+    /// The owner of `parked` has `over` more synchronous calls waiting in input rounds in its shard
+    /// than its share: its oldest unanswered ones end, so that rounds a client abandons are bounded.
+    /// Entries of the index whose call no longer waits in a round leave it on the way.
+    async fn end_oldest_rounds(&self, parked: &Attempt, mut over: u32) -> Result<(), StoreError> {
+        let index = parked.shard.rounds(&parked.owner);
+        let oldest: Vec<String> =
+            self.query(|| redis::cmd("ZRANGE").arg(&index).arg(0).arg(i64::from(over) + 63).clone()).await?;
+        let message = "Cancelled: this call's round of input was left unanswered while its caller asked newer \
+                       ones, more than it may leave waiting (max_parked_rounds_per_principal); call again";
+        for task in oldest {
+            if over == 0 {
+                break;
+            }
+            if task == parked.task_id {
+                continue;
+            }
+            if self.end_abandoned_round(&task, message).await? {
+                over -= 1;
+            }
+            self.query::<()>(|| redis::Cmd::zrem(&index, &task)).await?;
+        }
+        Ok(())
     }
 
     /// Turns the hidden task of a synchronous call into the client's task, when the call allows
@@ -685,7 +738,9 @@ impl Store {
     }
 
     /// Completes a planning node and adds its planned graph to the task (one script). The plan
-    /// must have been validated; `queues` names the queue of each tool it calls.
+    /// must have been checked for its shape; here it is held to the graph limits the call was
+    /// created under (`max_dag_nodes`, `max_dag_node_bytes`), and the script holds its nodes to
+    /// the shard's shares of the load limits. `queues` names the queue of each tool it calls.
     pub async fn expand_plan(
         &self,
         attempt: &Attempt,
@@ -693,6 +748,13 @@ impl Store {
         queues: &HashMap<String, String>,
     ) -> Result<ExpandOutcome, StoreError> {
         let shard = attempt.shard;
+        let stored: Option<String> =
+            self.query(|| redis::Cmd::hget(shard.task(&attempt.task_id), "planLimits")).await?;
+        if let Err(e) = plan.validate(&plan_limits(stored.as_deref())) {
+            return Ok(ExpandOutcome::Refused(format!(
+                "invalid plan: {e} (max_dag_nodes, max_dag_node_bytes)"
+            )));
+        }
         let mut list = QueueList(attempt.queues.clone());
         let nodes = graph_nodes(plan, &mut list, queues);
         let mut keys = vec![shard.task(&attempt.task_id), shard.load()];
@@ -729,7 +791,7 @@ impl Store {
             "isError": crate::model::result::is_error(result), "message": message, "entry": item.entry_id,
             "inlineMax": INLINE_MAX, "toolErrorFails": tool_error_fails,
         });
-        let reply: Value = self.script(&scripts::SETTLE_DAG, &keys, &record).await?;
+        let reply: Value = self.durable_transition(&scripts::SETTLE_DAG, &keys, &record).await?;
         let reply: SettleReply = super::effects::recorded(reply)?;
         Ok(matches!(reply, SettleReply::Settled))
     }

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use super::Store;
 use crate::error::StoreError;
 use crate::model::{
-    NodeRecord, TASK_FIELDS, TASK_LARGE_FIELDS, TASK_STATUS_FIELDS, TaskRecord, TaskStatusRecord, now_ms,
+    NodeRecord, TASK_FIELDS, TASK_LARGE_FIELDS, TASK_STATUS_FIELDS, TaskRecord, TaskStatusRecord,
 };
 use crate::scripts;
 
@@ -267,6 +267,8 @@ impl Store {
         for node in &mut nodes {
             node.output_bytes = outputs.get(&node.node_id).copied();
         }
+        // A settled task is shown once its end is on enough replicas (a deployment that waits).
+        self.confirm_if_settled(Some((task_id, task.status))).await?;
         Ok(ReadOutcome::Read(Box::new(TaskDetail { task, nodes, bytes, version })))
     }
 
@@ -274,11 +276,13 @@ impl Store {
     /// check that needs no more, such as whether an id names another principal's task.
     pub async fn task_status(&self, task_id: &str) -> Result<Option<TaskStatusRecord>, StoreError> {
         let Some(shard) = self.shard_of(task_id) else { return Ok(None) };
-        let key = shard.task(task_id);
-        let values: Vec<Option<String>> =
-            self.query(|| redis::cmd("HMGET").arg(&key).arg(&TASK_STATUS_FIELDS[..]).clone()).await?;
+        let mut pipe = redis::pipe();
+        pipe.cmd("HMGET").arg(shard.task(task_id)).arg(&TASK_STATUS_FIELDS[..]).cmd("TIME");
+        let (values, now): (Vec<Option<String>>, (u64, u64)) = self.pipeline(&pipe).await?;
         let task = TaskStatusRecord::from_fields(task_id, values).map_err(StoreError::Corrupt)?;
-        Ok(task.filter(|t| !t.expired_at(now_ms())))
+        let task = task.filter(|t| !t.expired_at(super::redis_ms(now)));
+        self.confirm_if_settled(task.as_ref().map(|t| (task_id, t.status))).await?;
+        Ok(task)
     }
 
     /// Passes the gate `key` for `gap_ms` (any gateway's later pass within the gap is refused),

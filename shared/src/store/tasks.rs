@@ -11,7 +11,7 @@ use crate::call::CallRecord;
 use crate::dag::{self, DagSpec};
 use crate::error::StoreError;
 use crate::keys::{self, Shard};
-use crate::model::{NodeRecord, RpcError, TASK_FIELDS, TaskMode, TaskRecord, TaskStatus, now_ms};
+use crate::model::{NodeRecord, RpcError, TASK_FIELDS, TaskMode, TaskRecord, TaskStatus};
 use crate::scripts;
 
 /// Everything a new task is created with.
@@ -51,6 +51,15 @@ pub struct NewTask {
     /// The bytes the task may store in Redis in all (its arguments, its nodes' outputs, its
     /// result): a node that would pass it fails with an error naming `max_task_bytes`. 0: none.
     pub max_bytes: u64,
+    /// The graph limits a graph the call's tool plans is held to (`max_dag_nodes`,
+    /// `max_dag_node_bytes`): stored with a single call, with the shard's shares of the load
+    /// limits, so that the worker that expands the plan applies the limits the call was admitted
+    /// under, whatever its own configuration.
+    pub plan_limits: crate::dag::DagLimits,
+    /// A synchronous call whose input rounds are told to its client, which answers them in later
+    /// calls (2026-07-28: MRTR): while it waits in a round it holds no live-task slot, but counts
+    /// against `max_parked_rounds_per_principal`, so that rounds a client abandons never lock it out.
+    pub input_rounds: bool,
 }
 
 /// What became of a synchronous call its gateway stopped waiting for ([`Store::escalate_overdue`]).
@@ -138,6 +147,10 @@ pub struct Limits {
     /// Bytes one principal may keep in Redis: its tasks' calls, node outputs, results and answers
     /// until their TTL runs out, and its memories.
     pub max_stored_bytes_per_principal: u64,
+    /// Synchronous calls of one principal that wait in an input round its client was told of
+    /// (2026-07-28 without tasks: MRTR), which hold no live-task slot: past it, the oldest
+    /// unanswered round ends. Each shard holds a share of at least one.
+    pub max_parked_rounds_per_principal: u64,
 }
 
 impl Limits {
@@ -160,6 +173,18 @@ impl Limits {
             "nodes": share(self.max_nodes_per_principal),
             "kept": share(self.max_stored_bytes_per_principal),
         })
+    }
+
+    /// Shard `shard`'s share of the parked-rounds limit (-1: none): as [`Limits::for_shard`]
+    /// shares a limit, but at least one, so that a round can wait in any shard.
+    fn rounds_share(self, shard: Shard, shards: u16) -> i64 {
+        let limit = self.max_parked_rounds_per_principal;
+        if limit == 0 {
+            return -1;
+        }
+        let shards = u64::from(shards.max(1));
+        let share = limit / shards + u64::from(u64::from(shard.0) < limit % shards);
+        i64::try_from(share.max(1)).unwrap_or(i64::MAX)
     }
 
     /// The configured figure of a limit, by the name a refusal gives it.
@@ -250,6 +275,11 @@ enum CreateReply {
     Conflict {
         task: String,
     },
+    #[serde(rename_all = "camelCase")]
+    Claimed {
+        claim: String,
+        age_ms: u64,
+    },
     Budget {
         size: u64,
         max: u64,
@@ -265,7 +295,56 @@ enum CreateReply {
         counts: LoadCounts,
         #[serde(default)]
         oldest: Vec<String>,
+        #[serde(default)]
+        claim: Option<String>,
     },
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "outcome", rename_all = "camelCase")]
+enum ResolveReply {
+    Resolved,
+    Lost {
+        #[serde(default)]
+        current: Option<String>,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "outcome", rename_all = "camelCase")]
+enum ReleaseReply {
+    Released {
+        #[allow(dead_code)] // the count is for people reading the reply in MONITOR
+        count: u32,
+    },
+    None,
+    QueuesChanged,
+}
+
+/// How a create treats its idempotency key and its nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CreateMode {
+    /// As [`Store::create_task`]: refused when the shard is full.
+    Plain,
+    /// In the key's own shard, ahead of a spread: when the shard is full, the key is claimed for
+    /// the task the spread makes elsewhere.
+    ClaimWhenFull,
+    /// In another shard, for a claimed key: the task is made, but its nodes get no queue entry
+    /// until the claim resolves to it ([`Store::release_task`]).
+    Hold,
+}
+
+/// What one create script did.
+enum Made {
+    Done {
+        created: Created,
+        /// Redis's clock when the task was made.
+        created_at: Option<u64>,
+        /// The value the idempotency key was claimed with, when the shard was full.
+        claim: Option<String>,
+    },
+    /// Another create of the same idempotency key claimed it and is making its task elsewhere.
+    Claimed { claim: String, age_ms: u64 },
 }
 
 #[derive(Deserialize)]
@@ -274,6 +353,7 @@ enum CancelReply {
     Cancelled,
     Terminal { status: String },
     Missing,
+    NotParked,
 }
 
 #[derive(Deserialize)]
@@ -292,6 +372,13 @@ const LOG_LEVEL_TTL_S: u64 = 24 * 60 * 60;
 /// An idempotency key outlives its task's TTL by this much, so that a retry of a long-running call
 /// still finds its task.
 const IDEMPOTENCY_SLACK_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// A claim on an idempotency key this old is taken to be abandoned (its creator stopped half-way):
+/// a retry of the call then finishes or drops it. Far longer than a spread takes, outages included.
+const CLAIM_ABANDONED_MS: u64 = 30_000;
+
+/// How often a retry that found another create's claim on its key looks again.
+const CLAIM_POLL: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// The largest result or error that travels inside a settle event; a larger one is read back by
 /// the waiter.
@@ -350,6 +437,15 @@ pub(crate) fn queue_of<'a>(tool: &'a str, queues: &'a HashMap<String, String>) -
         return keys::BUILTIN_QUEUE;
     }
     queues.get(tool).map(String::as_str).unwrap_or(tool)
+}
+
+/// The answer to a retry whose idempotency key another create has claimed for longer than the
+/// retry may wait: retryable, and nothing was made.
+fn claimed_elsewhere() -> StoreError {
+    StoreError::Unavailable(
+        "another call with this idempotency key is still making its task; nothing was started: retry the call"
+            .to_owned(),
+    )
 }
 
 /// What tells two calls with one idempotency key apart: the tool and its arguments.
@@ -428,15 +524,20 @@ impl Store {
     /// its shard's load limits are checked). The task's creation time is Redis's clock at that
     /// moment, not `new.created_at_ms` ([`Store::create_task_spread`] hands it back).
     pub async fn create_task(&self, new: &NewTask, limits: &Limits) -> Result<Created, StoreError> {
-        Ok(self.create_task_at(new, limits).await?.0)
+        match self.create_task_at(new, limits, CreateMode::Plain).await? {
+            Made::Done { created, .. } => Ok(created),
+            Made::Claimed { .. } => Err(claimed_elsewhere()),
+        }
     }
 
-    /// [`Store::create_task`], and the creation time Redis gave a task it created.
+    /// [`Store::create_task`], with the creation time Redis gave a task it created, and what
+    /// became of its idempotency key.
     async fn create_task_at(
         &self,
         new: &NewTask,
         limits: &Limits,
-    ) -> Result<(Created, Option<u64>), StoreError> {
+        mode: CreateMode,
+    ) -> Result<Made, StoreError> {
         let shard = self.task_shard(&new.task_id).ok_or_else(|| {
             StoreError::Corrupt(format!("task id {} names no shard of this deployment", new.task_id))
         })?;
@@ -462,6 +563,19 @@ impl Store {
         let call_text = stored_call.to_text();
         let answers =
             new.input_responses.as_ref().map(|a| Value::Object(a.clone()).to_string()).unwrap_or_default();
+        let shares = limits.for_shard(shard, self.shards());
+        // What a graph the tool plans is held to (expand_plan): only a single call may plan.
+        let plan_limits = match &new.graph {
+            Some(_) => String::new(),
+            None => format!(
+                "{} {} {} {} {}",
+                new.plan_limits.max_nodes,
+                new.plan_limits.max_node_bytes,
+                shares["nodes"],
+                shares["queued"],
+                shares["perTool"]
+            ),
+        };
         let stored_bytes = call_text.len()
             + answers.len()
             + nodes.iter().filter_map(|n| n.args.as_ref()).map(String::len).sum::<usize>();
@@ -487,13 +601,20 @@ impl Store {
             "idem": new.idempotency_key.is_some(),
             "fingerprint": fingerprint(new),
             "idemTtl": new.ttl_ms.saturating_add(IDEMPOTENCY_SLACK_MS),
-            "limits": limits.for_shard(shard, self.shards()),
+            "limits": shares,
+            "planLimits": plan_limits,
             "maxBytes": new.max_bytes,
             "bytes": stored_bytes,
             "cancelChannel": shard.cancel_channel(),
+            // The claim names the task's id without its shard: a retry that finds the claim
+            // abandoned looks for the task in every shard.
+            "roundsMax": new.input_rounds.then(|| limits.rounds_share(shard, self.shards())),
+            "claim": (mode == CreateMode::ClaimWhenFull).then(|| format!("?{}", &new.task_id[4..])),
+            "hold": mode == CreateMode::Hold,
         });
         let reply: CreateReply = self.durable_script(&scripts::CREATE_TASK, &keys, &record).await?;
         let mut created_at = None;
+        let mut claimed = None;
         let created = match reply {
             CreateReply::Created { created_at: at } => {
                 created_at = Some(at);
@@ -512,8 +633,10 @@ impl Store {
             }
             CreateReply::Duplicate { task } => Created::Duplicate(task),
             CreateReply::Conflict { task } => Created::Conflict(task),
+            CreateReply::Claimed { claim, age_ms } => return Ok(Made::Claimed { claim, age_ms }),
             CreateReply::Budget { size, max } => Created::OverBudget { size, max },
-            CreateReply::Limit { limit, current, max, needed, tool, counts, oldest } => {
+            CreateReply::Limit { limit, current, max, needed, tool, counts, oldest, claim } => {
+                claimed = claim;
                 let frees_in_ms = self.frees_in_ms(shard, &oldest).await?;
                 Created::OverLimit(LimitHit {
                     limit,
@@ -529,7 +652,7 @@ impl Store {
         if created == Created::Created {
             crate::metrics::task_created(&new.tool);
         }
-        Ok((created, created_at))
+        Ok(Made::Done { created, created_at, claim: claimed })
     }
 
     /// How long until the first of `tasks` (of `shard`) runs out of TTL and gives back what it
@@ -542,8 +665,18 @@ impl Store {
         for id in tasks {
             pipe.cmd("HMGET").arg(shard.task(id)).arg("createdAt").arg("ttlMs");
         }
-        let times: Vec<(Option<u64>, Option<u64>)> = self.pipeline(&pipe).await?;
-        let now = now_ms();
+        pipe.cmd("TIME");
+        let mut times: Vec<redis::Value> = self.pipeline(&pipe).await?;
+        let corrupt = |e: redis::ParsingError| StoreError::Corrupt(format!("task times: {e}"));
+        let now = match times.pop() {
+            Some(now) => super::redis_ms(redis::from_redis_value(now).map_err(corrupt)?),
+            None => return Ok(None),
+        };
+        let times = times
+            .into_iter()
+            .map(redis::from_redis_value::<(Option<u64>, Option<u64>)>)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(corrupt)?;
         Ok(times
             .into_iter()
             .filter_map(|(created, ttl)| Some(created?.saturating_add(ttl?)))
@@ -555,28 +688,76 @@ impl Store {
     /// (a new task lands where the caller picked, at no extra cost when far from every limit);
     /// when that shard's share of a limit is spent, in each other shard in turn, under a new id
     /// (`new.task_id` says where it landed). Refused only when every shard refuses, with the
-    /// limit's configured figure and the deployment's count. A call pinned to its shard by an
-    /// idempotency key or a call key that lands elsewhere has its key written in its own shard
-    /// afterwards; when a duplicate won the race for the idempotency key meanwhile, the task just
-    /// made is cancelled and the earlier one returned. `moving` sees the task under each new id
-    /// before it is tried (a caller that waits for the task listens for that id and gives its
+    /// limit's configured figure and the deployment's count. `moving` sees the task under each new
+    /// id before it is tried (a caller that waits for the task listens for that id and gives its
     /// inbox in that shard).
+    ///
+    /// A call pinned to its shard by a call key that lands elsewhere has its key written in its
+    /// own shard afterwards. One pinned by an idempotency key claims the key in its own shard
+    /// before anything is made elsewhere (in the script that finds the shard full), makes its task
+    /// elsewhere on hold (no queue entry), points the key at it, and only then queues it: a retry
+    /// of the call that comes meanwhile finds the claim, waits for it and answers with the task,
+    /// so that the work is made and run once. A claim whose creator stopped half-way is finished
+    /// or dropped by the next retry once it is [`CLAIM_ABANDONED_MS`] old.
     pub async fn create_task_spread(
         &self,
         new: &mut NewTask,
         limits: &Limits,
         mut moving: impl FnMut(&mut NewTask, Shard),
     ) -> Result<Created, StoreError> {
-        let first = match self.create_task_at(new, limits).await? {
-            (Created::OverLimit(hit), _) => hit,
-            (other, created_at) => {
-                new.created_at_ms = created_at.unwrap_or(new.created_at_ms);
-                return Ok(other);
+        let home_id = new.task_id.clone();
+        let give_up = tokio::time::Instant::now() + self.inner.options.outage_wait;
+        loop {
+            let mode =
+                if new.idempotency_key.is_some() { CreateMode::ClaimWhenFull } else { CreateMode::Plain };
+            let (first, claim) = match self.create_task_at(new, limits, mode).await? {
+                Made::Done { created: Created::OverLimit(hit), claim, .. } => (hit, claim),
+                Made::Done { created, created_at, .. } => {
+                    new.created_at_ms = created_at.unwrap_or(new.created_at_ms);
+                    if let Created::Duplicate(earlier) = &created
+                        && self.shard_of(earlier) != self.shard_of(&home_id)
+                    {
+                        // Made elsewhere for a claim: its creator may have stopped before it
+                        // queued the task.
+                        self.release_task(earlier).await?;
+                    }
+                    return Ok(created);
+                }
+                Made::Claimed { claim, age_ms } => {
+                    if age_ms >= CLAIM_ABANDONED_MS {
+                        if let Some(found) = self.finish_abandoned_claim(new, &claim).await? {
+                            return Ok(found);
+                        }
+                        continue;
+                    }
+                    if tokio::time::Instant::now() + CLAIM_POLL > give_up {
+                        return Err(claimed_elsewhere());
+                    }
+                    tokio::time::sleep(CLAIM_POLL).await;
+                    continue;
+                }
+            };
+            if let Some(created) = self.spread(new, limits, &mut moving, first, claim).await? {
+                return Ok(created);
             }
-        };
-        let Some(home) = self.shard_of(&new.task_id) else { return Ok(Created::OverLimit(first)) };
+        }
+    }
+
+    /// The rest of [`Store::create_task_spread`] once the task's own shard refused it: the other
+    /// shards in turn. `None` when the idempotency key this call claimed was taken over meanwhile
+    /// (the task made for it was dropped before it ever ran).
+    async fn spread(
+        &self,
+        new: &mut NewTask,
+        limits: &Limits,
+        moving: &mut impl FnMut(&mut NewTask, Shard),
+        first: LimitHit,
+        claim: Option<String>,
+    ) -> Result<Option<Created>, StoreError> {
+        let Some(home) = self.shard_of(&new.task_id) else { return Ok(Some(Created::OverLimit(first))) };
         let idempotency = new.idempotency_key.take();
         let call_key = new.call_key.take();
+        let mode = if claim.is_some() { CreateMode::Hold } else { CreateMode::Plain };
         let mut refusals = vec![first];
         let mut created = None;
         for step in 1..self.shards() {
@@ -584,19 +765,30 @@ impl Store {
             let mut moved = new.clone();
             moved.task_id = format!("{:04x}{}", shard.0, &new.task_id[4..]);
             moving(&mut moved, shard);
-            match self.create_task_at(&moved, limits).await? {
-                (Created::OverLimit(hit), _) => refusals.push(hit),
-                (other, created_at) => {
+            match self.create_task_at(&moved, limits, mode).await? {
+                Made::Done { created: Created::OverLimit(hit), .. } => refusals.push(hit),
+                Made::Done { created: other, created_at, .. } => {
                     moved.created_at_ms = created_at.unwrap_or(moved.created_at_ms);
-                    *new = moved;
-                    created = Some(other);
+                    created = Some((other, moved));
                     break;
                 }
+                // Moved tasks carry no idempotency key.
+                Made::Claimed { .. } => return Err(claimed_elsewhere()),
             }
+        }
+        if let Some((_, moved)) = &mut created {
+            moved.idempotency_key = idempotency.clone();
+            moved.call_key = call_key.clone();
         }
         new.idempotency_key = idempotency;
         new.call_key = call_key;
-        let Some(created) = created else {
+        // The key lives where the create script read and claimed it: in the task's own shard.
+        let idem = new.idempotency_key.as_ref().map(|key| home.idempotency(&new.owner, key));
+        let Some((created, moved)) = created else {
+            if let (Some(claim), Some(idem)) = (&claim, &idem) {
+                // No shard had room: the key goes back to naming nothing.
+                self.resolve_claim(idem, claim, None, 0).await?;
+            }
             let first = &refusals[0];
             let current = refusals
                 .iter()
@@ -609,7 +801,7 @@ impl Store {
                     _ => 0,
                 })
                 .sum();
-            return Ok(Created::OverLimit(LimitHit {
+            return Ok(Some(Created::OverLimit(LimitHit {
                 limit: first.limit.clone(),
                 current,
                 max: limits.configured(&first.limit),
@@ -617,11 +809,27 @@ impl Store {
                 tool: first.tool.clone(),
                 frees_in_ms: refusals.iter().filter_map(|hit| hit.frees_in_ms).min(),
                 counts: LoadCounts::default(),
-            }));
+            })));
         };
         if created != Created::Created {
-            return Ok(created);
+            if let (Some(claim), Some(idem)) = (&claim, &idem) {
+                self.resolve_claim(idem, claim, None, 0).await?;
+            }
+            return Ok(Some(created));
         }
+        if let (Some(claim), Some(idem)) = (&claim, &idem) {
+            let value = format!("{} {}", moved.task_id, fingerprint(&moved));
+            let ttl = moved.ttl_ms.saturating_add(IDEMPOTENCY_SLACK_MS);
+            if self.resolve_claim(idem, claim, Some(&value), ttl).await?.is_some() {
+                // Another retry of the call took the claim over while this one stalled: the task
+                // made here never ran. The caller looks at the key again, under the task's first id.
+                self.cancel_task(&moved.task_id, "", "Cancelled: a retry of this call made its task instead")
+                    .await?;
+                moving(new, home);
+                return Ok(None);
+            }
+        }
+        *new = moved;
         if let Some(call_key) = &new.call_key {
             // As `remember_call` (prelude.lua) does for a call created in the key's own shard.
             let ttl = new.ttl_ms;
@@ -643,33 +851,95 @@ impl Store {
                 .ignore();
             self.pipeline::<()>(&pipe).await?;
         }
-        if let Some(key) = &new.idempotency_key {
-            let home = keys::shard_of_key(&new.owner, key, self.shards());
-            let idem = home.idempotency(&new.owner, key);
-            let value = format!("{} {}", new.task_id, fingerprint(new));
-            let ttl = new.ttl_ms.saturating_add(IDEMPOTENCY_SLACK_MS);
-            let set: Option<String> = self
-                .query(|| {
-                    redis::cmd("SET").arg(&idem).arg(&value).arg("NX").arg("PX").arg(ttl).arg("GET").clone()
-                })
-                .await?;
-            if let Some(earlier) = set {
-                // A retry of the same call made its task first: ours goes, theirs stands.
-                self.cancel_task(
-                    &new.task_id,
-                    "",
-                    "Cancelled: a retry of this call had already created its task",
-                )
-                .await?;
-                let (task, their_fingerprint) = earlier.split_once(' ').unwrap_or((earlier.as_str(), ""));
-                return Ok(if their_fingerprint == fingerprint(new) {
-                    Created::Duplicate(task.to_owned())
-                } else {
-                    Created::Conflict(task.to_owned())
-                });
+        if claim.is_some() {
+            self.release_task(&new.task_id).await?;
+        }
+        Ok(Some(Created::Created))
+    }
+
+    /// Changes the idempotency key `idem` from `claim` to `value` (`None`: drops it), only while
+    /// it still holds that claim. `None` when it did; otherwise what the key holds now.
+    async fn resolve_claim(
+        &self,
+        idem: &str,
+        claim: &str,
+        value: Option<&str>,
+        ttl_ms: u64,
+    ) -> Result<Option<Option<String>>, StoreError> {
+        let record = json!({"claim": claim, "value": value.unwrap_or_default(), "ttl": ttl_ms.max(1)});
+        let reply: ResolveReply = self.script(&scripts::RESOLVE_CLAIM, &[idem.to_owned()], &record).await?;
+        Ok(match reply {
+            ResolveReply::Resolved => None,
+            ResolveReply::Lost { current } => Some(current),
+        })
+    }
+
+    /// Queues the nodes of a task made on hold for a claimed idempotency key (nothing when it is
+    /// not on hold, or ended meanwhile). Anyone that finds the key naming the task may, so that a
+    /// creator that stopped between pointing the key at it and queueing it strands nothing.
+    async fn release_task(&self, task_id: &str) -> Result<(), StoreError> {
+        let Some(shard) = self.task_shard(task_id) else { return Ok(()) };
+        let key = shard.task(task_id);
+        for _ in 0..3 {
+            let queues: Option<String> = self.query(|| redis::Cmd::hget(&key, "queues")).await?;
+            let Some(queues) = queues else { return Ok(()) };
+            let queues: Vec<String> = serde_json::from_str(&queues)
+                .map_err(|e| StoreError::Corrupt(format!("task {task_id} queues: {e}")))?;
+            let mut keys = vec![key.clone()];
+            keys.extend(queues.iter().map(|q| shard.queue(q)));
+            let record = json!({"task": task_id, "queues": queues.len()});
+            match self.script(&scripts::RELEASE_TASK, &keys, &record).await? {
+                ReleaseReply::Released { .. } | ReleaseReply::None => return Ok(()),
+                ReleaseReply::QueuesChanged => continue,
             }
         }
-        Ok(Created::Created)
+        Err(StoreError::Corrupt(format!("task {task_id}: its queues keep changing while it is released")))
+    }
+
+    /// A retry found its idempotency key claimed long ago by a create that never finished: the
+    /// claim names the task's id but its shard, so the task is looked for in every shard. Found,
+    /// the key is pointed at it and it is queued (the retry's answer); not found, the claim is
+    /// dropped and the retry makes the task itself (`None`). A creator that wakes up afterwards
+    /// finds its claim gone and drops what it made, which never ran.
+    async fn finish_abandoned_claim(
+        &self,
+        new: &NewTask,
+        claim: &str,
+    ) -> Result<Option<Created>, StoreError> {
+        let (token, their_fingerprint) = claim.split_once(' ').unwrap_or((claim, ""));
+        let suffix = token.trim_start_matches('?').split('@').next().unwrap_or_default();
+        let (Some(key), Some(home)) = (&new.idempotency_key, self.task_shard(&new.task_id)) else {
+            return Ok(None);
+        };
+        let idem = home.idempotency(&new.owner, key);
+        let mut found = None;
+        for shard in self.all_shards() {
+            let id = format!("{:04x}{suffix}", shard.0);
+            if self.task_shard(&id).is_none() {
+                continue;
+            }
+            let task = shard.task(&id);
+            let exists: bool = self.query(|| redis::Cmd::exists(&task)).await?;
+            if exists {
+                found = Some(id);
+                break;
+            }
+        }
+        let Some(id) = found else {
+            self.resolve_claim(&idem, claim, None, 0).await?;
+            return Ok(None);
+        };
+        let value = format!("{id} {their_fingerprint}");
+        let ttl = new.ttl_ms.saturating_add(IDEMPOTENCY_SLACK_MS);
+        if self.resolve_claim(&idem, claim, Some(&value), ttl).await?.is_some() {
+            return Ok(None);
+        }
+        self.release_task(&id).await?;
+        Ok(Some(if their_fingerprint == fingerprint(new) {
+            Created::Duplicate(id)
+        } else {
+            Created::Conflict(id)
+        }))
     }
 
     /// Keeps the log level a session asked for (`logging/setLevel`) for a day after it last did.
@@ -722,37 +992,39 @@ impl Store {
     }
 
     /// Reads a task; `None` when it does not exist: never created, expired (its TTL counts from
-    /// creation), or an id that names no shard.
+    /// creation, by Redis's clock, read in the same round trip), or an id that names no shard.
     pub async fn get_task(&self, task_id: &str) -> Result<Option<TaskRecord>, StoreError> {
         let Some(shard) = self.task_shard(task_id) else { return Ok(None) };
-        let key = shard.task(task_id);
-        let values: Vec<Option<String>> =
-            self.query(|| redis::cmd("HMGET").arg(&key).arg(&TASK_FIELDS[..]).clone()).await?;
-        Self::live_record(task_id, values)
+        let mut pipe = redis::pipe();
+        pipe.cmd("HMGET").arg(shard.task(task_id)).arg(&TASK_FIELDS[..]).cmd("TIME");
+        let (values, now): (Vec<Option<String>>, (u64, u64)) = self.pipeline(&pipe).await?;
+        Self::live_record(task_id, values, super::redis_ms(now))
     }
 
-    /// Whether a task exists, has not settled and is within its TTL: what a worker asks before it
-    /// removes something a task may still use (a scratch copy on disk). Reads three fields,
-    /// never the task's result; `false` for an id that names no shard.
+    /// Whether a task exists, has not settled and is within its TTL (by Redis's clock): what a
+    /// worker asks before it removes something a task may still use (a scratch copy on disk).
+    /// Reads three fields, never the task's result; `false` for an id that names no shard.
     pub async fn task_is_live(&self, task_id: &str) -> Result<bool, StoreError> {
         let Some(shard) = self.task_shard(task_id) else { return Ok(false) };
-        let key = shard.task(task_id);
-        let (status, created, ttl): (Option<String>, Option<u64>, Option<u64>) = self
-            .query(|| redis::cmd("HMGET").arg(&key).arg("status").arg("createdAt").arg("ttlMs").clone())
-            .await?;
+        let mut pipe = redis::pipe();
+        pipe.cmd("HMGET").arg(shard.task(task_id)).arg("status").arg("createdAt").arg("ttlMs").cmd("TIME");
+        type Head = (Option<String>, Option<u64>, Option<u64>);
+        let ((status, created, ttl), now): (Head, (u64, u64)) = self.pipeline(&pipe).await?;
         let (Some(status), Some(created), Some(ttl)) = (status, created, ttl) else { return Ok(false) };
         let settled = status.parse::<TaskStatus>().map_or(true, TaskStatus::is_terminal);
-        Ok(!settled && created.saturating_add(ttl) > now_ms())
+        Ok(!settled && created.saturating_add(ttl) > super::redis_ms(now))
     }
 
     /// A task read as the values of [`TASK_FIELDS`], unless it is gone for its readers (unsettled
-    /// past its TTL).
+    /// past its TTL) at `now` (Redis's clock: a process whose clock runs ahead must not take a live
+    /// task for an expired one).
     pub(crate) fn live_record(
         task_id: &str,
         values: Vec<Option<String>>,
+        now: u64,
     ) -> Result<Option<TaskRecord>, StoreError> {
         let task = TaskRecord::from_fields(task_id, values).map_err(StoreError::Corrupt)?;
-        Ok(task.filter(|t| !t.expired_at(now_ms())))
+        Ok(task.filter(|t| !t.expired_at(now)))
     }
 
     /// Starts waiting on a task from this process: its inbox joins the task's waiters, and the task
@@ -765,8 +1037,10 @@ impl Store {
         inbox: &str,
         owner: &str,
     ) -> Result<Option<TaskRecord>, StoreError> {
-        let values = self.watch_fields(task_id, inbox, owner, &TASK_FIELDS).await?;
-        Self::live_record(task_id, values)
+        let (values, now) = self.watch_fields(task_id, inbox, owner, &TASK_FIELDS).await?;
+        let task = Self::live_record(task_id, values, now)?;
+        self.confirm_if_settled(task.as_ref().map(|t| (t.task_id.as_str(), t.status))).await?;
+        Ok(task)
     }
 
     /// [`Store::watch_task`] without the task's result and error, for a follower that reads them
@@ -779,35 +1053,56 @@ impl Store {
     ) -> Result<Option<TaskRecord>, StoreError> {
         let fields: Vec<&str> =
             TASK_FIELDS.into_iter().filter(|f| !matches!(*f, "result" | "error")).collect();
-        let values = self.watch_fields(task_id, inbox, owner, &fields).await?;
+        let (values, now) = self.watch_fields(task_id, inbox, owner, &fields).await?;
         let hash: HashMap<String, String> = fields
             .iter()
             .zip(values)
             .filter_map(|(field, value)| Some(((*field).to_owned(), value?)))
             .collect();
         let task = TaskRecord::from_hash(task_id, hash).map_err(StoreError::Corrupt)?;
-        Ok(task.filter(|t| !t.expired_at(now_ms())))
+        let task = task.filter(|t| !t.expired_at(now));
+        self.confirm_if_settled(task.as_ref().map(|t| (t.task_id.as_str(), t.status))).await?;
+        Ok(task)
     }
 
+    /// [`Store::confirm_settled`] for a task read for a client, when it has settled.
+    pub(crate) async fn confirm_if_settled(
+        &self,
+        task: Option<(&str, TaskStatus)>,
+    ) -> Result<(), StoreError> {
+        match task {
+            Some((task_id, status)) if status.is_terminal() => match self.task_shard(task_id) {
+                Some(shard) => self.confirm_settled(&shard.task(task_id)).await,
+                None => Ok(()),
+            },
+            _ => Ok(()),
+        }
+    }
+
+    /// The values of `fields`, and Redis's clock (ms) when they were read.
     async fn watch_fields(
         &self,
         task_id: &str,
         inbox: &str,
         owner: &str,
         fields: &[&str],
-    ) -> Result<Vec<Option<String>>, StoreError> {
-        let Some(shard) = self.task_shard(task_id) else { return Ok(Vec::new()) };
+    ) -> Result<(Vec<Option<String>>, u64), StoreError> {
+        let Some(shard) = self.task_shard(task_id) else { return Ok((Vec::new(), 0)) };
         let key = shard.task(task_id);
         let (inbox, owner) = (inbox.to_owned(), owner.to_owned());
-        self.run(scripts::WATCH_TASK.name, |mut c| {
-            let (key, inbox, owner) = (key.clone(), inbox.clone(), owner.clone());
-            async move {
-                let mut invocation = scripts::WATCH_TASK.prepare_invoke();
-                invocation.key(key).arg(inbox).arg(owner).arg(fields);
-                invocation.invoke_async(&mut c).await
-            }
-        })
-        .await
+        let mut values: Vec<Option<String>> = self
+            .run(scripts::WATCH_TASK.name, |mut c| {
+                let (key, inbox, owner) = (key.clone(), inbox.clone(), owner.clone());
+                async move {
+                    let mut invocation = scripts::WATCH_TASK.prepare_invoke();
+                    invocation.key(key).arg(inbox).arg(owner).arg(fields);
+                    invocation.invoke_async(&mut c).await
+                }
+            })
+            .await?;
+        // The script's last value is Redis's clock; no values at all, no such task.
+        let now = values.pop().flatten().and_then(|now| now.parse().ok()).unwrap_or(0);
+        Ok((values, now))
     }
 
     /// Reads a task's nodes, ordered by node id.
@@ -833,13 +1128,30 @@ impl Store {
             "task": task_id, "owner": owner, "message": message,
             "cancelChannel": shard.cancel_channel(), "token": format!("{:016x}", rand::random::<u64>()),
         });
-        let reply: Value = self.durable_script(&scripts::CANCEL_TASK, &keys, &record).await?;
+        let reply: Value = self.durable_transition(&scripts::CANCEL_TASK, &keys, &record).await?;
         let reply: CancelReply = super::effects::recorded(reply)?;
         Ok(match reply {
             CancelReply::Cancelled => CancelOutcome::Cancelled,
             CancelReply::Terminal { status } => CancelOutcome::AlreadyTerminal(status),
             CancelReply::Missing => CancelOutcome::Missing,
+            // Only a cancel of a parked round answers this.
+            CancelReply::NotParked => CancelOutcome::AlreadyTerminal("working".to_owned()),
         })
+    }
+
+    /// Ends a synchronous call that waits in an input round its client was told of (an abandoned
+    /// round: its owner has more unanswered rounds than it may), as cancelled, with `message`.
+    /// Returns whether it did: `false` when the call is not waiting in a round any more (answered
+    /// meanwhile, or ended), and nothing changed.
+    pub(crate) async fn end_abandoned_round(&self, task_id: &str, message: &str) -> Result<bool, StoreError> {
+        let Some(shard) = self.task_shard(task_id) else { return Ok(false) };
+        let keys = [shard.task(task_id), shard.load(), shard.expiring(), shard.kept()];
+        let record = json!({
+            "task": task_id, "owner": "", "message": message, "cancelChannel": shard.cancel_channel(),
+            "token": format!("{:016x}", rand::random::<u64>()), "parkedRound": true,
+        });
+        let reply: Value = self.durable_transition(&scripts::CANCEL_TASK, &keys, &record).await?;
+        Ok(matches!(super::effects::recorded(reply)?, CancelReply::Cancelled))
     }
 
     /// Records a client's answers to a task's pending input requests (one script); a parked node
@@ -865,7 +1177,7 @@ impl Store {
             let Some(queues) = queues else { return Ok(AnswerOutcome::Missing) };
             let queues: Vec<String> = serde_json::from_str(&queues)
                 .map_err(|e| StoreError::Corrupt(format!("task {task_id} queues: {e}")))?;
-            let mut keys = vec![key.clone(), shard.load()];
+            let mut keys = vec![key.clone(), shard.load(), shard.rounds(owner)];
             keys.extend(queues.iter().map(|q| shard.queue(q)));
             let record = json!({
                 "task": task_id, "owner": owner, "responses": texts, "rounds": rounds,

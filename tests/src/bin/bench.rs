@@ -1360,6 +1360,8 @@ impl Core {
             escalable: false,
             call_key: None,
             max_bytes: 0,
+            plan_limits: Default::default(),
+            input_rounds: false,
         };
         match self.store.create_task(&new, &Limits::default()).await? {
             Created::Created => Ok((task_id, waiter)),
