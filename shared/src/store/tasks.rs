@@ -730,10 +730,22 @@ impl Store {
                         }
                         continue;
                     }
-                    if tokio::time::Instant::now() + CLAIM_POLL > give_up {
+                    // Wait for the claim to resolve, looking at the key alone (the create's record
+                    // may be large), then try the create again.
+                    let (Some(key), Some(home)) = (&new.idempotency_key, self.shard_of(&home_id)) else {
                         return Err(claimed_elsewhere());
+                    };
+                    let idem = home.idempotency(&new.owner, key);
+                    loop {
+                        if tokio::time::Instant::now() + CLAIM_POLL > give_up {
+                            return Err(claimed_elsewhere());
+                        }
+                        tokio::time::sleep(CLAIM_POLL).await;
+                        let current: Option<String> = self.query(|| redis::Cmd::get(&idem)).await?;
+                        if current.as_deref() != Some(claim.as_str()) {
+                            break;
+                        }
                     }
-                    tokio::time::sleep(CLAIM_POLL).await;
                     continue;
                 }
             };
