@@ -75,13 +75,7 @@ if r.maxBytes > 0 and r.bytes > r.maxBytes then
   return cjson.encode({outcome = 'budget', size = r.bytes, max = r.maxBytes})
 end
 
-local roots, roots_by_tool = 0, {}
-for _, n in ipairs(r.nodes) do
-  if n.deps == 0 then
-    roots = roots + 1
-    roots_by_tool[n.tool] = (roots_by_tool[n.tool] or 0) + 1
-  end
-end
+local roots, roots_by_tool = root_counts(r.nodes)
 -- Each limit is this shard's share of the deployment's (-1: none); the shares add up to the
 -- configured figure, and a gateway refused here tries the other shards before it refuses the call.
 local lim = r.limits

@@ -57,13 +57,7 @@ do
   end
   local nodes_share, queued_share, tool_share = shares[3] or -1, shares[4] or -1, shares[5] or -1
   local owner = t[5] or ''
-  local roots, roots_by_tool = 0, {}
-  for _, p in ipairs(r.nodes) do
-    if p.deps == 0 then
-      roots = roots + 1
-      roots_by_tool[p.tool] = (roots_by_tool[p.tool] or 0) + 1
-    end
-  end
+  local roots, roots_by_tool = root_counts(r.nodes)
   local load = redis.call('HMGET', KEYS[2], 'live:' .. owner, 'nodes:' .. owner, 'queued')
   -- The owner's live tasks hold one node each (this one's planner among them) and `nodes:` more.
   local held = tonumber(load[1] or '0') + tonumber(load[2] or '0')

@@ -186,6 +186,19 @@ local function status_event(task_id, status, message, field, value, inline_max)
   return event .. '}'
 end
 
+-- The nodes of a graph that wait for none (`deps == 0`): how many, and how many of each tool, for
+-- the queued and per-tool limits.
+local function root_counts(nodes)
+  local roots, by_tool = 0, {}
+  for _, n in ipairs(nodes) do
+    if n.deps == 0 then
+      roots = roots + 1
+      by_tool[n.tool] = (by_tool[n.tool] or 0) + 1
+    end
+  end
+  return roots, by_tool
+end
+
 -- The count of nodes an owner's live tasks hold beyond their first (`nodes:<owner>` in the load
 -- hash) moves by `delta`. With the live count (one per task) it says how many nodes the owner's
 -- live tasks hold; a single call has one node and never touches it.
