@@ -633,7 +633,6 @@ async fn after_a_rolling_restart_a_killed_workers_node_is_taken_over_within_a_le
 async fn an_unreadable_task_in_a_batch_fails_alone_and_the_others_run() {
     use conveyor_shared::call::CallRecord;
     use conveyor_shared::keys::Shard;
-    use conveyor_shared::model::{TaskMode, new_task_id, now_ms};
     use conveyor_shared::store::{Created, Limits, NewTask};
 
     let redis = RedisServer::start().expect("redis");
@@ -642,9 +641,6 @@ async fn an_unreadable_task_in_a_batch_fails_alone_and_the_others_run() {
     // Two calls queued in one shard before any worker runs, so that one read brings both and one
     // script starts both; the first one's stored call record cannot be read.
     let call = |label: &str| NewTask {
-        task_id: new_task_id(Shard(0)),
-        owner: "alice".to_owned(),
-        tool: "slow_compute".to_owned(),
         call: CallRecord {
             wire: "2025-11-25".to_owned(),
             arguments: json!({"seconds": 0, "label": label}),
@@ -652,20 +648,7 @@ async fn an_unreadable_task_in_a_batch_fails_alone_and_the_others_run() {
         },
         ttl_ms: 120_000,
         traceparent: None,
-        mode: TaskMode::Task,
-        status_message: "Queued".to_owned(),
-        created_at_ms: now_ms(),
-        graph: None,
-        idempotency_key: None,
-        queues: Default::default(),
-        waiter: None,
-        index_retention_ms: 60_000,
-        input_responses: None,
-        escalable: false,
-        call_key: None,
-        max_bytes: 0,
-        plan_limits: Default::default(),
-        input_rounds: false,
+        ..crate::store::new_task(Shard(0))
     };
     let (bad, good) = (call("bad"), call("good"));
     for task in [&bad, &good] {

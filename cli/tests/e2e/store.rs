@@ -48,7 +48,7 @@ async fn setup() -> Harness {
 }
 
 /// A single call of `slow_compute` by alice in `shard`; tests change what they need.
-fn new_task(shard: Shard) -> NewTask {
+pub(crate) fn new_task(shard: Shard) -> NewTask {
     NewTask {
         task_id: new_task_id(shard),
         owner: "alice".to_owned(),

@@ -147,7 +147,9 @@ pub async fn run(command: &Command, cancel: &CancellationToken) -> Finished {
     if let Some(traceparent) = &command.traceparent {
         child.env("TRACEPARENT", traceparent);
     }
-    child.env(orphans::MARK, orphans::incarnation());
+    if let Some(worker) = orphans::incarnation() {
+        child.env(orphans::MARK, worker);
+    }
     die_with_this_process(&mut child);
     let mut child = match child.spawn() {
         Ok(child) => child,

@@ -24,16 +24,15 @@ use nix::unistd::Pid;
 pub const MARK: &str = "CONVEYOR_COMMAND_OF";
 
 /// This process's incarnation: `<pid>.<start time>`, the start time in clock ticks since boot
-/// (`/proc/<pid>/stat`), so that a reused pid is a different incarnation.
-pub fn incarnation() -> &'static str {
-    static ID: OnceLock<String> = OnceLock::new();
+/// (`/proc/<pid>/stat`), so that a reused pid is a different incarnation. `None` without `/proc`:
+/// then nothing is listed, since no other worker could tell whether this one lives.
+pub fn incarnation() -> Option<&'static str> {
+    static ID: OnceLock<Option<String>> = OnceLock::new();
     ID.get_or_init(|| {
         let pid = std::process::id();
-        match start_time(pid) {
-            Some(start) => format!("{pid}.{start}"),
-            None => format!("{pid}.0"),
-        }
+        start_time(pid).map(|start| format!("{pid}.{start}"))
     })
+    .as_deref()
 }
 
 /// Where the running commands of this host's workers are listed.
@@ -48,9 +47,9 @@ impl LedgerEntry {
     /// Lists `group` as a command of this worker. A ledger that cannot be written (a read-only
     /// temporary directory) costs only the reaping of grandchildren: the command still runs.
     pub(super) fn open(group: Option<Pid>) -> Self {
-        let Some(group) = group else { return Self(None) };
+        let (Some(group), Some(worker)) = (group, incarnation()) else { return Self(None) };
         let dir = ledger_dir();
-        let path = dir.join(format!("{}.{group}", incarnation()));
+        let path = dir.join(format!("{worker}.{group}"));
         let written = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, b""));
         match written {
             Ok(()) => Self(Some(path)),
@@ -170,8 +169,9 @@ mod tests {
 
     #[test]
     fn this_process_is_alive_and_a_made_up_incarnation_is_not() {
-        assert!(is_alive(incarnation()));
-        let (pid, start) = incarnation().split_once('.').expect("pid.start");
+        let me = incarnation().expect("/proc");
+        assert!(is_alive(me));
+        let (pid, start) = me.split_once('.').expect("pid.start");
         let start: u64 = start.parse().expect("start");
         assert!(!is_alive(&format!("{pid}.{}", start + 1)), "the same pid started later is another");
         assert_eq!(parse_entry("12.345.678"), Some(("12.345".to_owned(), 678)));
@@ -197,8 +197,9 @@ mod tests {
             std::fs::write(dir.path().join(format!("{gone}.{}", child.id())), b"").expect("entry");
         }
         // The ledger of a live worker is left alone.
-        let mut alive = spawn(incarnation());
-        std::fs::write(dir.path().join(format!("{}.{}", incarnation(), alive.id())), b"").expect("entry");
+        let me = incarnation().expect("/proc");
+        let mut alive = spawn(me);
+        std::fs::write(dir.path().join(format!("{me}.{}", alive.id())), b"").expect("entry");
 
         assert_eq!(reap_in(dir.path()), 1);
         let ended = marked.wait().expect("wait");
