@@ -279,6 +279,18 @@ pub struct RedisArgs {
     /// milliseconds.
     #[arg(long = "redis-wait-ms", env = "CONVEYOR_REDIS_WAIT_MS", default_value_t = 1000)]
     pub wait_ms: u64,
+    /// Run synchronous calls of one tool by the lean path (docs/adr/0028): created and completed
+    /// in batches, started by their delivery, with the call in the stream entry. `off`: a gateway
+    /// creates every call by the full path, and a worker starts every entry with a start script.
+    /// Off whenever --redis-wait-replicas is set.
+    #[arg(
+        long = "lean-calls",
+        env = "CONVEYOR_LEAN_CALLS",
+        default_value = "on",
+        value_name = "on|off",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub lean_calls: bool,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -134,6 +134,7 @@ fn store_options(redis: &RedisArgs) -> StoreOptions {
         process: None,
         wait_replicas: redis.wait_replicas,
         wait_timeout: Duration::from_millis(redis.wait_ms),
+        lean_calls: redis.lean_calls,
     }
 }
 
@@ -164,6 +165,7 @@ fn config(args: &GatewayArgs) -> Config {
         shards: args.redis.shards,
         redis_wait_replicas: args.redis.wait_replicas,
         redis_wait_timeout: Duration::from_millis(args.redis.wait_ms),
+        lean_calls: args.redis.lean_calls,
         sync_call_timeout: Duration::from_millis(args.sync_timeout_ms),
         max_dag_nodes: args.tasks.max_dag_nodes,
         max_dag_node_bytes: args.tasks.max_dag_node_bytes,

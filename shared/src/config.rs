@@ -54,6 +54,9 @@ pub struct Config {
     /// (`CONVEYOR_REDIS_WAIT_MS`).
     pub redis_wait_replicas: u32,
     pub redis_wait_timeout: Duration,
+    /// Whether synchronous calls of one tool go by the lean path (`CONVEYOR_LEAN_CALLS`, on by
+    /// default; ADR-0028): created and completed in batches, started by their delivery.
+    pub lean_calls: bool,
     /// How long a synchronous `tools/call` waits for its worker (`CONVEYOR_SYNC_TIMEOUT_MS`).
     pub sync_call_timeout: Duration,
     /// Most nodes in one DAG task (`CONVEYOR_MAX_DAG_NODES`).
@@ -95,6 +98,7 @@ impl Default for Config {
             shards: crate::store::DEFAULT_SHARDS,
             redis_wait_replicas: 0,
             redis_wait_timeout: Duration::from_secs(1),
+            lean_calls: true,
             sync_call_timeout: Duration::from_secs(300),
             max_dag_nodes: 10_000,
             max_dag_node_bytes: 64 * 1024,
@@ -222,6 +226,7 @@ impl Config {
             process: None,
             wait_replicas: self.redis_wait_replicas,
             wait_timeout: self.redis_wait_timeout,
+            lean_calls: self.lean_calls,
         }
     }
 

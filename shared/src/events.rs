@@ -176,9 +176,12 @@ impl Shared {
                     return Handled::Ignored;
                 };
                 if self.inboxes.contains(&channel) {
-                    match InboxMessage::parse(&payload) {
-                        Ok(message) => self.deliver(message),
-                        Err(e) => tracing::warn!(error = %e, "ignoring a malformed inbox message"),
+                    // A lean batch's completions for one inbox travel as one array (ADR-0028).
+                    for message in InboxMessage::parse_all(&payload) {
+                        match message {
+                            Ok(message) => self.deliver(message),
+                            Err(e) => tracing::warn!(error = %e, "ignoring a malformed inbox message"),
+                        }
                     }
                 } else if payload == MAINTAIN_NOTICE {
                     if let Some(shard) = self.cancel_channels.get(&channel) {

@@ -479,7 +479,22 @@ impl InboxMessage {
 
     /// Parses a message as the Lua scripts publish it: `{"task": id, "type": ..., ...}`.
     pub fn parse(payload: &str) -> Result<Self, String> {
-        let mut value: Value = serde_json::from_str(payload).map_err(|e| e.to_string())?;
+        Self::of_value(serde_json::from_str(payload).map_err(|e| e.to_string())?)
+    }
+
+    /// The messages of one inbox payload: one message, or a JSON array of them (a batch of lean
+    /// completions publishes its events for one inbox together, `complete_calls.lua`).
+    pub fn parse_all(payload: &str) -> Vec<Result<Self, String>> {
+        if !payload.trim_start().starts_with('[') {
+            return vec![Self::parse(payload)];
+        }
+        match serde_json::from_str::<Vec<Value>>(payload) {
+            Ok(values) => values.into_iter().map(Self::of_value).collect(),
+            Err(e) => vec![Err(e.to_string())],
+        }
+    }
+
+    fn of_value(mut value: Value) -> Result<Self, String> {
         let task_id = match value.as_object_mut().and_then(|o| o.remove("task")) {
             Some(Value::String(id)) => id,
             _ => return Err("an inbox message without a task id".to_owned()),
@@ -501,6 +516,8 @@ pub struct WorkItem {
     pub node_id: String,
     /// W3C trace context of the request that created the task.
     pub traceparent: Option<String>,
+    /// What a lean entry carries for its worker to run it straight from its delivery (ADR-0028).
+    pub lean: Option<std::sync::Arc<crate::store::lean::LeanEntry>>,
 }
 
 /// The definition of a tool as workers publish it and gateways list it: the MCP `Tool` object.
@@ -739,6 +756,19 @@ mod tests {
             }
         );
         assert!(InboxMessage::parse(r#"{"type":"expired"}"#).is_err(), "a message names its task");
+    }
+
+    #[test]
+    fn an_inbox_payload_holds_one_message_or_an_array_of_them() {
+        let one = InboxMessage::parse_all(r#"{"task":"t1","type":"expired"}"#);
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].as_ref().expect("one message").task_id, "t1");
+        let batch = InboxMessage::parse_all(
+            r#"[{"task":"t1","type":"status","status":"completed","message":"x","result":{"content":[]}},{"task":"t2","type":"expired"},{"type":"expired"}]"#,
+        );
+        let ids: Vec<_> = batch.iter().map(|m| m.as_ref().map(|m| m.task_id.as_str()).ok()).collect();
+        assert_eq!(ids, [Some("t1"), Some("t2"), None], "each message of the array stands alone");
+        assert!(InboxMessage::parse_all("[{").iter().all(Result::is_err));
     }
 
     #[test]

@@ -43,7 +43,20 @@ macro_rules! script {
     };
 }
 
+/// A script that runs without the prelude: the lean path's (ADR-0028), whose batches define only
+/// what they use.
+macro_rules! script_alone {
+    ($name:ident, $file:literal) => {
+        pub static $name: LazyLock<NamedScript> = LazyLock::new(|| NamedScript {
+            name: $file,
+            script: Script::new(include_str!(concat!("lua/", $file, ".lua"))),
+        });
+    };
+}
+
 script!(CREATE_TASK, "create_task");
+script_alone!(CREATE_CALLS, "create_calls");
+script_alone!(COMPLETE_CALLS, "complete_calls");
 script!(RATE_LIMIT, "rate_limit");
 script!(START_NODES, "start_nodes");
 script!(REPORT_PROGRESS, "report_progress");

@@ -447,7 +447,14 @@ impl RedisServer {
         timeout: Duration,
     ) -> anyhow::Result<()> {
         let deadline = Instant::now() + timeout;
-        while self.node_field(task_id, node_id, "status").as_deref() != Some(status) {
+        let reached = |now: Option<String>| match now.as_deref() {
+            Some(now) if now == status => true,
+            // A lean node runs from its entry's delivery and shows `queued` until it ends
+            // (docs/adr/0028): it is running once its entry is pending with a worker.
+            Some("queued") if status == "running" => self.lean_node_running(task_id, node_id),
+            _ => false,
+        };
+        while !reached(self.node_field(task_id, node_id, "status")) {
             anyhow::ensure!(
                 Instant::now() < deadline,
                 "node {node_id} of task {task_id} never became {status}"
@@ -455,6 +462,37 @@ impl RedisServer {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         Ok(())
+    }
+
+    /// Whether a queued node's entry was delivered to a worker: a lean node's attempt runs from
+    /// its delivery (docs/adr/0028).
+    pub fn lean_node_running(&self, task_id: &str, node_id: &str) -> bool {
+        let Ok(mut conn) = self.connection() else { return false };
+        let fields = [format!("{node_id}:entry"), format!("{node_id}:q"), "queues".to_owned()];
+        let Ok((entry, q, queues)) =
+            redis::cmd("HMGET").arg(nodes_key(task_id)).arg(&fields).query::<(
+                Option<String>,
+                Option<usize>,
+                Option<String>,
+            )>(&mut conn)
+        else {
+            return false;
+        };
+        let queues: Vec<String> = queues.and_then(|q| serde_json::from_str(&q).ok()).unwrap_or_default();
+        let (Some(entry), Some(queue)) =
+            (entry.filter(|e| !e.is_empty()), q.and_then(|q| queues.get(q.wrapping_sub(1))))
+        else {
+            return false;
+        };
+        let stream = shard_of(task_id).queue(queue);
+        redis::cmd("XPENDING")
+            .arg(&stream)
+            .arg("workers")
+            .arg(&entry)
+            .arg(&entry)
+            .arg(1)
+            .query::<Vec<redis::Value>>(&mut conn)
+            .is_ok_and(|pending| !pending.is_empty())
     }
 
     /// One field of a node of a task (`<node>:<field>` in the task's hash).

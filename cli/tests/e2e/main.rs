@@ -20,6 +20,7 @@ mod hostile;
 mod inspector;
 mod jobs;
 mod layout;
+mod lean;
 mod limits;
 mod metrics;
 mod pools;

@@ -3,6 +3,8 @@
 -- learns its status instead.
 --
 -- KEYS[1] task hash (it holds the nodes)   KEYS[2] load hash   KEYS[3] expiring zset   KEYS[4] kept zset
+-- KEYS[5 ..] the task's work streams, in the order of its queues (its queued nodes' entries are
+--   deleted: a lean entry would run from its delivery)
 -- ARGV[1] the record (MessagePack): task, owner ("" skips the check), message, cancelChannel, token (this
 --   request's: a cancel sent again after its reply was lost finds its own token on the task it
 --   cancelled, and answers "cancelled" again rather than "terminal"), parkedRound (bool: cancel only
@@ -32,7 +34,7 @@ end
 if r.parkedRound and not t[10] then
   return with_events(cjson.encode({outcome = 'notParked'}))
 end
-drop_queued(KEYS[1], KEYS[2], 'cancelled')
+drop_queued(KEYS[1], KEYS[2], 'cancelled', {unpack(KEYS, 5)})
 settle({task = KEYS[1], load = KEYS[2], expiring = KEYS[3], kept = KEYS[4]}, r.task,
   {owner = t[2], createdAt = t[4], ttlMs = t[3], nodeCount = t[7], bytes = t[9], parkedRound = t[10]}, 'cancelled', nil, nil, r.message, now, 0,
   {'cancelToken', r.token})

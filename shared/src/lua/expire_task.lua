@@ -5,7 +5,8 @@
 -- settled meanwhile is left to its keys' own expiry.
 --
 -- KEYS[1] task hash (it holds the nodes)   KEYS[2] load hash   KEYS[3] expiring zset
--- KEYS[4] the owner's task index
+-- KEYS[4] the owner's task index   KEYS[5 ..] the task's work streams, in the order of its queues
+--   (its queued nodes' entries are deleted: a lean entry would run from its delivery)
 -- ARGV[1] the record (MessagePack): task, cancelChannel
 -- Returns JSON: {"outcome": "expired" (with settled: "expired", tool, task, trace) | "notYet"
 --   | "gone" (no such task, or it settled)}
@@ -36,7 +37,7 @@ else
   count_down(KEYS[2], 'live:' .. t[2], 1)
 end
 hold_nodes(KEYS[2], t[2], 1 - (tonumber(t[7]) or 1))
-drop_queued(KEYS[1], KEYS[2], nil)
+drop_queued(KEYS[1], KEYS[2], nil, {unpack(KEYS, 5)})
 -- A settled task gives its bytes back through the kept index; an unsettled one does here.
 store_bytes(nil, KEYS[2], t[2], -(tonumber(t[8] or '0') or 0))
 notify(KEYS[1], cjson.encode({task = r.task, type = 'expired'}))

@@ -102,23 +102,33 @@ local function dequeued(load, tool, count)
   count_down(load, 'queued:' .. tool, count or 1)
 end
 
--- A task that ends takes its queued nodes out of the load counts: they will never start, and
--- their entries are dropped when a worker reads them. `status` is what they become.
-local function drop_queued(nodes, load, status)
+-- A task that ends takes its queued nodes out of the load counts: they will never start. With
+-- `streams` (the task's work streams, in the order of its queues), their entries are acknowledged
+-- and deleted, so that no worker runs one: a lean entry runs from its delivery, with no start
+-- script to refuse it (ADR-0028); without, a worker that reads one drops it. `status` is what they
+-- become.
+local function drop_queued(nodes, load, status, streams)
   local fields = redis.call('HGETALL', nodes)
   local queued = {}
   for i = 1, #fields, 2 do
     if fields[i + 1] == 'queued' and string.sub(fields[i], -7) == ':status' then
-      queued[string.sub(fields[i], 1, -8)] = true
+      queued[string.sub(fields[i], 1, -8)] = {}
     end
   end
   for i = 1, #fields, 2 do
-    local node = string.sub(fields[i], 1, -6)
-    if string.sub(fields[i], -5) == ':tool' and queued[node] then
-      dequeued(load, fields[i + 1])
-      if status then
-        redis.call('HSET', nodes, nf(node, 'status'), status)
-      end
+    local node, field = string.match(fields[i], '^(.*):(%a+)$')
+    if node and queued[node] then
+      queued[node][field] = fields[i + 1]
+    end
+  end
+  for node, n in pairs(queued) do
+    dequeued(load, n.tool or '')
+    if status then
+      redis.call('HSET', nodes, nf(node, 'status'), status)
+    end
+    local stream = streams and streams[tonumber(n.q or '1')]
+    if stream then
+      ack(stream, n.entry)
     end
   end
 end

@@ -2,8 +2,8 @@
 -- lease: the holder was killed, hung or cut off, or it is alive and failed to start the node, hand
 -- it back or finish with it. The entry must still be that idle now: one renewed meanwhile belongs
 -- to a running attempt and is left alone. If the entry is still its node's current one, the node is
--- queued again under a new entry (a running node counts one more lost worker); the old entry is
--- acknowledged either way, so the holder, when it renews, learns that it lost the node.
+-- queued again under a new entry (a running node, or a lean one, counts one more lost worker); the
+-- old entry is acknowledged either way, so the holder, when it renews, learns that it lost the node.
 --
 -- KEYS[1] task hash (it holds the nodes)   KEYS[2] load hash   KEYS[3] the entry's work stream
 -- ARGV[1] the record (MessagePack): task, node, entry, trace, idleMs (how long the entry must have
@@ -12,7 +12,8 @@
 -- attempt its worker was running: tool, attempt, worker, startedMs) | "renewed" (the entry was
 -- renewed since it was found: nothing changed) | "dropped" (with reason)}
 local r = cmsgpack.unpack(ARGV[1])
-if #redis.call('XPENDING', KEYS[3], GROUP, 'IDLE', r.idleMs, r.entry, r.entry, 1) == 0 then
+local pending = redis.call('XPENDING', KEYS[3], GROUP, 'IDLE', r.idleMs, r.entry, r.entry, 1)
+if #pending == 0 then
   if #redis.call('XPENDING', KEYS[3], GROUP, r.entry, r.entry, 1) > 0 then
     return cjson.encode({outcome = 'renewed'})
   end
@@ -21,6 +22,18 @@ if #redis.call('XPENDING', KEYS[3], GROUP, 'IDLE', r.idleMs, r.entry, r.entry, 1
 end
 local status = redis.call('HGET', KEYS[1], 'status')
 local n = node_state(KEYS[1], r.node)
+-- A lean entry (it carries the call, ADR-0028) started its node when it was delivered: its node,
+-- still queued, was running on the lost holder.
+local ran_lean = false
+local read = redis.call('XRANGE', KEYS[3], r.entry, r.entry)
+if read[1] then
+  local fields = read[1][2]
+  for i = 1, #fields, 2 do
+    if fields[i] == 'call' then
+      ran_lean = true
+    end
+  end
+end
 ack(KEYS[3], r.entry)
 if not status then
   return cjson.encode({outcome = 'dropped', reason = 'task no longer exists'})
@@ -45,7 +58,14 @@ if n.status == 'running' then
   redis.call('HDEL', KEYS[1], nf(r.node, 'worker'))
   enqueue(KEYS[1], KEYS[3], KEYS[2], r.task, r.node, n.tool, r.trace)
 else
-  -- Read but never started: it is still counted as queued, so only its entry is renewed.
+  if ran_lean then
+    -- The lost run had no attempt number (the node's next start is its first attempt), so it
+    -- spends none; it counts as a lost worker all the same.
+    lost = {tool = n.tool, attempt = 1, worker = pending[1][2], startedMs = tonumber(string.match(r.entry, '^%d+'))}
+    losses = redis.call('HINCRBY', KEYS[1], nf(r.node, 'losses'), 1)
+  end
+  -- Read but never started (or started lean): it is still counted as queued, so only its entry
+  -- is renewed.
   local entry = redis.call('XADD', KEYS[3], '*', 'task', r.task, 'node', r.node, 'trace', r.trace or '')
   redis.call('HSET', KEYS[1], nf(r.node, 'entry'), entry)
 end

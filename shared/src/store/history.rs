@@ -32,6 +32,8 @@ impl Store {
         // The history is shared by tasks of every shard, so it lives in a slot of its own and no
         // script reads both it and the task: the attempt is checked first, and the history's own
         // fence refuses what an attempt that took over meanwhile has recorded first.
+        let Some(attempt) = self.adopted(attempt).await? else { return Err(stale_run(attempt)) };
+        let attempt = attempt.as_ref();
         let task = attempt.shard.task(&attempt.task_id);
         let fields = [format!("{}:status", attempt.node_id), format!("{}:attempt", attempt.node_id)];
         let (status, number): (Option<String>, Option<u32>) =

@@ -130,13 +130,17 @@ impl Store {
     /// Expires a task whose TTL ran out: an unsettled one gives back its load and its running
     /// nodes are told to stop. Returns whether it expired now.
     pub async fn expire_task(&self, shard: Shard, task_id: &str) -> Result<bool, StoreError> {
-        let owner: Option<String> = self.query(|| redis::Cmd::hget(shard.task(task_id), "owner")).await?;
-        let keys = [
+        let (owner, queues): (Option<String>, Option<String>) = self
+            .query(|| redis::cmd("HMGET").arg(shard.task(task_id)).arg("owner").arg("queues").clone())
+            .await?;
+        let mut keys = vec![
             shard.task(task_id),
             shard.load(),
             shard.expiring(),
             shard.owner_tasks(owner.as_deref().unwrap_or_default()),
         ];
+        // Its queued nodes' entries are deleted: a lean entry would run from its delivery.
+        keys.extend(super::tasks::stored_streams(shard, queues.as_deref()));
         let record = json!({"task": task_id, "cancelChannel": shard.cancel_channel()});
         let reply: serde_json::Value = self.script(&scripts::EXPIRE_TASK, &keys, &record).await?;
         let reply: DueReply = super::effects::recorded(reply)?;

@@ -5,7 +5,9 @@
 //! The operations are grouped by concern:
 //! - [`tasks`]: create, read, watch, cancel, answer input;
 //! - [`nodes`]: start a batch, report progress, ask for input, complete, hand back, plan, settle;
-//! - `completions`: completions of one shard sent as one script call per batch (group commit);
+//! - `completions`: completions of one shard sent as one script call per batch (`group_commit`);
+//! - `lean`: lean calls (ADR-0028): created in batches, started by their delivery, completed in
+//!   batches, adopted into the full path by a rare transition;
 //! - [`queues`]: consumer groups, batched reads, lease renewal, entries nobody renewed for a lease;
 //! - [`maintenance`]: each shard's due retries and expiries, run by one worker at a time;
 //! - [`catalog`]: live workers and the tools they offer;
@@ -27,7 +29,9 @@ pub mod catalog;
 mod completions;
 pub mod dead_letters;
 mod effects;
+mod group_commit;
 pub mod history;
+pub mod lean;
 pub mod limits;
 pub mod listing;
 pub mod maintenance;
@@ -91,6 +95,12 @@ pub struct StoreOptions {
     pub wait_replicas: u32,
     /// How long such a `WAIT` may take before the operation fails with a retryable error.
     pub wait_timeout: Duration,
+    /// Whether gateways create lean calls (ADR-0028: a synchronous call of one tool whose entry
+    /// carries what its worker runs; created and completed in batches). Off on a deployment that
+    /// waits for replicas, whose transitions publish only after their `WAIT`. A worker with it off
+    /// starts every entry with `start_nodes`, lean ones included (as a worker of the previous
+    /// version does).
+    pub lean_calls: bool,
 }
 
 impl Default for StoreOptions {
@@ -102,6 +112,7 @@ impl Default for StoreOptions {
             process: None,
             wait_replicas: 0,
             wait_timeout: Duration::from_secs(1),
+            lean_calls: true,
         }
     }
 }
@@ -112,7 +123,11 @@ struct Inner {
     hub: OnceCell<EventHub>,
     options: StoreOptions,
     process: String,
-    completions: completions::Completions,
+    completions: group_commit::Batches<completions::Completion>,
+    lean_creates: group_commit::Batches<lean::LeanCreate>,
+    lean_completions: group_commit::Batches<lean::LeanCompletion>,
+    /// Lean attempts adopted into the full path, by (stream, entry): their attempt numbers.
+    adopted: Mutex<std::collections::HashMap<(String, String), u32>>,
 }
 
 /// A script's record (`ARGV[1]`) as MessagePack, which Redis's Lua unpacks (`cmsgpack.unpack`) in
@@ -167,6 +182,9 @@ impl Store {
                 options,
                 process,
                 completions: Default::default(),
+                lean_creates: Default::default(),
+                lean_completions: Default::default(),
+                adopted: Default::default(),
             }),
         })
     }
@@ -536,7 +554,7 @@ impl Store {
 
 /// What a round trip is named by in the metrics.
 #[derive(Clone, Copy)]
-enum Op<'a> {
+pub(crate) enum Op<'a> {
     /// A Lua script, by its file's name.
     Script(&'static str),
     /// An operation named by its caller.

@@ -33,12 +33,29 @@ pub struct Attempt {
     pub traceparent: Option<String>,
     /// The principal the task belongs to, whose share of the worker's slots the attempt takes.
     pub owner: String,
+    /// The node's tool ("" when its start could not read it).
+    pub tool: String,
     /// Whether nodes were set aside in the shard when the attempt started: its completion then
     /// puts one of its queue's back on the stream.
     pub release_held: bool,
     /// Whether a tool error fails the task (the call's wire says so: 2025-11-25), for the
     /// completion that settles it.
     pub tool_error_fails: bool,
+    /// The worker (consumer) that runs it.
+    pub worker: String,
+}
+
+impl Attempt {
+    /// The attempt's number as tools, spans and logs see it: a lean attempt (0: not adopted,
+    /// ADR-0028) is its node's first.
+    pub fn try_number(&self) -> u32 {
+        self.number.max(1)
+    }
+
+    /// Whether this is a lean attempt that no transition has adopted into the running state.
+    pub fn is_lean(&self) -> bool {
+        self.number == 0
+    }
 }
 
 /// A node a worker starts: its attempt, and what it runs with, as `start_nodes` handed it over.
@@ -252,6 +269,7 @@ fn attempt_of(
     number: u32,
     queues: Option<Vec<String>>,
     owner: &str,
+    worker: &str,
 ) -> Attempt {
     let queues = queues.unwrap_or_else(|| {
         crate::keys::queue_of_stream(&item.stream).map(str::to_owned).into_iter().collect()
@@ -266,18 +284,21 @@ fn attempt_of(
         entry_id: item.entry_id.clone(),
         traceparent: item.traceparent.clone(),
         owner: owner.to_owned(),
+        tool: String::new(),
         release_held: false,
         tool_error_fails: false,
+        worker: worker.to_owned(),
     }
 }
 
 /// A started node as the worker runs it ([`StartOutcome::Run`]); when a stored record it needs
 /// cannot be read, the attempt that was started, for the worker to fail, and what was wrong
 /// ([`StartOutcome::Unreadable`]).
-fn started(shard: Shard, item: &WorkItem, run: RunReply) -> StartOutcome {
+fn started(shard: Shard, item: &WorkItem, run: RunReply, worker: &str) -> StartOutcome {
     let queues: Result<Vec<String>, _> = serde_json::from_str(&run.queues);
-    let mut attempt = attempt_of(shard, item, run.attempt, queues.as_ref().ok().cloned(), &run.owner);
+    let mut attempt = attempt_of(shard, item, run.attempt, queues.as_ref().ok().cloned(), &run.owner, worker);
     attempt.release_held = run.set_aside;
+    attempt.tool = run.tool.clone();
     let unreadable = |attempt: Attempt, reason: String| StartOutcome::Unreadable {
         attempt: Some(Box::new(attempt)),
         reason,
@@ -453,12 +474,12 @@ impl Store {
             .map(|(item, reply)| {
                 let number = started_attempt(&reply);
                 let unreadable = |reason: String| StartOutcome::Unreadable {
-                    attempt: number.map(|number| Box::new(attempt_of(shard, item, number, None, ""))),
+                    attempt: number.map(|number| Box::new(attempt_of(shard, item, number, None, "", worker))),
                     reason,
                 };
                 match StartReply::from_value(reply) {
                     Err(e) => unreadable(e.to_string()),
-                    Ok(StartReply::Run(run)) => started(shard, item, *run),
+                    Ok(StartReply::Run(run)) => started(shard, item, *run, worker),
                     Ok(StartReply::Capped { owner }) => StartOutcome::Capped { owner },
                     Ok(StartReply::Deferred) => StartOutcome::Deferred,
                     Ok(StartReply::HandedBack) => StartOutcome::HandedBack,
@@ -483,6 +504,8 @@ impl Store {
                 "progress must be finite numbers (got {progress} of {total:?})"
             )));
         }
+        let Some(attempt) = self.adopted(attempt).await? else { return Ok(false) };
+        let attempt = attempt.as_ref();
         let record = json!({
             "task": attempt.task_id, "node": attempt.node_id, "attempt": attempt.number,
             "progress": progress.to_string(), "total": total.map(|t| t.to_string()), "message": message,
@@ -512,6 +535,8 @@ impl Store {
     }
 
     async fn notify_waiters(&self, attempt: &Attempt, event: &TaskEvent) -> Result<bool, StoreError> {
+        let Some(attempt) = self.adopted(attempt).await? else { return Ok(false) };
+        let attempt = attempt.as_ref();
         let message = crate::model::InboxMessage { task_id: attempt.task_id.clone(), event: event.clone() };
         let record = json!({"node": attempt.node_id, "attempt": attempt.number, "event": message.encode()});
         let reply: FencedReply =
@@ -522,6 +547,8 @@ impl Store {
     /// Parks a running node until the client answers `input`: its entry is acknowledged, its
     /// requests join the task's pending input, and the task goes to `input_required`.
     pub async fn park(&self, attempt: &Attempt, input: &InputRequired) -> Result<ParkOutcome, StoreError> {
+        let Some(attempt) = self.adopted(attempt).await? else { return Ok(ParkOutcome::Stale) };
+        let attempt = attempt.as_ref();
         // Each request travels as its own JSON text, which the script stores without decoding.
         let requests: serde_json::Map<String, Value> =
             input.requests.iter().map(|(k, v)| (k.clone(), Value::String(v.to_string()))).collect();
@@ -585,6 +612,8 @@ impl Store {
     /// it; the waiting gateway answers the call with the task. Returns whether the call is the
     /// client's task now: a repeat (after a lost reply) says so again.
     pub async fn escalate(&self, attempt: &Attempt, message: &str) -> Result<bool, StoreError> {
+        let Some(attempt) = self.adopted(attempt).await? else { return Ok(false) };
+        let attempt = attempt.as_ref();
         let record = json!({
             "task": attempt.task_id, "node": attempt.node_id, "attempt": attempt.number,
             "message": message,
@@ -699,6 +728,18 @@ impl Store {
         } else {
             (status, payload, is_error, message)
         };
+        if attempt.number == 0 && status == "completed" && !self.is_adopted(attempt) {
+            // A lean attempt's result (ADR-0028): in its shard's next `complete_calls` batch,
+            // unless it would pass its owner's stored bytes, which the full path fails it for.
+            match self.complete_lean(attempt, &payload, is_error, &message).await? {
+                super::lean::LeanCompleted::Settled => return Ok(CompleteOutcome::Settled),
+                super::lean::LeanCompleted::Stale => return Ok(CompleteOutcome::Stale),
+                super::lean::LeanCompleted::Dropped => return Ok(CompleteOutcome::TaskAlreadyTerminal),
+                super::lean::LeanCompleted::Adopt => {}
+            }
+        }
+        let Some(attempt) = self.adopted(attempt).await? else { return Ok(CompleteOutcome::Stale) };
+        let attempt = attempt.as_ref();
         let shard = attempt.shard;
         let mut keys = vec![shard.task(&attempt.task_id)];
         keys.extend(attempt.queues.iter().map(|q| shard.queue(q)));
@@ -727,6 +768,8 @@ impl Store {
     /// Hands a running node back to its queue (a new entry) and acknowledges its old entry.
     /// Returns `false` when the attempt is stale and nothing changed.
     pub async fn release(&self, attempt: &Attempt) -> Result<bool, StoreError> {
+        let Some(attempt) = self.adopted(attempt).await? else { return Ok(false) };
+        let attempt = attempt.as_ref();
         let shard = attempt.shard;
         let keys = [shard.task(&attempt.task_id), shard.load(), attempt.stream.clone()];
         let record = json!({
@@ -747,6 +790,8 @@ impl Store {
         plan: &DagSpec,
         queues: &HashMap<String, String>,
     ) -> Result<ExpandOutcome, StoreError> {
+        let Some(attempt) = self.adopted(attempt).await? else { return Ok(ExpandOutcome::Stale) };
+        let attempt = attempt.as_ref();
         let shard = attempt.shard;
         let stored: Option<String> =
             self.query(|| redis::Cmd::hget(shard.task(&attempt.task_id), "planLimits")).await?;

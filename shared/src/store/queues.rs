@@ -164,6 +164,7 @@ pub(crate) fn work_item(shard: Shard, stream: &str, entry: &StreamId) -> WorkIte
         task_id,
         node_id,
         traceparent: field("trace"),
+        lean: super::lean::LeanEntry::of(field),
     }
 }
 
@@ -320,6 +321,8 @@ impl Store {
                         task_id: if named { found.task } else { String::new() },
                         node_id: if named { found.node } else { String::new() },
                         traceparent: Some(found.trace).filter(|t| !t.is_empty()),
+                        // Taken over by `reclaim_node`, never run from here.
+                        lean: None,
                     },
                     holder: found.holder,
                     idle: Duration::from_millis(found.idle_ms),

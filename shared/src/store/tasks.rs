@@ -156,7 +156,7 @@ pub struct Limits {
 impl Limits {
     /// Shard `shard`'s share of each limit (-1: no limit): the limit divided by the shard count,
     /// the remainder going one each to the first shards.
-    fn for_shard(self, shard: Shard, shards: u16) -> Value {
+    pub(super) fn for_shard(self, shard: Shard, shards: u16) -> Value {
         let shards = u64::from(shards.max(1));
         let k = u64::from(shard.0);
         let share = |limit: u64| -> i64 {
@@ -177,7 +177,7 @@ impl Limits {
 
     /// Shard `shard`'s share of the parked-rounds limit (-1: none): as [`Limits::for_shard`]
     /// shares a limit, but at least one, so that a round can wait in any shard.
-    fn rounds_share(self, shard: Shard, shards: u16) -> i64 {
+    pub(super) fn rounds_share(self, shard: Shard, shards: u16) -> i64 {
         let limit = self.max_parked_rounds_per_principal;
         if limit == 0 {
             return -1;
@@ -429,6 +429,13 @@ impl QueueList {
     pub(crate) fn streams(&self, shard: Shard) -> Vec<String> {
         self.0.iter().map(|q| shard.queue(q)).collect()
     }
+}
+
+/// The work streams of a task's queues as its hash stores them (`queues`, a JSON array), in order;
+/// none when they cannot be read.
+pub(crate) fn stored_streams(shard: Shard, queues: Option<&str>) -> Vec<String> {
+    let queues: Vec<String> = queues.and_then(|q| serde_json::from_str(q).ok()).unwrap_or_default();
+    queues.iter().map(|q| shard.queue(q)).collect()
 }
 
 /// The queue a node's tool waits in.
@@ -705,6 +712,10 @@ impl Store {
         limits: &Limits,
         mut moving: impl FnMut(&mut NewTask, Shard),
     ) -> Result<Created, StoreError> {
+        if let Some(created_at) = self.create_lean(new, limits).await? {
+            new.created_at_ms = created_at;
+            return Ok(Created::Created);
+        }
         let home_id = new.task_id.clone();
         let give_up = tokio::time::Instant::now() + self.inner.options.outage_wait;
         loop {
@@ -1125,6 +1136,15 @@ impl Store {
         Ok(NodeRecord::from_hash(hash))
     }
 
+    /// The keys of `cancel_task` for a task: its hash, the shard's load, expiry and kept indexes,
+    /// and the task's work streams, whose entries of its queued nodes it deletes (ADR-0028).
+    async fn cancel_keys(&self, shard: Shard, task_id: &str) -> Result<Vec<String>, StoreError> {
+        let mut keys = vec![shard.task(task_id), shard.load(), shard.expiring(), shard.kept()];
+        let queues: Option<String> = self.query(|| redis::Cmd::hget(shard.task(task_id), "queues")).await?;
+        keys.extend(stored_streams(shard, queues.as_deref()));
+        Ok(keys)
+    }
+
     /// Cancels a live task (one script) and tells its waiters and every worker. `owner` empty
     /// skips the owner check. Safe to repeat after a lost reply: the cancel carries a token of
     /// its own, so a repeat answers `Cancelled` again instead of `AlreadyTerminal`.
@@ -1135,7 +1155,7 @@ impl Store {
         message: &str,
     ) -> Result<CancelOutcome, StoreError> {
         let Some(shard) = self.task_shard(task_id) else { return Ok(CancelOutcome::Missing) };
-        let keys = [shard.task(task_id), shard.load(), shard.expiring(), shard.kept()];
+        let keys = self.cancel_keys(shard, task_id).await?;
         let record = json!({
             "task": task_id, "owner": owner, "message": message,
             "cancelChannel": shard.cancel_channel(), "token": format!("{:016x}", rand::random::<u64>()),
@@ -1157,7 +1177,7 @@ impl Store {
     /// meanwhile, or ended), and nothing changed.
     pub(crate) async fn end_abandoned_round(&self, task_id: &str, message: &str) -> Result<bool, StoreError> {
         let Some(shard) = self.task_shard(task_id) else { return Ok(false) };
-        let keys = [shard.task(task_id), shard.load(), shard.expiring(), shard.kept()];
+        let keys = self.cancel_keys(shard, task_id).await?;
         let record = json!({
             "task": task_id, "owner": "", "message": message, "cancelChannel": shard.cancel_channel(),
             "token": format!("{:016x}", rand::random::<u64>()), "parkedRound": true,

@@ -303,7 +303,24 @@ async fn dispatch(
 ) -> Dispatched {
     let mut dispatched = Dispatched::default();
     let mut by_shard: HashMap<Shard, (Vec<WorkItem>, usize)> = HashMap::new();
+    let share = worker.options.slots_per_principal();
     for item in items {
+        // A lean entry whose owner has room runs straight from its delivery (ADR-0028); one whose
+        // owner has its share, or that was waiting for long enough to be set aside, goes through
+        // `start_nodes` with the rest.
+        let lean_owner =
+            item.lean.as_ref().filter(|_| worker.store.lean_calls()).map(|lean| lean.owner.as_str());
+        if let Some(owner) = lean_owner
+            && !permits.is_empty()
+            && !set_aside.contains(&(item.stream.clone(), item.entry_id.clone()))
+            && worker.owners.room(owner, share) > 0
+            && let Some(start) = conveyor_shared::store::lean::lean_start(&item, &worker.options.name)
+            && let Some(permit) = permits.pop()
+        {
+            dispatched.started += 1;
+            run_node(worker, start, permit, jobs, None);
+            continue;
+        }
         if item.task_id.is_empty() {
             if let Err(e) = worker.store.drop_entry(&item).await {
                 tracing::warn!(entry = %item.entry_id, error = %e, "could not drop an empty entry");

@@ -10,7 +10,7 @@ pub(super) fn node_span(
     losses: u32,
     resumed: bool,
 ) -> tracing::Span {
-    let reason = match (attempt.number, resumed, losses) {
+    let reason = match (attempt.try_number(), resumed, losses) {
         (1, false, _) => "first",
         (_, true, _) => "resumed",
         (_, false, 0) => "retry",
@@ -26,7 +26,7 @@ pub(super) fn node_span(
         { attr::TASK_ID } = %attempt.task_id,
         { attr::NODE_ID } = %attempt.node_id,
         { attr::TOOL } = %tool,
-        { attr::ATTEMPT } = attempt.number,
+        { attr::ATTEMPT } = attempt.try_number(),
         { attr::QUEUE } = %queue,
         { attr::WORKER } = %worker,
         { attr::RUN_REASON } = reason,
@@ -34,7 +34,7 @@ pub(super) fn node_span(
         { attr::OUTCOME } = tracing::field::Empty,
     );
     if let Some(trace) = attempt.traceparent.as_deref().and_then(TaskTrace::decode) {
-        trace.adopt_node_span(&span, &attempt.node_id, attempt.number);
+        trace.adopt_node_span(&span, &attempt.node_id, attempt.try_number());
     }
     span
 }
@@ -73,6 +73,7 @@ impl NodeJob {
         // Its entry was renewed until here, while its outcome was being recorded: an entry that
         // goes unrenewed for a lease is taken for abandoned.
         self.worker.running.remove(&self.start.attempt);
+        self.worker.store.forget_adoption(&self.start.attempt);
     }
 
     async fn attempt_to_its_end(&self) {
@@ -103,7 +104,7 @@ impl NodeJob {
                 let ctx = ToolContext {
                     task_id: attempt.task_id.clone(),
                     node_id: attempt.node_id.clone(),
-                    attempt: attempt.number,
+                    attempt: attempt.try_number(),
                     arguments,
                     cancel: token.clone(),
                     traceparent: Some(w3c_traceparent(&self.span)),

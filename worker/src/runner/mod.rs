@@ -353,8 +353,10 @@ mod tests {
             entry_id: entry_id.to_owned(),
             traceparent: None,
             owner: "alice".to_owned(),
+            tool: "runner_test_tool".to_owned(),
             release_held: false,
             tool_error_fails: false,
+            worker: "w".to_owned(),
         };
         let metrics = NodeRun::start(&attempt.stream, &attempt.entry_id, "runner_test_tool");
         Run {

@@ -1,0 +1,241 @@
+//! Lean calls (docs/adr/0028) on real `conveyor` processes and a real Redis: a synchronous call of
+//! one tool is created in a batch with its call in its stream entry, runs from its delivery
+//! without a start script, and settles in a batch, leaving the load counts as it found them; a
+//! rare path (progress, a failure) adopts it into the running state first; a cancel before it
+//! starts deletes its entry, so that it never runs; `--lean-calls off` takes the full path.
+
+use std::time::Duration;
+
+use conveyor_tests::mcp::wait_for_tools;
+use conveyor_tests::process::{scratch_dir, task_key};
+use conveyor_tests::{Conveyor, Mcp, RedisServer};
+use serde_json::{Value, json};
+
+/// The hash of a task, as (field, value) pairs.
+fn task_hash(redis: &RedisServer, task: &str) -> std::collections::HashMap<String, String> {
+    let mut conn = redis.connection().expect("redis connection");
+    redis::cmd("HGETALL").arg(task_key(task)).query(&mut conn).expect("hgetall")
+}
+
+/// The ids of every task hash.
+fn task_ids(redis: &RedisServer) -> Vec<String> {
+    redis.keys("cv:{cv.*}:t:*").iter().map(|k| k.rsplit(':').next().unwrap_or_default().to_owned()).collect()
+}
+
+/// The load counters that must be back to nothing once every call ended (what a principal keeps
+/// stays until the tasks' TTLs run out).
+fn live_counts(redis: &RedisServer) -> Vec<(String, i64)> {
+    let mut counts: Vec<(String, i64)> = redis
+        .load_totals()
+        .into_iter()
+        .filter(|(field, value)| {
+            *value != 0
+                && (field == "queued"
+                    || field.starts_with("queued:")
+                    || field.starts_with("live:")
+                    || field.starts_with("nodes:"))
+        })
+        .collect();
+    counts.sort();
+    counts
+}
+
+async fn greet(mcp: &Mcp, name: &str) -> Value {
+    let reply = mcp
+        .call_2025("tools/call", json!({"name": "greet", "arguments": {"name": name}}))
+        .await
+        .expect("tools/call");
+    reply.result().clone()
+}
+
+#[tokio::test]
+async fn a_lean_call_runs_from_its_delivery_and_settles_in_a_batch() {
+    let redis = RedisServer::start().expect("redis");
+    let up = Conveyor::up(&redis.url(), &["--fixtures"]).expect("conveyor up");
+    let mcp = Mcp::new(up.mcp_url());
+    wait_for_tools(&mcp, &["greet"]).await;
+
+    // Calls that come together share batches of creates and of completions.
+    let calls = (0..40).map(|i| {
+        let mcp = mcp.clone();
+        async move { greet(&mcp, &format!("n{i}")).await }
+    });
+    let results = futures::future::join_all(calls).await;
+    for (i, result) in results.iter().enumerate() {
+        assert_eq!(result["content"][0]["text"], format!("Hello, n{i}!"), "{result}");
+    }
+    let ids = task_ids(&redis);
+    assert_eq!(ids.len(), 40, "one task per call");
+    for id in &ids {
+        let hash = task_hash(&redis, id);
+        assert_eq!(hash.get("status").map(String::as_str), Some("completed"), "{hash:?}");
+        assert_eq!(hash.get("root:status").map(String::as_str), Some("completed"), "{hash:?}");
+        // No start script ran: the node was never given an attempt or a worker.
+        assert_eq!(hash.get("root:attempt").map(String::as_str), Some("0"), "{hash:?}");
+        assert!(!hash.contains_key("root:worker"), "{hash:?}");
+        let bytes: usize = hash["bytes"].parse().expect("bytes");
+        assert_eq!(bytes, hash["call"].len() + hash["result"].len(), "what the task keeps is counted");
+    }
+    assert_eq!(live_counts(&redis), Vec::<(String, i64)>::new(), "every count is back");
+    assert_eq!(redis.stream_entries(), 0, "every entry was acknowledged and deleted");
+    assert_eq!(redis.pending_entries(), 0);
+    let kept: i64 = redis.load_totals().iter().filter(|(f, _)| f.starts_with("kept:")).map(|(_, v)| v).sum();
+    assert!(kept > 0, "the tasks' bytes stay counted until their TTL runs out");
+}
+
+#[tokio::test]
+async fn a_lean_entry_carries_its_call_and_a_worker_of_the_full_path_runs_it_all_the_same() {
+    let redis = RedisServer::start().expect("redis");
+    // A gateway alone: the entry waits in its stream to be looked at.
+    let gateway = Conveyor::gateway(&redis.url(), &[]).expect("gateway");
+    let lean_worker = Conveyor::worker(&redis.url(), &["--fixtures"]).expect("worker");
+    let mcp = Mcp::new(gateway.mcp_url());
+    wait_for_tools(&mcp, &["greet"]).await;
+    drop(lean_worker);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let call = {
+        let mcp = mcp.clone();
+        tokio::spawn(async move { greet(&mcp, "entry").await })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let entry = loop {
+        let mut conn = redis.connection().expect("redis connection");
+        let streams = redis.keys("cv:{cv.*}:q:greet");
+        let mut found = None;
+        for stream in streams {
+            let entries: Vec<(String, Vec<(String, String)>)> =
+                redis::cmd("XRANGE").arg(&stream).arg("-").arg("+").query(&mut conn).unwrap_or_default();
+            if let Some((_, fields)) = entries.into_iter().next() {
+                found = Some(fields.into_iter().collect::<std::collections::HashMap<_, _>>());
+            }
+        }
+        if let Some(found) = found {
+            break found;
+        }
+        assert!(std::time::Instant::now() < deadline, "no entry of greet appeared");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    for field in ["task", "node", "trace", "owner", "tool", "call"] {
+        assert!(entry.contains_key(field), "the entry carries {field}: {entry:?}");
+    }
+    assert_eq!(entry["tool"], "greet");
+    assert!(entry["call"].contains("\"entry\""), "the call record travels in the entry: {entry:?}");
+
+    // A worker that starts every entry with start_nodes (as the previous version did) runs it too.
+    let _full_worker =
+        Conveyor::worker(&redis.url(), &["--fixtures", "--lean-calls", "off"]).expect("worker");
+    let result = tokio::time::timeout(Duration::from_secs(30), call).await.expect("in time").expect("joined");
+    assert_eq!(result["content"][0]["text"], "Hello, entry!", "{result}");
+    let id = &task_ids(&redis)[0];
+    assert_eq!(
+        task_hash(&redis, id).get("root:attempt").map(String::as_str),
+        Some("1"),
+        "started by start_nodes"
+    );
+    assert_eq!(live_counts(&redis), Vec::<(String, i64)>::new());
+}
+
+#[tokio::test]
+async fn a_rare_path_adopts_a_lean_call_first() {
+    let redis = RedisServer::start().expect("redis");
+    let up = Conveyor::up(&redis.url(), &["--fixtures"]).expect("conveyor up");
+    let mcp = Mcp::new(up.mcp_url());
+    wait_for_tools(&mcp, &["slow_compute", "failing_job", "protocol_error_job"]).await;
+
+    // Progress: the node is adopted (attempt 1, running) before its first report.
+    let reply = mcp
+        .call_2025("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 0.3, "label": "p"}}))
+        .await
+        .expect("tools/call");
+    assert_eq!(reply.result()["content"][0]["text"], "computed p", "{}", reply.raw);
+    let progress = task_ids(&redis).into_iter().find(|id| task_hash(&redis, id)["tool"] == "slow_compute");
+    let hash = task_hash(&redis, &progress.expect("the task"));
+    assert_eq!(hash.get("root:attempt").map(String::as_str), Some("1"), "adopted: {hash:?}");
+    assert_eq!(hash.get("root:status").map(String::as_str), Some("completed"), "{hash:?}");
+
+    // A tool error stays on the lean path; on 2025-11-25 it fails the call's task, result kept.
+    let reply =
+        mcp.call_2025("tools/call", json!({"name": "failing_job", "arguments": {}})).await.expect("call");
+    assert_eq!(reply.result()["isError"], true, "{}", reply.raw);
+    let failing = task_ids(&redis).into_iter().find(|id| task_hash(&redis, id)["tool"] == "failing_job");
+    let hash = task_hash(&redis, &failing.expect("the task"));
+    assert_eq!(hash.get("status").map(String::as_str), Some("failed"), "{hash:?}");
+    assert_eq!(hash.get("root:attempt").map(String::as_str), Some("0"), "{hash:?}");
+
+    // A protocol error is a failure: adopted, and settled by complete_node.
+    let reply = mcp
+        .call_2025("tools/call", json!({"name": "protocol_error_job", "arguments": {}}))
+        .await
+        .expect("call");
+    assert!(reply.error_code().is_some(), "{}", reply.raw);
+    assert!(reply.raw.contains("protocol_error_job exploded"), "{}", reply.raw);
+    let failed =
+        task_ids(&redis).into_iter().find(|id| task_hash(&redis, id)["tool"] == "protocol_error_job");
+    let hash = task_hash(&redis, &failed.expect("the task"));
+    assert_eq!(hash.get("root:attempt").map(String::as_str), Some("1"), "adopted: {hash:?}");
+    assert_eq!(hash.get("status").map(String::as_str), Some("failed"), "{hash:?}");
+    assert_eq!(live_counts(&redis), Vec::<(String, i64)>::new());
+}
+
+#[tokio::test]
+async fn a_lean_call_cancelled_before_it_starts_never_runs() {
+    let redis = RedisServer::start().expect("redis");
+    let marker = scratch_dir("lean-cancel").join("ran");
+    let tools = scratch_dir("lean-cancel").join("tools.toml");
+    std::fs::write(
+        &tools,
+        format!(
+            "[[tool]]\nname = \"mark\"\ndescription = \"Leaves a mark\"\nargv = [\"touch\", \"{}\"]\ntask_support = \"forbidden\"\n",
+            marker.display()
+        ),
+    )
+    .expect("tools file");
+    let tools = tools.display().to_string();
+    let gateway = Conveyor::gateway(&redis.url(), &[]).expect("gateway");
+    let mcp = Mcp::new(gateway.mcp_url());
+    // A worker announces the tool, and stops: the call waits in its queue.
+    let mut first = Conveyor::worker(&redis.url(), &["--tools-file", &tools]).expect("worker");
+    wait_for_tools(&mcp, &["mark"]).await;
+    first.kill();
+
+    let body = json!({"jsonrpc": "2.0", "id": 41, "method": "tools/call", "params": {"name": "mark", "arguments": {}}});
+    let call = {
+        let mcp = mcp.clone();
+        tokio::spawn(async move {
+            mcp.post_raw(&[("mcp-protocol-version", "2025-11-25")], body.to_string()).await
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while redis.stream_entries() == 0 {
+        assert!(std::time::Instant::now() < deadline, "the call's entry never appeared");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 41}});
+    let posted =
+        mcp.post_raw(&[("mcp-protocol-version", "2025-11-25")], cancel.to_string()).await.expect("cancel");
+    assert_eq!(posted.status, 202, "{}", posted.raw);
+    let reply = tokio::time::timeout(Duration::from_secs(20), call).await.expect("in time").expect("joined");
+    let reply = reply.expect("reply");
+    assert!(reply.raw.contains("Cancelled") || reply.raw.contains("cancelled"), "{}", reply.raw);
+    assert_eq!(redis.stream_entries(), 0, "the cancel deleted the entry");
+
+    // A worker that comes now finds nothing to run.
+    let _second = Conveyor::worker(&redis.url(), &["--tools-file", &tools]).expect("worker");
+    wait_for_tools(&mcp, &["mark"]).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!marker.exists(), "a cancelled call ran");
+    assert_eq!(live_counts(&redis), Vec::<(String, i64)>::new());
+}
+
+#[tokio::test]
+async fn with_lean_calls_off_a_call_takes_the_full_path() {
+    let redis = RedisServer::start().expect("redis");
+    let up = Conveyor::up(&redis.url(), &["--fixtures", "--lean-calls", "off"]).expect("conveyor up");
+    let mcp = Mcp::new(up.mcp_url());
+    wait_for_tools(&mcp, &["greet"]).await;
+    assert_eq!(greet(&mcp, "full").await["content"][0]["text"], "Hello, full!");
+    let id = &task_ids(&redis)[0];
+    let hash = task_hash(&redis, id);
+    assert_eq!(hash.get("root:attempt").map(String::as_str), Some("1"), "started by start_nodes: {hash:?}");
+    assert_eq!(live_counts(&redis), Vec::<(String, i64)>::new());
+}

@@ -1,0 +1,144 @@
+-- complete_calls: a worker completes a batch of lean attempts of one shard in one step (ADR-0028):
+-- attempts that ran straight from their delivery, never adopted, and ended with a result (a tool
+-- error included). Runs without the prelude, with positional arguments: each result is stored as
+-- the worker sent it, and each waiter's event is the text the worker built; Lua decodes neither.
+--
+-- An attempt is fenced by its entry: its node must still be queued with that entry bound to it
+-- (an adoption or a takeover moved it on otherwise).
+--
+-- KEYS[1] load hash   KEYS[2] expiring zset   KEYS[3] kept zset, then for each attempt: its task
+--   hash, its work stream
+-- ARGV[1] number of attempts, then for each, in order: task id, entry, owner, tool, status
+--   ("completed", or "failed" for a tool error on the 2025-11-25 wire), status message, result
+--   (JSON text), event (the status event its waiters get, JSON text)
+-- Returns an array, one outcome per attempt: "settled" | "stale" (nothing changed) | "dropped"
+--   (the task is gone or over: the entry is acknowledged, nothing stored) | "adopt" (the result
+--   would pass its owner's share of stored bytes: nothing changed; the worker completes it by the
+--   full path, which fails it with an error that says so)
+local GROUP = 'workers'
+local SETTLED_GRACE_MS = 30000 -- prelude's
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local count = tonumber(ARGV[1])
+local load, expiring, kept_index = KEYS[1], KEYS[2], KEYS[3]
+
+local owners, owner_fields = {}, {}
+for i = 1, count do
+  local owner = ARGV[2 + 8 * (i - 1) + 2]
+  if not owners[owner] then
+    owners[owner] = {ended = 0, bytes = 0}
+    owner_fields[#owner_fields + 1] = 'kept:' .. owner
+  end
+end
+local held = redis.call('HMGET', load, unpack(owner_fields))
+for i, field in ipairs(owner_fields) do
+  owners[string.sub(field, 6)].kept = tonumber(held[i] or '0') or 0
+end
+
+local outcomes = {}
+local acks, ended, kept, by_tool, events, channels = {}, {}, {}, {}, {}, {}
+local function ack(stream, entry)
+  if not acks[stream] then
+    acks[stream] = {}
+  end
+  local list = acks[stream]
+  list[#list + 1] = entry
+end
+local function tell(channel, event)
+  if not events[channel] then
+    events[channel] = {}
+    channels[#channels + 1] = channel
+  end
+  local list = events[channel]
+  list[#list + 1] = event
+end
+for i = 1, count do
+  local a = 2 + 8 * (i - 1)
+  local id, entry, owner, tool, status, message, result, event =
+    ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]
+  local task, stream = KEYS[2 + 2 * i], KEYS[3 + 2 * i]
+  local f = redis.call('HMGET', task, 'status', 'root:status', 'root:entry', 'waiters', 'createdAt', 'ttlMs',
+    'bytes', 'keptMax')
+  local o = owners[owner]
+  local outcome = 'settled'
+  if not f[1] then
+    outcome = 'dropped'
+    ack(stream, entry)
+  elseif f[2] ~= 'queued' or f[3] ~= entry then
+    outcome = 'stale'
+  elseif f[1] ~= 'working' and f[1] ~= 'input_required' then
+    outcome = 'dropped'
+    ack(stream, entry)
+  else
+    local share = tonumber(f[8] or '-1') or -1
+    if share >= 0 and o.kept + #result > share then
+      outcome = 'adopt'
+    end
+  end
+  if outcome == 'settled' then
+    local bytes = (tonumber(f[7] or '0') or 0) + #result
+    o.kept = o.kept + #result
+    redis.call('HSET', task, 'root:status', 'completed', 'root:finishedAt', now, 'status', status, 'statusMessage',
+      message, 'updatedAt', now, 'result', result, 'bytes', bytes)
+    local waited = f[4] and f[4] ~= '' and f[4] ~= '[]'
+    local expires = tonumber(f[5]) + tonumber(f[6])
+    if expires <= now or (waited and expires < now + SETTLED_GRACE_MS) then
+      expires = now + SETTLED_GRACE_MS
+    end
+    redis.call('PEXPIREAT', task, expires)
+    kept[#kept + 1] = expires
+    kept[#kept + 1] = id .. '\t' .. bytes .. '\t' .. owner
+    ack(stream, entry)
+    ended[#ended + 1] = id
+    o.ended = o.ended + 1
+    o.bytes = o.bytes + #result
+    by_tool[tool] = (by_tool[tool] or 0) + 1
+    if waited then
+      -- One waiter (the call's gateway) is the usual case: its channel is read without a decode.
+      local single = string.match(f[4], '^%["([^",\\]*)"%]$')
+      if single then
+        tell(single, event)
+      else
+        for _, channel in ipairs(cjson.decode(f[4])) do
+          tell(channel, event)
+        end
+      end
+    end
+  end
+  outcomes[i] = outcome
+end
+
+for stream, entries in pairs(acks) do
+  redis.call('XACK', stream, GROUP, unpack(entries))
+  redis.call('XDEL', stream, unpack(entries))
+end
+if #ended == 0 then
+  return outcomes
+end
+redis.call('ZREM', expiring, unpack(ended))
+redis.call('ZADD', kept_index, unpack(kept))
+-- A per-owner or per-tool count that reaches zero leaves the load hash (prelude's count_down).
+local function count_down(field, by)
+  if redis.call('HINCRBY', load, field, -by) == 0 then
+    redis.call('HDEL', load, field)
+  end
+end
+for owner, o in pairs(owners) do
+  if o.ended > 0 then
+    count_down('live:' .. owner, o.ended)
+    redis.call('HINCRBY', load, 'kept:' .. owner, o.bytes)
+  end
+end
+redis.call('HINCRBY', load, 'queued', -#ended)
+for tool, n in pairs(by_tool) do
+  count_down('queued:' .. tool, n)
+end
+for _, channel in ipairs(channels) do
+  local list = events[channel]
+  if #list == 1 then
+    redis.call('SPUBLISH', channel, list[1])
+  else
+    redis.call('SPUBLISH', channel, '[' .. table.concat(list, ',') .. ']')
+  end
+end
+return outcomes

@@ -1,0 +1,163 @@
+-- create_calls: a gateway creates a batch of lean calls of one shard in one step (ADR-0028): each
+-- a synchronous call of one tool whose stream entry carries what its worker runs, so that its
+-- delivery is its start. Runs without the prelude, with positional arguments: no record is
+-- decoded, and each call's fields are built once, in Rust (store/lean.rs), as today's single call's.
+--
+-- KEYS[1] load hash   KEYS[2] expiring zset, then for each call: its task hash, its work stream,
+--   and its call key when it has one
+-- ARGV[1] number of calls   ARGV[2] the shard's cancel channel (wakes its maintenance)
+-- ARGV[3..6] this shard's shares of the limits: stored bytes per principal, live tasks per
+--   principal, nodes per principal, queued nodes (-1: none)   ARGV[7] queued nodes per tool
+-- then for each call, in order: task id, owner, tool, bytes (what it stores from the start), ttl
+--   (ms), has call key (1 | 0), X (count of entry field-value words), H (count of task field-value
+--   words), X words of its entry, H words of its task hash
+-- Each call is checked in order against the limits, counting the calls before it. A call that
+-- does not fit, or whose id is taken, is not written: its gateway creates it by the full path
+-- (create_task), which refuses it with the limit's figures or spreads it to another shard.
+-- Returns an array: the creation time (Redis's clock, ms), then one outcome per call: "created",
+-- "exists", or the name of the limit it would pass.
+local GROUP_CALLS_KEPT = 16
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local count = tonumber(ARGV[1])
+local channel = ARGV[2]
+local lim_kept, lim_live, lim_nodes, lim_queued, lim_tool =
+  tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local load = KEYS[1]
+
+-- Where each call's words start, and its keys.
+local calls = {}
+local a, k = 8, 3
+for i = 1, count do
+  local c = {id = ARGV[a], owner = ARGV[a + 1], tool = ARGV[a + 2], bytes = tonumber(ARGV[a + 3]),
+    ttl = tonumber(ARGV[a + 4]), x = tonumber(ARGV[a + 6]), h = tonumber(ARGV[a + 7])}
+  c.xs = a + 8
+  c.hs = c.xs + c.x
+  a = c.hs + c.h
+  c.task, c.stream = KEYS[k], KEYS[k + 1]
+  k = k + 2
+  if ARGV[c.xs - 3] == '1' then
+    c.callKey = KEYS[k]
+    k = k + 1
+  end
+  calls[i] = c
+end
+
+-- The load of every owner and tool of the batch, in one read.
+local fields = {'queued', 'wake', 'idleEvery'}
+local owners, tools = {}, {}
+for _, c in ipairs(calls) do
+  if not owners[c.owner] then
+    owners[c.owner] = {}
+    for _, f in ipairs({'live:', 'nodes:', 'kept:', 'full:'}) do
+      fields[#fields + 1] = f .. c.owner
+    end
+  end
+  if lim_tool >= 0 and not tools[c.tool] then
+    tools[c.tool] = {}
+    fields[#fields + 1] = 'queued:' .. c.tool
+  end
+end
+local values = redis.call('HMGET', load, unpack(fields))
+local read = {}
+for i, f in ipairs(fields) do
+  read[f] = values[i]
+end
+local queued = tonumber(read.queued or '0') or 0
+for owner, o in pairs(owners) do
+  o.live = tonumber(read['live:' .. owner] or '0') or 0
+  o.held = o.live + (tonumber(read['nodes:' .. owner] or '0') or 0)
+  o.kept = tonumber(read['kept:' .. owner] or '0') or 0
+  o.full = read['full:' .. owner]
+  o.added, o.bytes = 0, 0
+end
+for tool, q in pairs(tools) do
+  q.queued = tonumber(read['queued:' .. tool] or '0') or 0
+end
+local idle_every = tonumber(read.idleEvery or '0') or 0
+
+local outcomes = {now}
+local created, by_tool, expiring = 0, {}, {}
+local due = nil
+local now_text = tostring(now)
+for i, c in ipairs(calls) do
+  local o = owners[c.owner]
+  local q = tools[c.tool]
+  local outcome = 'created'
+  if lim_kept >= 0 and (o.kept + c.bytes > lim_kept or o.full) then
+    outcome = 'stored_bytes_per_principal'
+  elseif lim_live >= 0 and o.live + 1 > lim_live then
+    outcome = 'live_tasks_per_principal'
+  elseif lim_nodes >= 0 and o.held + 1 > lim_nodes then
+    outcome = 'nodes_per_principal'
+  elseif lim_queued >= 0 and queued + 1 > lim_queued then
+    outcome = 'queued_nodes'
+  elseif q and string.sub(c.tool, 1, 1) ~= '$' and q.queued + 1 > lim_tool then
+    outcome = 'queued_nodes_per_tool'
+  elseif redis.call('EXISTS', c.task) == 1 then
+    outcome = 'exists'
+  end
+  if outcome == 'created' then
+    local entry = redis.call('XADD', c.stream, '*', unpack(ARGV, c.xs, c.hs - 1))
+    local hash = {unpack(ARGV, c.hs, c.hs + c.h - 1)}
+    hash[#hash + 1] = 'createdAt'
+    hash[#hash + 1] = now_text
+    hash[#hash + 1] = 'updatedAt'
+    hash[#hash + 1] = now_text
+    hash[#hash + 1] = 'root:entry'
+    hash[#hash + 1] = entry
+    redis.call('HSET', c.task, unpack(hash))
+    if c.callKey then
+      -- The newest calls under the request id, kept as long as the longest-lived of them
+      -- (prelude's remember_call).
+      if redis.call('LPUSH', c.callKey, c.id) == 1 then
+        redis.call('PEXPIRE', c.callKey, c.ttl)
+      else
+        redis.call('LTRIM', c.callKey, 0, GROUP_CALLS_KEPT - 1)
+        if redis.call('PTTL', c.callKey) < c.ttl then
+          redis.call('PEXPIRE', c.callKey, c.ttl)
+        end
+      end
+    end
+    o.live, o.held, o.kept = o.live + 1, o.held + 1, o.kept + c.bytes
+    o.added, o.bytes = o.added + 1, o.bytes + c.bytes
+    queued = queued + 1
+    if q then
+      q.queued = q.queued + 1
+    end
+    by_tool[c.tool] = (by_tool[c.tool] or 0) + 1
+    created = created + 1
+    expiring[#expiring + 1] = now + c.ttl
+    expiring[#expiring + 1] = c.id
+    -- The maintenance looks at the task at its TTL, and, while it lives, for entries a worker
+    -- left unrenewed at least as often as the maintenance holder asked (create_task does the same).
+    local at = now + c.ttl
+    if idle_every > 0 and idle_every < c.ttl then
+      at = now + idle_every
+    end
+    if not due or at < due then
+      due = at
+    end
+  end
+  outcomes[i + 1] = outcome
+end
+if created == 0 then
+  return outcomes
+end
+for owner, o in pairs(owners) do
+  if o.added > 0 then
+    redis.call('HINCRBY', load, 'live:' .. owner, o.added)
+    redis.call('HINCRBY', load, 'kept:' .. owner, o.bytes)
+  end
+end
+redis.call('HINCRBY', load, 'queued', created)
+for tool, n in pairs(by_tool) do
+  redis.call('HINCRBY', load, 'queued:' .. tool, n)
+end
+redis.call('ZADD', KEYS[2], unpack(expiring))
+local planned = tonumber(read.wake)
+if not planned or due < planned then
+  redis.call('HSET', load, 'wake', due)
+  redis.call('SPUBLISH', channel, '$maintain')
+end
+return outcomes
