@@ -288,6 +288,7 @@ pub struct RedisArgs {
         env = "CONVEYOR_LEAN_CALLS",
         default_value = "on",
         value_name = "on|off",
+        action = clap::ArgAction::Set,
         value_parser = clap::builder::BoolishValueParser::new()
     )]
     pub lean_calls: bool,

@@ -140,7 +140,7 @@ async fn a_rare_path_adopts_a_lean_call_first() {
     let redis = RedisServer::start().expect("redis");
     let up = Conveyor::up(&redis.url(), &["--fixtures"]).expect("conveyor up");
     let mcp = Mcp::new(up.mcp_url());
-    wait_for_tools(&mcp, &["slow_compute", "failing_job", "protocol_error_job"]).await;
+    wait_for_tools(&mcp, &["slow_compute", "test_error_handling", "big_output"]).await;
 
     // Progress: the node is adopted (attempt 1, running) before its first report.
     let reply = mcp
@@ -154,23 +154,25 @@ async fn a_rare_path_adopts_a_lean_call_first() {
     assert_eq!(hash.get("root:status").map(String::as_str), Some("completed"), "{hash:?}");
 
     // A tool error stays on the lean path; on 2025-11-25 it fails the call's task, result kept.
-    let reply =
-        mcp.call_2025("tools/call", json!({"name": "failing_job", "arguments": {}})).await.expect("call");
+    let reply = mcp
+        .call_2025("tools/call", json!({"name": "test_error_handling", "arguments": {}}))
+        .await
+        .expect("call");
     assert_eq!(reply.result()["isError"], true, "{}", reply.raw);
-    let failing = task_ids(&redis).into_iter().find(|id| task_hash(&redis, id)["tool"] == "failing_job");
+    let failing =
+        task_ids(&redis).into_iter().find(|id| task_hash(&redis, id)["tool"] == "test_error_handling");
     let hash = task_hash(&redis, &failing.expect("the task"));
     assert_eq!(hash.get("status").map(String::as_str), Some("failed"), "{hash:?}");
     assert_eq!(hash.get("root:attempt").map(String::as_str), Some("0"), "{hash:?}");
 
-    // A protocol error is a failure: adopted, and settled by complete_node.
+    // A failure (a result over the node's output limit) is adopted, and settled by complete_node.
     let reply = mcp
-        .call_2025("tools/call", json!({"name": "protocol_error_job", "arguments": {}}))
+        .call_2025("tools/call", json!({"name": "big_output", "arguments": {"bytes": 9_000_000}}))
         .await
         .expect("call");
-    assert!(reply.error_code().is_some(), "{}", reply.raw);
-    assert!(reply.raw.contains("protocol_error_job exploded"), "{}", reply.raw);
-    let failed =
-        task_ids(&redis).into_iter().find(|id| task_hash(&redis, id)["tool"] == "protocol_error_job");
+    assert!(reply.error_code().is_some(), "{}", &reply.raw[..reply.raw.len().min(500)]);
+    assert!(reply.raw.contains("max_node_output_bytes"), "{}", &reply.raw[..reply.raw.len().min(500)]);
+    let failed = task_ids(&redis).into_iter().find(|id| task_hash(&redis, id)["tool"] == "big_output");
     let hash = task_hash(&redis, &failed.expect("the task"));
     assert_eq!(hash.get("root:attempt").map(String::as_str), Some("1"), "adopted: {hash:?}");
     assert_eq!(hash.get("status").map(String::as_str), Some("failed"), "{hash:?}");

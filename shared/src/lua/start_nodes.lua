@@ -60,8 +60,15 @@ local function start(i, item)
     ack(stream, item.entry)
     result = {'skip', 'not the current entry of node ' .. node .. ' (' .. tostring(n.status) .. ')'}
   elseif not item.run then
+    -- The new entry carries what the old one did: a lean entry (it carries its call, ADR-0028)
+    -- stays lean for the worker that reads it next.
+    local old = redis.call('XRANGE', stream, item.entry, item.entry)
+    local fields = {'task', item.task, 'node', node, 'trace', item.trace or ''}
+    if old[1] then
+      fields = old[1][2]
+    end
     ack(stream, item.entry)
-    local entry = redis.call('XADD', stream, '*', 'task', item.task, 'node', node, 'trace', item.trace or '')
+    local entry = redis.call('XADD', stream, '*', unpack(fields))
     redis.call('HSET', nodes, nf(node, 'entry'), entry)
     result = {'handedBack'}
   elseif not is_live(t.status) then
