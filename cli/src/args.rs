@@ -266,9 +266,10 @@ pub struct RedisArgs {
     pub outage_ms: u64,
     /// Shards of the keyspace: on a Redis Cluster each shard is one slot, so use at least twice
     /// as many shards as primaries. Fixed when a deployment is first set up; every gateway and
-    /// worker must use the same number.
-    #[arg(long, env = "CONVEYOR_SHARDS", default_value_t = conveyor_shared::store::DEFAULT_SHARDS)]
-    pub shards: u16,
+    /// worker must use the same number. Unset: the number the deployment recorded, and for a new
+    /// deployment 1 on a single server, 4 on a Redis Cluster.
+    #[arg(long, env = "CONVEYOR_SHARDS")]
+    pub shards: Option<u16>,
     /// Answer a create or a cancel only once this many replicas have the write (`WAIT`, sent in
     /// the same round trip), and tell clients of a task's end (events, reads) only once they have
     /// it, so that a failover cannot lose what a client was told. Set it on workers too: their

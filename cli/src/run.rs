@@ -73,8 +73,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let shutdown = shutdown_on_signal();
             gateway(args, shutdown).await
         }
-        Command::Worker(args) => {
+        Command::Worker(mut args) => {
             let shutdown = shutdown_on_signal();
+            resolve_shards(&mut args.redis, Some(&shutdown)).await?;
             let store = store(&args.redis)?;
             worker(store, args, shutdown).await
         }
@@ -130,7 +131,7 @@ fn store_options(redis: &RedisArgs) -> StoreOptions {
     StoreOptions {
         timeout: Duration::from_millis(redis.timeout_ms),
         outage_wait: Duration::from_millis(redis.outage_ms),
-        shards: redis.shards,
+        shards: redis.shards.unwrap_or(conveyor_shared::store::DEFAULT_SHARDS),
         process: None,
         wait_replicas: redis.wait_replicas,
         wait_timeout: Duration::from_millis(redis.wait_ms),
@@ -140,6 +141,34 @@ fn store_options(redis: &RedisArgs) -> StoreOptions {
 
 fn store(redis: &RedisArgs) -> anyhow::Result<Store> {
     Store::open(&redis.url, store_options(redis)).context("cannot set up Redis")
+}
+
+/// Fills in the deployment's shard count when none was given: the one it recorded, or a new
+/// deployment's for this Redis (`Store::deployment_shards`). With `waiting`, a process that
+/// serves waits for Redis until it answers or the process stops; a one-off command asks once.
+async fn resolve_shards(redis: &mut RedisArgs, waiting: Option<&CancellationToken>) -> anyhow::Result<()> {
+    if redis.shards.is_some() {
+        return Ok(());
+    }
+    let probe = store(redis)?;
+    loop {
+        match probe.deployment_shards().await {
+            Ok(shards) => {
+                redis.shards = Some(shards);
+                return Ok(());
+            }
+            Err(e) => match waiting {
+                None => return Err(e).context("cannot read the deployment's shard count"),
+                Some(shutdown) => {
+                    tracing::warn!(error = %e, "waiting for Redis");
+                    tokio::select! {
+                        () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                        () = shutdown.cancelled() => return Ok(()),
+                    }
+                }
+            },
+        }
+    }
 }
 
 fn config(args: &GatewayArgs) -> Config {
@@ -162,7 +191,7 @@ fn config(args: &GatewayArgs) -> Config {
         max_connections: args.limits.max_connections,
         redis_timeout: Duration::from_millis(args.redis.timeout_ms),
         redis_outage_wait: Duration::from_millis(args.redis.outage_ms),
-        shards: args.redis.shards,
+        shards: args.redis.shards.unwrap_or(conveyor_shared::store::DEFAULT_SHARDS),
         redis_wait_replicas: args.redis.wait_replicas,
         redis_wait_timeout: Duration::from_millis(args.redis.wait_ms),
         lean_calls: args.redis.lean_calls,
@@ -174,7 +203,8 @@ fn config(args: &GatewayArgs) -> Config {
     }
 }
 
-async fn gateway(args: GatewayArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
+async fn gateway(mut args: GatewayArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
+    resolve_shards(&mut args.redis, Some(&shutdown)).await?;
     let config = config(&args);
     config.validate().map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
     let store = store(&args.redis)?;
@@ -496,6 +526,7 @@ async fn up(mut args: UpArgs) -> anyhow::Result<()> {
         args.gateway.redis.url = redis.url.clone();
         private = Some(redis);
     }
+    resolve_shards(&mut args.gateway.redis, Some(&shutdown)).await?;
     let store = store(&args.gateway.redis)?;
     // Built before anything is served: a tools file the workers refuse stops `up` at once, with
     // its error, instead of leaving a gateway without workers.
@@ -575,6 +606,9 @@ async fn stop_up(
 }
 
 async fn show(redis: &RedisArgs, id: &str, json: bool) -> anyhow::Result<()> {
+    let mut redis = redis.clone();
+    resolve_shards(&mut redis, None).await?;
+    let redis = &redis;
     let store = store(redis)?;
     let task = store
         .get_task(id)
@@ -625,6 +659,9 @@ async fn show(redis: &RedisArgs, id: &str, json: bool) -> anyhow::Result<()> {
 }
 
 async fn workers(redis: &RedisArgs, json: bool, all: bool) -> anyhow::Result<()> {
+    let mut redis = redis.clone();
+    resolve_shards(&mut redis, None).await?;
+    let redis = &redis;
     let (_, mut workers, now) = store(redis)?.catalog().await?;
     workers.sort_by(|a, b| a.name.cmp(&b.name));
     let workers: Vec<_> = workers.into_iter().filter(|w| all || w.is_live(now)).collect();
@@ -661,6 +698,9 @@ async fn workers(redis: &RedisArgs, json: bool, all: bool) -> anyhow::Result<()>
 }
 
 async fn dlq_list(redis: &RedisArgs, count: usize, json: bool) -> anyhow::Result<()> {
+    let mut redis = redis.clone();
+    resolve_shards(&mut redis, None).await?;
+    let redis = &redis;
     let letters = store(redis)?.dead_letters(count).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&letters)?);
@@ -696,6 +736,9 @@ async fn dlq_list(redis: &RedisArgs, count: usize, json: bool) -> anyhow::Result
 }
 
 async fn dlq_retry(redis: &RedisArgs, id: &str, ttl_ms: u64, limits: &TaskLimitArgs) -> anyhow::Result<()> {
+    let mut redis = redis.clone();
+    resolve_shards(&mut redis, None).await?;
+    let redis = &redis;
     let store = store(redis)?;
     let letter = store
         .dead_letter(id)

@@ -504,6 +504,23 @@ impl InboxMessage {
     }
 }
 
+/// What a lean entry carries beyond `task`, `node` and `trace` (docs/adr/0028), which every entry carries (a
+/// worker of the previous version starts it from those with `start_nodes`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeanEntry {
+    pub owner: String,
+    pub tool: String,
+    /// The call record, as the task stores it.
+    pub call: String,
+}
+
+impl LeanEntry {
+    /// The lean part of a stream entry's fields, when it has one.
+    pub(crate) fn of(field: impl Fn(&str) -> Option<String>) -> Option<std::sync::Arc<Self>> {
+        Some(std::sync::Arc::new(Self { owner: field("owner")?, tool: field("tool")?, call: field("call")? }))
+    }
+}
+
 /// A runnable node, as carried by one entry of a queue's work stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkItem {
@@ -517,7 +534,7 @@ pub struct WorkItem {
     /// W3C trace context of the request that created the task.
     pub traceparent: Option<String>,
     /// What a lean entry carries for its worker to run it straight from its delivery (ADR-0028).
-    pub lean: Option<std::sync::Arc<crate::store::lean::LeanEntry>>,
+    pub lean: Option<std::sync::Arc<LeanEntry>>,
 }
 
 /// The definition of a tool as workers publish it and gateways list it: the MCP `Tool` object.

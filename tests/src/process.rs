@@ -464,8 +464,8 @@ impl RedisServer {
         Ok(())
     }
 
-    /// Whether a queued node's entry was delivered to a worker: a lean node's attempt runs from
-    /// its delivery (docs/adr/0028).
+    /// Whether a queued node's lean entry (one that carries its call) was delivered to a worker: a
+    /// lean node's attempt runs from its delivery (docs/adr/0028).
     pub fn lean_node_running(&self, task_id: &str, node_id: &str) -> bool {
         let Ok(mut conn) = self.connection() else { return false };
         let fields = [format!("{node_id}:entry"), format!("{node_id}:q"), "queues".to_owned()];
@@ -485,6 +485,12 @@ impl RedisServer {
             return false;
         };
         let stream = shard_of(task_id).queue(queue);
+        // Only a lean entry (it carries the call) starts its node by its delivery.
+        let read: Vec<(String, std::collections::HashMap<String, String>)> =
+            redis::cmd("XRANGE").arg(&stream).arg(&entry).arg(&entry).query(&mut conn).unwrap_or_default();
+        if !read.first().is_some_and(|(_, fields)| fields.contains_key("call")) {
+            return false;
+        }
         redis::cmd("XPENDING")
             .arg(&stream)
             .arg("workers")

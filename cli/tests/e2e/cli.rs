@@ -208,6 +208,43 @@ fn processes_with_another_shard_count_than_the_deployment_refuse_to_run() {
     }
 }
 
+#[tokio::test]
+async fn a_process_without_a_shard_count_takes_the_deployments_or_one_on_a_new_single_server() {
+    let layout = |redis: &conveyor_tests::RedisServer| -> Option<u16> {
+        let mut conn = redis.connection().ok()?;
+        redis::cmd("HGET").arg("cv:{cv.meta}:layout").arg("shards").query(&mut conn).ok()?
+    };
+    let wait_for = |redis: &conveyor_tests::RedisServer, pattern: &str| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while redis.keys(pattern).is_empty() {
+            assert!(Instant::now() < deadline, "no key {pattern}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    // A new deployment on one server: one shard.
+    let fresh = conveyor_tests::RedisServer::start().expect("redis");
+    let _worker = conveyor_tests::Conveyor::worker(&fresh.url(), &["--fixtures"]).expect("worker");
+    wait_for(&fresh, "cv:{cv.0}:q:greet");
+    assert_eq!(layout(&fresh), Some(1));
+    assert!(fresh.keys("cv:{cv.1}:q:*").is_empty(), "{:?}", fresh.keys("cv:{cv.1}:q:*"));
+
+    // A deployment set up with 4: a process that names none takes 4.
+    let set_up = conveyor_tests::RedisServer::start().expect("redis");
+    let mut conn = set_up.connection().expect("conn");
+    let _: () =
+        redis::cmd("HSET").arg("cv:{cv.meta}:layout").arg("shards").arg(4).query(&mut conn).expect("hset");
+    let _worker = conveyor_tests::Conveyor::worker(&set_up.url(), &["--fixtures"]).expect("worker");
+    wait_for(&set_up, "cv:{cv.3}:q:greet");
+    let up = conveyor_tests::Conveyor::up(&set_up.url(), &["--fixtures"]).expect("conveyor up");
+    let mcp = conveyor_tests::Mcp::new(up.mcp_url());
+    conveyor_tests::mcp::wait_for_tools(&mcp, &["greet"]).await;
+    let reply = mcp
+        .call_2025("tools/call", serde_json::json!({"name": "greet", "arguments": {"name": "four"}}))
+        .await
+        .expect("tools/call");
+    assert_eq!(reply.result()["content"][0]["text"], "Hello, four!", "{}", reply.raw);
+}
+
 #[test]
 fn up_whose_workers_refuse_the_tools_file_stops_at_once_with_the_reason() {
     let redis = conveyor_tests::RedisServer::start().expect("redis");

@@ -34,7 +34,7 @@ end
 if r.parkedRound and not t[10] then
   return with_events(cjson.encode({outcome = 'notParked'}))
 end
-drop_queued(KEYS[1], KEYS[2], 'cancelled', {unpack(KEYS, 5)})
+drop_queued(KEYS[1], KEYS[2], 'cancelled', {unpack(KEYS, 5)}, now)
 settle({task = KEYS[1], load = KEYS[2], expiring = KEYS[3], kept = KEYS[4]}, r.task,
   {owner = t[2], createdAt = t[4], ttlMs = t[3], nodeCount = t[7], bytes = t[9], parkedRound = t[10]}, 'cancelled', nil, nil, r.message, now, 0,
   {'cancelToken', r.token})

@@ -106,8 +106,8 @@ end
 -- `streams` (the task's work streams, in the order of its queues), their entries are acknowledged
 -- and deleted, so that no worker runs one: a lean entry runs from its delivery, with no start
 -- script to refuse it (ADR-0028); without, a worker that reads one drops it. `status` is what they
--- become.
-local function drop_queued(nodes, load, status, streams)
+-- become, at `now` (their `finishedAt`) when given.
+local function drop_queued(nodes, load, status, streams, now)
   local fields = redis.call('HGETALL', nodes)
   local queued = {}
   for i = 1, #fields, 2 do
@@ -123,7 +123,9 @@ local function drop_queued(nodes, load, status, streams)
   end
   for node, n in pairs(queued) do
     dequeued(load, n.tool or '')
-    if status then
+    if status and now then
+      redis.call('HSET', nodes, nf(node, 'status'), status, nf(node, 'finishedAt'), now)
+    elseif status then
       redis.call('HSET', nodes, nf(node, 'status'), status)
     end
     local stream = streams and streams[tonumber(n.q or '1')]

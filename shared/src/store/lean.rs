@@ -22,25 +22,9 @@ use super::tasks::{INLINE_MAX, Limits, NewTask, QueueList, queue_of};
 use crate::call::CallRecord;
 use crate::error::StoreError;
 use crate::keys::{self, Shard};
+pub use crate::model::LeanEntry;
 use crate::model::{ROOT_NODE, TaskMode, WorkItem};
 use crate::scripts;
-
-/// What a lean entry carries beyond `task`, `node` and `trace`, which every entry carries (a
-/// worker of the previous version starts it from those with `start_nodes`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeanEntry {
-    pub owner: String,
-    pub tool: String,
-    /// The call record, as the task stores it.
-    pub call: String,
-}
-
-impl LeanEntry {
-    /// The lean part of a stream entry's fields, when it has one.
-    pub(crate) fn of(field: impl Fn(&str) -> Option<String>) -> Option<Arc<Self>> {
-        Some(Arc::new(Self { owner: field("owner")?, tool: field("tool")?, call: field("call")? }))
-    }
-}
 
 /// One call of a `create_calls` batch: its keys, the words of its entry and of its task hash.
 pub(super) struct LeanCreate {

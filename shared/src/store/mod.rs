@@ -73,8 +73,13 @@ use crate::scripts::NamedScript;
 use crate::telemetry::context::attr;
 use tracing::Instrument;
 
-/// Default number of shards of a new deployment.
+/// Number of shards of a new deployment on a Redis Cluster (each shard is one slot), and of a
+/// store opened without a count of its own.
 pub const DEFAULT_SHARDS: u16 = 4;
+
+/// Number of shards of a new deployment on a single server: one, so that a worker's read names
+/// one stream per queue and a shard's batches gather every call (ADR-0028).
+pub const SINGLE_SERVER_SHARDS: u16 = 1;
 
 /// How a store reaches Redis and how its deployment is laid out.
 #[derive(Debug, Clone)]
@@ -474,6 +479,18 @@ impl Store {
     /// Whether Redis answers.
     pub async fn ping(&self) -> Result<(), StoreError> {
         self.run("PING", |mut c| async move { redis::cmd("PING").query_async::<()>(&mut c).await }).await
+    }
+
+    /// The deployment's shard count: the one it recorded (`check_layout`), or, for a deployment
+    /// not set up yet, a new one's for this Redis: [`SINGLE_SERVER_SHARDS`] on a single server,
+    /// [`DEFAULT_SHARDS`] on a Redis Cluster.
+    pub async fn deployment_shards(&self) -> Result<u16, StoreError> {
+        let recorded: Option<u16> = self.query(|| redis::Cmd::hget(keys::LAYOUT, "shards")).await?;
+        Ok(match recorded {
+            Some(shards) => shards,
+            None if self.is_cluster().await? => DEFAULT_SHARDS,
+            None => SINGLE_SERVER_SHARDS,
+        })
     }
 
     /// Records this process's shard count as the deployment's, or checks it against the one

@@ -164,7 +164,7 @@ pub(crate) fn work_item(shard: Shard, stream: &str, entry: &StreamId) -> WorkIte
         task_id,
         node_id,
         traceparent: field("trace"),
-        lean: super::lean::LeanEntry::of(field),
+        lean: crate::model::LeanEntry::of(field),
     }
 }
 
