@@ -294,11 +294,15 @@ async fn cancellation_is_final_and_refuses_late_work() {
     assert_eq!(got.status, TaskStatus::Cancelled, "cancelled stays cancelled even when the work finishes");
     assert!(got.result.is_none());
 
-    // A queued node of a cancelled task never starts, nor does a node of a task that never was.
+    // A queued node of a cancelled task never starts: its entry goes with the cancel (a lean
+    // entry would run from its delivery). Nor does a node of a task that never was.
     let queued = h.create(&new_task(Shard(2))).await;
+    let other = h.create(&new_task(Shard(2))).await;
     h.store.cancel_task(&queued, "alice", "x").await.expect("cancel");
-    let item = h.item(&queued, ROOT_NODE).await;
-    assert!(matches!(h.start_item(&item).await, StartOutcome::Skip(_)));
+    let item = h.item(&other, ROOT_NODE).await;
+    assert!(h.unstarted.iter().all(|i| i.task_id != queued), "a cancelled task's entry was read");
+    let stale = WorkItem { task_id: queued.clone(), ..item.clone() };
+    assert!(matches!(h.start_item(&stale).await, StartOutcome::Skip(_)));
     let nope = WorkItem { task_id: new_task_id(Shard(2)), entry_id: "0-1".to_owned(), ..item };
     assert!(matches!(h.start_item(&nope).await, StartOutcome::Skip(_)));
 }
@@ -987,9 +991,9 @@ async fn load_counters_never_drift() {
     assert!(h.store.release(&handed_back).await.expect("release"));
     check(&h, 4, 4);
 
-    // Everything left, a batch per shard: the cancelled ones' entries are skipped.
+    // Everything left, a batch per shard; the cancelled ones' entries went with their cancels.
     let mut by_shard: HashMap<Shard, Vec<WorkItem>> = HashMap::new();
-    for id in ids[..2].iter().chain(&ids[4..]) {
+    for id in &ids[4..] {
         let item = h.item(id, ROOT_NODE).await;
         by_shard.entry(item.shard).or_default().push(item);
     }
@@ -1009,7 +1013,8 @@ async fn load_counters_never_drift() {
         }
         never_negative(&h);
     }
-    assert_eq!((runs, skips), (4, 2));
+    assert_eq!((runs, skips), (4, 0));
+    assert!(h.unstarted.iter().all(|i| !ids[..2].contains(&i.task_id)), "a cancelled task's entry was read");
     check(&h, 0, 4);
 }
 

@@ -10,7 +10,7 @@
 --   hash, its work stream
 -- ARGV[1] number of attempts, then for each, in order: task id, entry, owner, tool, status
 --   ("completed", or "failed" for a tool error on the 2025-11-25 wire), status message, result
---   (JSON text), event (the status event its waiters get, JSON text)
+--   (JSON text), event (the status event its waiters get, JSON text), the worker that ran it
 -- Returns an array, one outcome per attempt: "settled" | "stale" (nothing changed) | "dropped"
 --   (the task is gone or over: the entry is acknowledged, nothing stored) | "adopt" (the result
 --   would pass its owner's share of stored bytes: nothing changed; the worker completes it by the
@@ -24,7 +24,7 @@ local load, expiring, kept_index = KEYS[1], KEYS[2], KEYS[3]
 
 local owners, owner_fields = {}, {}
 for i = 1, count do
-  local owner = ARGV[2 + 8 * (i - 1) + 2]
+  local owner = ARGV[2 + 9 * (i - 1) + 2]
   if not owners[owner] then
     owners[owner] = {ended = 0, bytes = 0}
     owner_fields[#owner_fields + 1] = 'kept:' .. owner
@@ -53,9 +53,9 @@ local function tell(channel, event)
   list[#list + 1] = event
 end
 for i = 1, count do
-  local a = 2 + 8 * (i - 1)
-  local id, entry, owner, tool, status, message, result, event =
-    ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]
+  local a = 2 + 9 * (i - 1)
+  local id, entry, owner, tool, status, message, result, event, worker =
+    ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8]
   local task, stream = KEYS[2 + 2 * i], KEYS[3 + 2 * i]
   local f = redis.call('HMGET', task, 'status', 'root:status', 'root:entry', 'waiters', 'createdAt', 'ttlMs',
     'bytes', 'keptMax')
@@ -78,8 +78,8 @@ for i = 1, count do
   if outcome == 'settled' then
     local bytes = (tonumber(f[7] or '0') or 0) + #result
     o.kept = o.kept + #result
-    redis.call('HSET', task, 'root:status', 'completed', 'root:finishedAt', now, 'status', status, 'statusMessage',
-      message, 'updatedAt', now, 'result', result, 'bytes', bytes)
+    redis.call('HSET', task, 'root:status', 'completed', 'root:finishedAt', now, 'root:worker', worker, 'status',
+      status, 'statusMessage', message, 'updatedAt', now, 'result', result, 'bytes', bytes)
     local waited = f[4] and f[4] ~= '' and f[4] ~= '[]'
     local expires = tonumber(f[5]) + tonumber(f[6])
     if expires <= now or (waited and expires < now + SETTLED_GRACE_MS) then

@@ -97,7 +97,7 @@ impl Batched for LeanCreate {
 /// One attempt of a `complete_calls` batch.
 pub(super) struct LeanCompletion {
     keys: [String; 2],
-    words: [String; 8],
+    words: [String; 9],
 }
 
 /// What became of a lean completion.
@@ -123,7 +123,7 @@ impl Batched for LeanCompletion {
 
     async fn send(store: &Store, shard: Shard, done: Vec<Self>) -> Result<Vec<LeanCompleted>, StoreError> {
         let mut keys = vec![shard.load(), shard.expiring(), shard.kept()];
-        let mut args = Vec::with_capacity(1 + 8 * done.len());
+        let mut args = Vec::with_capacity(1 + 9 * done.len());
         args.push(done.len().to_string());
         for completion in done {
             keys.extend(completion.keys);
@@ -306,6 +306,7 @@ impl Store {
                 message.to_owned(),
                 result.to_owned(),
                 status_event(&attempt.task_id, status, message, result),
+                attempt.worker.clone(),
             ],
         };
         let outcome = self.in_batch(shard, completion).await?;
