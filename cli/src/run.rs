@@ -75,9 +75,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Worker(mut args) => {
             let shutdown = shutdown_on_signal();
+            // What it offers is checked first: a worker told to offer what it cannot stops at
+            // once, whether Redis answers or not.
+            let registry = registry(&args.offers)?;
             resolve_shards(&mut args.redis, Some(&shutdown)).await?;
             let store = store(&args.redis)?;
-            worker(store, args, shutdown).await
+            run_worker(store, registry, args, shutdown).await
         }
         // Client commands have run already, in `run_client`.
         Command::Call(_) | Command::Tasks { .. } => Ok(()),
@@ -204,6 +207,8 @@ fn config(args: &GatewayArgs) -> Config {
 }
 
 async fn gateway(mut args: GatewayArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
+    // A configuration that cannot run stops the gateway at once, whether Redis answers or not.
+    config(&args).validate().map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
     resolve_shards(&mut args.redis, Some(&shutdown)).await?;
     let config = config(&args);
     config.validate().map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
@@ -439,11 +444,6 @@ fn registry(offers: &OfferArgs) -> anyhow::Result<Arc<ToolRegistry>> {
         registry = registry.only(only).map_err(|e| anyhow::anyhow!("CONVEYOR_TOOLS: {e}"))?;
     }
     Ok(Arc::new(registry))
-}
-
-async fn worker(store: Store, args: WorkerArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let registry = registry(&args.offers)?;
-    run_worker(store, registry, args, shutdown).await
 }
 
 /// A worker over an already built registry (`up` builds it once for all its workers).

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use conveyor_shared::Store;
 use conveyor_shared::model::{ToolOutcome, result};
+use conveyor_shared::store::StoreOptions;
 use conveyor_worker::{FnTool, ToolRegistry, WorkerOptions};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -48,7 +49,9 @@ fn count_words() -> impl conveyor_worker::Tool {
 async fn main() -> anyhow::Result<()> {
     let url =
         std::env::var("REDIS_URL").unwrap_or_else(|_| conveyor_shared::config::DEFAULT_REDIS_URL.to_owned());
-    let store = Store::new(&url, Duration::from_secs(3))?;
+    // The deployment's shard count, as every gateway and worker of it uses.
+    let options = StoreOptions { timeout: Duration::from_secs(3), ..StoreOptions::default() };
+    let store = Store::for_deployment(&url, options).await?;
     let mut registry = ToolRegistry::new();
     registry.register(count_words());
     let shutdown = CancellationToken::new();

@@ -236,8 +236,9 @@ impl Metered {
     /// Starts the processes and waits until the gateway lists the workload's tools.
     async fn start() -> Self {
         let redis = RedisServer::start().expect("redis");
-        let (gateway, gateway_base) = with_metrics("gateway", &redis.url(), &[]).await;
-        let (_worker, worker_base) = worker_with_metrics(&redis.url(), &[]).await;
+        // Four shards: the gauges are read shard by shard.
+        let (gateway, gateway_base) = with_metrics("gateway", &redis.url(), &["--shards", "4"]).await;
+        let (_worker, worker_base) = worker_with_metrics(&redis.url(), &["--shards", "4"]).await;
         let mut client = Counted { mcp: Mcp::new(gateway.mcp_url()), sent: BTreeMap::new() };
         client
             .wait_for_tools(&[

@@ -813,13 +813,13 @@ async fn store_blob(mcp: &Mcp, bytes: u64) -> Result<String, Value> {
 #[tokio::test]
 async fn a_principal_that_keeps_storing_is_stopped_at_its_budget_and_another_keeps_working() {
     let redis = RedisServer::start().expect("redis");
-    // 64 MiB over the 4 shards: 16 MiB a shard.
+    // 64 MiB over 4 shards: 16 MiB a shard.
     let budget: u64 = 64 * 1024 * 1024;
     let conveyor = up(
         &redis,
         "tenants-stored",
         &["alice", "bob"],
-        &["--max-stored-bytes-per-principal", &budget.to_string()],
+        &["--max-stored-bytes-per-principal", &budget.to_string(), "--shards", "4"],
     );
     let alice = client(&conveyor, "alice");
     let bob = client(&conveyor, "bob");

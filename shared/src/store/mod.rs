@@ -168,6 +168,14 @@ impl Store {
         Self::open(url, StoreOptions { timeout, ..StoreOptions::default() })
     }
 
+    /// A store for `url` with the deployment's shard count: the one it recorded, or a new
+    /// deployment's for this Redis ([`Store::deployment_shards`]); the other options as given.
+    /// Unlike [`Store::new`], it needs Redis to answer.
+    pub async fn for_deployment(url: &str, options: StoreOptions) -> Result<Self, StoreError> {
+        let shards = Self::open(url, options.clone())?.deployment_shards().await?;
+        Self::open(url, StoreOptions { shards, ..options })
+    }
+
     /// A store for `url` (one server, one node of a cluster, or comma-separated cluster seeds).
     pub fn open(url: &str, options: StoreOptions) -> Result<Self, StoreError> {
         if options.shards == 0 || options.shards > keys::MAX_SHARDS {
