@@ -1,7 +1,8 @@
 -- create_calls: a gateway creates a batch of lean calls of one shard in one step (ADR-0028): each
 -- a synchronous call of one tool whose stream entry carries what its worker runs, so that its
--- delivery is its start. Runs without the prelude, with positional arguments: no record is
--- decoded, and each call's fields are built once, in Rust (store/lean.rs), as today's single call's.
+-- delivery is its start. Runs without the prelude (only remember_call.lua goes in front), with
+-- positional arguments: no record is decoded, and each call's fields are built once, in Rust
+-- (store/lean.rs), as today's single call's.
 --
 -- KEYS[1] load hash   KEYS[2] expiring zset, then for each call: its task hash, its work stream,
 --   and its call key when it has one
@@ -16,7 +17,6 @@
 -- (create_task), which refuses it with the limit's figures or spreads it to another shard.
 -- Returns an array: the creation time (Redis's clock, ms), then one outcome per call: "created",
 -- "exists", or the name of the limit it would pass.
-local GROUP_CALLS_KEPT = 16
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local count = tonumber(ARGV[1])
@@ -108,16 +108,7 @@ for i, c in ipairs(calls) do
     hash[#hash + 1] = entry
     redis.call('HSET', c.task, unpack(hash))
     if c.callKey then
-      -- The newest calls under the request id, kept as long as the longest-lived of them
-      -- (prelude's remember_call).
-      if redis.call('LPUSH', c.callKey, c.id) == 1 then
-        redis.call('PEXPIRE', c.callKey, c.ttl)
-      else
-        redis.call('LTRIM', c.callKey, 0, GROUP_CALLS_KEPT - 1)
-        if redis.call('PTTL', c.callKey) < c.ttl then
-          redis.call('PEXPIRE', c.callKey, c.ttl)
-        end
-      end
+      remember_call(c.callKey, c.id, c.ttl)
     end
     o.live, o.held, o.kept = o.live + 1, o.held + 1, o.kept + c.bytes
     o.added, o.bytes = o.added + 1, o.bytes + c.bytes

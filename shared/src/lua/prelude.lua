@@ -274,18 +274,6 @@ local function over_kept(node, size, held, max)
     data = {limit = 'stored_bytes_per_principal', max = max, held = held, size = size}})
 end
 
--- A synchronous call joins the list of calls under its request id (`keys.call`): the newest
--- CALLS_KEPT, kept as long as the longest-lived of them (store/tasks.rs does the same for a call
--- that lands in another shard).
-local CALLS_KEPT = 16
-local function remember_call(key, task_id, ttl)
-  redis.call('LPUSH', key, task_id)
-  redis.call('LTRIM', key, 0, CALLS_KEPT - 1)
-  if redis.call('PTTL', key) < ttl then
-    redis.call('PEXPIRE', key, ttl)
-  end
-end
-
 -- How long a task that settles at or after its TTL is kept after it settles (and one with waiters
 -- that settles closer to its TTL than this), so that a waiter told of a result too large to travel
 -- with the event, or a client that polled the task to its end, can still read it.
