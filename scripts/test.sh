@@ -29,6 +29,8 @@ PATH="$PATH:/usr/sbin:/sbin" command -v nginx >/dev/null 2>&1 || bare+=(nginx-li
 command -v chromium >/dev/null 2>&1 || bare+=(chromium)
 # The terminal client's test runs it in a real terminal.
 command -v tmux >/dev/null 2>&1 || bare+=(tmux)
+# The clock-skew test (cli/tests/e2e/faults.rs) runs conveyor under libfaketime.
+[ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || bare+=(faketime)
 if [ ${#missing[@]} -gt 0 ] || [ ${#bare[@]} -gt 0 ]; then
   apt_get=apt-get
   if [ "$(id -u)" -ne 0 ]; then
