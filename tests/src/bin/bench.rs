@@ -90,7 +90,7 @@ use conveyor_shared::Store;
 use conveyor_shared::call::CallRecord;
 use conveyor_shared::events::{Delivery, EventHub, Waiter};
 use conveyor_shared::model::{TaskEvent, TaskMode, TaskStatus, new_task_id, now_ms};
-use conveyor_shared::store::{Created, Limits, NewTask};
+use conveyor_shared::store::{Created, Limits, NewTask, StoreOptions};
 use conveyor_tests::bullmq::{self, BullmqFigures, BullmqOptions};
 use conveyor_tests::callgrind::CallgrindRedis;
 use conveyor_tests::load::{
@@ -1244,7 +1244,7 @@ async fn measure_core(redis: &RedisServer, options: &Options, cores: usize) -> a
         "== Conveyor queue core in this process: Store + conveyor_worker::run (fixtures, concurrency {WORKER_CONCURRENCY}), no HTTP"
     );
 
-    let worker = InProcessWorker::start(&redis.url())?;
+    let worker = InProcessWorker::start(&redis.url()).await?;
     core.run_tasks((options.calls / 10).max(200), options.in_flight).await?; // warm-up
     let meter = Meter::start(redis, me.clone())?;
     let (elapsed, latencies) = core.run_tasks(options.calls, options.in_flight).await?;
@@ -1286,7 +1286,7 @@ async fn measure_core(redis: &RedisServer, options: &Options, cores: usize) -> a
     };
     let meter = Meter::start(redis, me)?;
     let started = Instant::now();
-    let worker = InProcessWorker::start(&redis.url())?;
+    let worker = InProcessWorker::start(&redis.url()).await?;
     let settled = waiting.into_iter().map(|(task_id, mut waiter)| {
         let store = core.store.clone();
         async move { await_settled(&store, &task_id, &mut waiter).await }
@@ -1317,6 +1317,12 @@ async fn measure_core(redis: &RedisServer, options: &Options, cores: usize) -> a
     Ok(CoreFigures { settle, add, consume, round_trip, counts })
 }
 
+/// A store with the shard count of the deployment the bench's processes set up on this Redis.
+async fn deployment_store(url: &str) -> anyhow::Result<Store> {
+    let options = StoreOptions { timeout: Duration::from_secs(3), ..StoreOptions::default() };
+    Ok(Store::for_deployment(url, options).await?)
+}
+
 /// A producer of no-op tasks that waits for their end as a gateway does.
 struct Core {
     store: Store,
@@ -1325,7 +1331,7 @@ struct Core {
 
 impl Core {
     async fn connect(url: &str) -> anyhow::Result<Self> {
-        let store = Store::new(url, Duration::from_secs(3))?;
+        let store = deployment_store(url).await?;
         let hub = store.events().await?;
         Ok(Self { store, hub })
     }
@@ -1432,8 +1438,8 @@ struct InProcessWorker {
 }
 
 impl InProcessWorker {
-    fn start(url: &str) -> anyhow::Result<Self> {
-        let store = Store::new(url, Duration::from_secs(3))?;
+    async fn start(url: &str) -> anyhow::Result<Self> {
+        let store = deployment_store(url).await?;
         // Like BullMQ's worker on its one queue: the worker serves the measured tool only.
         let registry = Arc::new(
             conveyor_worker::fixtures::registry().only(&["noop".to_owned()]).map_err(anyhow::Error::msg)?,
