@@ -19,6 +19,9 @@ local GROUP = 'workers'
 local SETTLED_GRACE_MS = 30000 -- prelude's
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- A number passed to a command, or joined into a string, is formatted with printf's `%.17g` (a
+-- tenth of this script's instructions once): each is formatted once, as text.
+local now_text = tostring(now)
 local count = tonumber(ARGV[1])
 local load, expiring, kept_index = KEYS[1], KEYS[2], KEYS[3]
 
@@ -76,15 +79,16 @@ for i = 1, count do
     end
   end
   if outcome == 'settled' then
-    local bytes = (tonumber(f[7] or '0') or 0) + #result
+    local bytes = tostring((tonumber(f[7] or '0') or 0) + #result)
     o.kept = o.kept + #result
-    redis.call('HSET', task, 'root:status', 'completed', 'root:finishedAt', now, 'root:worker', worker, 'status',
-      status, 'statusMessage', message, 'updatedAt', now, 'result', result, 'bytes', bytes)
+    redis.call('HSET', task, 'root:status', 'completed', 'root:finishedAt', now_text, 'root:worker', worker, 'status',
+      status, 'statusMessage', message, 'updatedAt', now_text, 'result', result, 'bytes', bytes)
     local waited = f[4] and f[4] ~= '' and f[4] ~= '[]'
     local expires = tonumber(f[5]) + tonumber(f[6])
     if expires <= now or (waited and expires < now + SETTLED_GRACE_MS) then
       expires = now + SETTLED_GRACE_MS
     end
+    expires = tostring(expires)
     redis.call('PEXPIREAT', task, expires)
     kept[#kept + 1] = expires
     kept[#kept + 1] = id .. '\t' .. bytes .. '\t' .. owner

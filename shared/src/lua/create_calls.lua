@@ -77,6 +77,9 @@ end
 local idle_every = tonumber(read.idleEvery or '0') or 0
 
 local outcomes = {now}
+-- A number passed to a command is formatted with printf's `%.17g`: each expiry is formatted once
+-- per TTL of the batch, as text.
+local expiry_texts = {}
 local created, by_tool, expiring = 0, {}, {}
 local due = nil
 local now_text = tostring(now)
@@ -118,7 +121,12 @@ for i, c in ipairs(calls) do
     end
     by_tool[c.tool] = (by_tool[c.tool] or 0) + 1
     created = created + 1
-    expiring[#expiring + 1] = now + c.ttl
+    local at_text = expiry_texts[c.ttl]
+    if not at_text then
+      at_text = tostring(now + c.ttl)
+      expiry_texts[c.ttl] = at_text
+    end
+    expiring[#expiring + 1] = at_text
     expiring[#expiring + 1] = c.id
     -- The maintenance looks at the task at its TTL, and, while it lives, for entries a worker
     -- left unrenewed at least as often as the maintenance holder asked (create_task does the same).
