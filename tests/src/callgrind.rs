@@ -73,13 +73,27 @@ impl CallgrindRedis {
 
     /// The instructions executed since the last [`Self::zero`] (or the start).
     pub fn dump(&mut self) -> anyhow::Result<u64> {
+        self.dump_keeping(None)
+    }
+
+    /// [`Self::dump`], keeping the profile at `keep` (a file `callgrind_annotate` reads) when given.
+    pub fn dump_keeping(&mut self, keep: Option<&std::path::Path>) -> anyhow::Result<u64> {
         self.control("-d")?;
         self.dumps += 1;
         let file = self.dir.join(format!("callgrind.out.{}", self.dumps));
         let text =
             std::fs::read_to_string(&file).with_context(|| format!("no dump at {}", file.display()))?;
-        // Each dump is a file of its own; only its summary line is wanted.
-        let _ = std::fs::remove_file(&file);
+        // Each dump is a file of its own; only its summary line is wanted, unless it is kept.
+        match keep {
+            Some(to) => {
+                std::fs::copy(&file, to)
+                    .with_context(|| format!("cannot keep the profile at {}", to.display()))?;
+                let _ = std::fs::remove_file(&file);
+            }
+            None => {
+                let _ = std::fs::remove_file(&file);
+            }
+        }
         text.lines()
             .find_map(|line| line.strip_prefix("summary:"))
             .and_then(|n| n.trim().parse().ok())

@@ -251,3 +251,55 @@ async fn with_lean_calls_off_a_call_takes_the_full_path() {
     assert_eq!(hash.get("root:attempt").map(String::as_str), Some("1"), "started by start_nodes: {hash:?}");
     assert_eq!(live_counts(&redis), Vec::<(String, i64)>::new());
 }
+
+#[tokio::test]
+async fn a_refused_call_or_a_flushed_script_leaves_no_stray_task_hash() {
+    let redis = RedisServer::start().expect("redis");
+    let tools = scratch_dir("lean-refused").join("tools.toml");
+    std::fs::write(
+        &tools,
+        "[[tool]]\nname = \"wait\"\ndescription = \"Waits\"\nargv = [\"sleep\", \"30\"]\ntask_support = \"forbidden\"\n",
+    )
+    .expect("tools file");
+    let tools = tools.display().to_string();
+    let gateway = Conveyor::gateway(&redis.url(), &["--max-live-tasks-per-principal", "1"]).expect("gateway");
+    let mcp = Mcp::new(gateway.mcp_url());
+    // A worker announces the tool, and stops: the first call waits in its queue, live.
+    let mut worker = Conveyor::worker(&redis.url(), &["--tools-file", &tools]).expect("worker");
+    wait_for_tools(&mcp, &["wait"]).await;
+    worker.kill();
+
+    let call = |id: u32| {
+        let mcp = mcp.clone();
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "wait", "arguments": {}}});
+        async move { mcp.post_raw(&[("mcp-protocol-version", "2025-11-25")], body.to_string()).await }
+    };
+    let first = tokio::spawn(call(1));
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while redis.stream_entries() == 0 {
+        assert!(std::time::Instant::now() < deadline, "the first call's entry never appeared");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The second is over its owner's share: the batch deletes the hash the gateway sent with it,
+    // and the full path refuses it with the figures.
+    let refused = call(2).await.expect("reply");
+    assert!(refused.raw.contains("live_tasks_per_principal"), "{}", refused.raw);
+    assert_eq!(task_ids(&redis).len(), 1, "only the waiting call has a task: {:?}", task_ids(&redis));
+
+    // Redis forgets its scripts (a restart, a failover): the batch loads it again and runs once.
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}});
+    mcp.post_raw(&[("mcp-protocol-version", "2025-11-25")], cancel.to_string()).await.expect("cancel");
+    let _ = tokio::time::timeout(Duration::from_secs(20), first).await.expect("the first call ended");
+    let mut conn = redis.connection().expect("redis connection");
+    let () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut conn).expect("script flush");
+    let after = tokio::spawn(call(3));
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while task_ids(&redis).len() < 2 {
+        assert!(std::time::Instant::now() < deadline, "the call after the flush made no task");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(task_ids(&redis).len(), 2, "one task for the call after the flush");
+    assert_eq!(redis.stream_entries(), 1, "one entry for the call after the flush");
+    after.abort();
+}

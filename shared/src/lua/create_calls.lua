@@ -4,19 +4,24 @@
 -- positional arguments: no record is decoded, and each call's fields are built once, in Rust
 -- (store/lean.rs), as today's single call's.
 --
+-- Each call's task hash arrives written: the gateway sends its fields with a plain HSET in the
+-- same pipeline, just before this script (a field passed through Lua costs about twice what a
+-- command's argument does). Its id is new (a random id this gateway made), so nothing else names
+-- the hash yet; this script adds the fields only Redis knows (its clock, the entry's id), or
+-- deletes the hash of a call it refuses.
+--
 -- KEYS[1] load hash   KEYS[2] expiring zset, then for each call: its task hash, its work stream,
 --   and its call key when it has one
 -- ARGV[1] number of calls   ARGV[2] the shard's cancel channel (wakes its maintenance)
 -- ARGV[3..6] this shard's shares of the limits: stored bytes per principal, live tasks per
 --   principal, nodes per principal, queued nodes (-1: none)   ARGV[7] queued nodes per tool
 -- then for each call, in order: task id, owner, tool, bytes (what it stores from the start), ttl
---   (ms), has call key (1 | 0), X (count of entry field-value words), H (count of task field-value
---   words), X words of its entry, H words of its task hash
+--   (ms), has call key (1 | 0), X (count of entry field-value words), X words of its entry
 -- Each call is checked in order against the limits, counting the calls before it. A call that
--- does not fit, or whose id is taken, is not written: its gateway creates it by the full path
--- (create_task), which refuses it with the limit's figures or spreads it to another shard.
+-- does not fit is not kept: its gateway creates it by the full path (create_task), which refuses
+-- it with the limit's figures or spreads it to another shard.
 -- Returns an array: the creation time (Redis's clock, ms), then one outcome per call: "created",
--- "exists", or the name of the limit it would pass.
+-- or the name of the limit it would pass.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local count = tonumber(ARGV[1])
@@ -30,13 +35,12 @@ local calls = {}
 local a, k = 8, 3
 for i = 1, count do
   local c = {id = ARGV[a], owner = ARGV[a + 1], tool = ARGV[a + 2], bytes = tonumber(ARGV[a + 3]),
-    ttl = tonumber(ARGV[a + 4]), x = tonumber(ARGV[a + 6]), h = tonumber(ARGV[a + 7])}
-  c.xs = a + 8
-  c.hs = c.xs + c.x
-  a = c.hs + c.h
+    ttl = tonumber(ARGV[a + 4]), x = tonumber(ARGV[a + 6])}
+  c.xs = a + 7
+  a = c.xs + c.x
   c.task, c.stream = KEYS[k], KEYS[k + 1]
   k = k + 2
-  if ARGV[c.xs - 3] == '1' then
+  if ARGV[c.xs - 2] == '1' then
     c.callKey = KEYS[k]
     k = k + 1
   end
@@ -97,19 +101,12 @@ for i, c in ipairs(calls) do
     outcome = 'queued_nodes'
   elseif q and string.sub(c.tool, 1, 1) ~= '$' and q.queued + 1 > lim_tool then
     outcome = 'queued_nodes_per_tool'
-  elseif redis.call('EXISTS', c.task) == 1 then
-    outcome = 'exists'
   end
-  if outcome == 'created' then
-    local entry = redis.call('XADD', c.stream, '*', unpack(ARGV, c.xs, c.hs - 1))
-    local hash = {unpack(ARGV, c.hs, c.hs + c.h - 1)}
-    hash[#hash + 1] = 'createdAt'
-    hash[#hash + 1] = now_text
-    hash[#hash + 1] = 'updatedAt'
-    hash[#hash + 1] = now_text
-    hash[#hash + 1] = 'root:entry'
-    hash[#hash + 1] = entry
-    redis.call('HSET', c.task, unpack(hash))
+  if outcome ~= 'created' then
+    redis.call('DEL', c.task)
+  else
+    local entry = redis.call('XADD', c.stream, '*', unpack(ARGV, c.xs, c.xs + c.x - 1))
+    redis.call('HSET', c.task, 'createdAt', now_text, 'updatedAt', now_text, 'root:entry', entry)
     if c.callKey then
       remember_call(c.callKey, c.id, c.ttl)
     end

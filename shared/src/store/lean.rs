@@ -65,7 +65,11 @@ impl Batched for LeanCreate {
         let limits = calls.first().map(|c| c.limits).unwrap_or([-1; 5]);
         let mut args: Vec<String> = vec![calls.len().to_string(), shard.cancel_channel()];
         args.extend(limits.iter().map(i64::to_string));
+        // Each call's task hash goes as a plain HSET in front of the script, which completes or
+        // deletes it (create_calls.lua says why).
+        let mut pipe = redis::pipe();
         for call in &calls {
+            pipe.cmd("HSET").arg(&call.keys[0]).arg(&call.hash).ignore();
             keys.extend(call.keys.iter().cloned());
             args.push(call.task_id.clone());
             args.push(call.owner.clone());
@@ -74,11 +78,11 @@ impl Batched for LeanCreate {
             args.push(call.ttl_ms.to_string());
             args.push(if call.keys.len() > 2 { "1" } else { "0" }.to_owned());
             args.push(call.entry.len().to_string());
-            args.push(call.hash.len().to_string());
             args.extend(call.entry.iter().cloned());
-            args.extend(call.hash.iter().cloned());
         }
-        let reply: Vec<redis::Value> = store.positional_script(&scripts::CREATE_CALLS, &keys, &args).await?;
+        let script = &scripts::CREATE_CALLS;
+        pipe.cmd("EVALSHA").arg(script.get_hash()).arg(keys.len()).arg(&keys).arg(&args);
+        let (reply,): (Vec<redis::Value>,) = store.pipeline_with_script(script, &pipe).await?;
         let mut reply = reply.into_iter();
         let now: u64 = match reply.next() {
             Some(now) => redis::from_redis_value(now)
@@ -382,6 +386,26 @@ impl Store {
             let key = (attempt.stream.clone(), attempt.entry_id.clone());
             self.inner.adopted.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
         }
+    }
+
+    /// Runs `pipe`, whose last command is an `EVALSHA` of `script` (a script without the prelude):
+    /// when Redis does not have the script (a restart, a failover, `SCRIPT FLUSH`), loads it and
+    /// runs the pipeline again, which must therefore be safe to repeat.
+    pub(super) async fn pipeline_with_script<T: redis::FromRedisValue>(
+        &self,
+        script: &'static scripts::NamedScript,
+        pipe: &redis::Pipeline,
+    ) -> Result<T, StoreError> {
+        self.run_within(super::Op::Script(script.name), self.inner.options.timeout, |mut c| async move {
+            match pipe.query_async::<T>(&mut c).await {
+                Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                    script.prepare_invoke().load_async(&mut c).await?;
+                    pipe.query_async(&mut c).await
+                }
+                other => other,
+            }
+        })
+        .await
     }
 
     /// Runs a script without the prelude, over `keys`, with positional arguments (`create_calls`,

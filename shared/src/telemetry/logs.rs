@@ -13,6 +13,7 @@ use std::str::FromStr;
 
 use opentelemetry::trace::TraceContextExt;
 use tracing::{Event, Subscriber};
+use tracing_appender::non_blocking::{NonBlocking, NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::Layer;
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
@@ -40,12 +41,14 @@ impl FromStr for LogFormat {
     }
 }
 
-/// The log layer for `format`, writing to standard error.
-pub(super) fn layer<S>(format: LogFormat) -> Box<dyn Layer<S> + Send + Sync>
+/// The log layer for `format`, writing to standard error through `writer`: a thread of its own
+/// writes the lines (a request that logs its audit line never waits on the write), and a caller
+/// waits only when it has [`LINES_BUFFERED`] lines ahead of it, so that no line is dropped.
+pub(super) fn layer<S>(format: LogFormat, writer: NonBlocking) -> Box<dyn Layer<S> + Send + Sync>
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
-    let base = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let base = tracing_subscriber::fmt::layer().with_writer(writer);
     match format {
         LogFormat::Human => base
             // Lines inside a span are formatted into a buffer to add the ids, which drops
@@ -61,6 +64,19 @@ where
             .map_event_format(|inner| WithTraceIds { inner, json: true })
             .boxed(),
     }
+}
+
+/// Lines waiting for the writer thread before a logging caller waits for room.
+pub(super) const LINES_BUFFERED: usize = 16_384;
+
+/// The writer of standard error for [`layer`], and the guard that writes what is left when it
+/// is dropped.
+pub(super) fn stderr_writer() -> (NonBlocking, WorkerGuard) {
+    NonBlockingBuilder::default()
+        .lossy(false)
+        .buffered_lines_limit(LINES_BUFFERED)
+        .thread_name("conveyor-log")
+        .finish(std::io::stderr())
 }
 
 /// Wraps a line format and adds the ids of the span the event was written in.

@@ -47,6 +47,8 @@ pub fn exporting() -> bool {
 pub struct Telemetry {
     provider: SdkTracerProvider,
     exporting: Option<String>,
+    /// Writes the log lines still buffered when dropped (at [`Telemetry::shutdown`] or with this).
+    log_writer: std::sync::Mutex<Option<tracing_appender::non_blocking::WorkerGuard>>,
 }
 
 impl Telemetry {
@@ -55,13 +57,15 @@ impl Telemetry {
         self.exporting.as_deref()
     }
 
-    /// Flushes and stops the exporter. Call once, before the process exits.
+    /// Flushes and stops the exporter, and writes the log lines still buffered. Call once, as the
+    /// process's last step: log lines after it are not written.
     pub fn shutdown(&self) {
         if self.exporting.is_some()
             && let Err(e) = self.provider.shutdown()
         {
             eprintln!("conveyor: could not export the last spans: {e}");
         }
+        drop(self.log_writer.lock().unwrap_or_else(|e| e.into_inner()).take());
     }
 }
 
@@ -112,12 +116,13 @@ pub fn init(format: LogFormat, service: &str, default_level: &str) -> Result<Tel
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_from_env("CONVEYOR_LOG"))
         .unwrap_or_else(|_| EnvFilter::new(default_level));
+    let (writer, log_writer) = logs::stderr_writer();
     Registry::default()
         .with(otel)
-        .with(logs::layer(format).with_filter(filter))
+        .with(logs::layer(format, writer).with_filter(filter))
         .try_init()
         .map_err(|_| TelemetryError::AlreadyInstalled)?;
-    Ok(Telemetry { provider, exporting })
+    Ok(Telemetry { provider, exporting, log_writer: std::sync::Mutex::new(Some(log_writer)) })
 }
 
 /// Whether spans are exported, and how: the `OTEL_*` variables as the specification reads them.

@@ -168,6 +168,9 @@ struct Options {
     /// Calls and BullMQ jobs counted under callgrind (a server under callgrind runs ~50x slower)
     #[arg(long, value_name = "N", default_value_t = 2000, value_parser = at_least_one::<u64>())]
     callgrind_calls: u64,
+    /// Keep callgrind's profile of the Conveyor calls at FILE, for `callgrind_annotate`
+    #[arg(long, value_name = "FILE")]
+    callgrind_profile: Option<std::path::PathBuf>,
 }
 
 #[tokio::main]
@@ -272,7 +275,7 @@ async fn measure_instructions(options: &Options) -> anyhow::Result<()> {
     let cpu_before = process_cpu_seconds(pid);
     redis.zero()?;
     let (elapsed, _) = load::drive(&caller, calls, options.concurrency).await?;
-    let instructions = redis.dump()?;
+    let instructions = redis.dump_keeping(options.callgrind_profile.as_deref())?;
     let cpu_us = (process_cpu_seconds(pid) - cpu_before) * 1e6 / calls as f64;
     let per_call = less_idle(instructions, elapsed) / calls as f64;
     println!(
@@ -294,6 +297,9 @@ async fn measure_instructions(options: &Options) -> anyhow::Result<()> {
             "  ratio       {:.2} of BullMQ's instructions per job (target ≤ 0.5)",
             per_call / per_job.max(1.0)
         );
+    }
+    if let Some(profile) = &options.callgrind_profile {
+        println!("  profile     {} (callgrind_annotate --inclusive=yes {0})", profile.display());
     }
     up.terminate().await?;
     Ok(())

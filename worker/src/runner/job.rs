@@ -3,6 +3,10 @@
 
 use super::*;
 
+/// The span an attempt runs in. A process that exports spans makes the attempt's span of the
+/// task's trace; one that does not makes a plain span under a target the trace layer leaves alone,
+/// which only gives its log lines the attempt's ids (an OpenTelemetry span per call would cost
+/// more than the call).
 pub(super) fn node_span(
     attempt: &Attempt,
     tool: &str,
@@ -10,6 +14,16 @@ pub(super) fn node_span(
     losses: u32,
     resumed: bool,
 ) -> tracing::Span {
+    if !conveyor_shared::telemetry::exporting() {
+        return tracing::info_span!(
+            target: "conveyor::node",
+            "node",
+            task = %attempt.task_id,
+            node = %attempt.node_id,
+            tool = %tool,
+            attempt = attempt.try_number(),
+        );
+    }
     let reason = match (attempt.try_number(), resumed, losses) {
         (1, false, _) => "first",
         (_, true, _) => "resumed",
@@ -39,12 +53,18 @@ pub(super) fn node_span(
     span
 }
 
-/// The W3C `traceparent` of a span, for a tool to hand on (to a child process, a remote call).
-fn w3c_traceparent(span: &tracing::Span) -> String {
+/// The W3C `traceparent` a tool hands on (to a child process, a remote call): its attempt's span,
+/// whose id follows from the task's trace whether or not this process exports it.
+fn w3c_traceparent(span: &tracing::Span, attempt: &Attempt) -> Option<String> {
     use opentelemetry::trace::TraceContextExt;
+    if !conveyor_shared::telemetry::exporting() {
+        let trace = attempt.traceparent.as_deref().and_then(TaskTrace::decode)?;
+        let span_id = trace.node_span_id(&attempt.node_id, attempt.try_number());
+        return Some(format!("00-{}-{}-{:02x}", trace.trace_id, span_id, u8::from(trace.sampled)));
+    }
     let cx = span.context();
     let sc = cx.span().span_context().clone();
-    format!("00-{}-{}-{:02x}", sc.trace_id(), sc.span_id(), sc.trace_flags().to_u8())
+    Some(format!("00-{}-{}-{:02x}", sc.trace_id(), sc.span_id(), sc.trace_flags().to_u8()))
 }
 
 /// One started attempt, from the tool call to its completion.
@@ -107,7 +127,7 @@ impl NodeJob {
                     attempt: attempt.try_number(),
                     arguments,
                     cancel: token.clone(),
-                    traceparent: Some(w3c_traceparent(&self.span)),
+                    traceparent: w3c_traceparent(&self.span, attempt),
                     store: store.clone(),
                     started: attempt.clone(),
                     answers: self.start.answers.clone(),
