@@ -293,7 +293,7 @@ async fn wait_until_stopped(
         Some(waiter) => waiter,
         None => {
             let waiter = hub.waiter(&task_id);
-            task = watch(&task_id).await?;
+            task = Box::pin(watch(&task_id)).await?;
             // A follow that was given no progress token relays the one the call asked with.
             if relay.progress_token.is_none() {
                 relay.progress_token = task.call.progress_token.clone();
@@ -305,6 +305,8 @@ async fn wait_until_stopped(
             waiter
         }
     };
+    // The rare steps below (a read, a watch, an escalation) run boxed, so that the follow of a
+    // call, spawned once per call, stays small.
     let mut recheck = Instant::now() + SAFETY_RECHECK;
     loop {
         tokio::select! {
@@ -331,7 +333,7 @@ async fn wait_until_stopped(
                         task.error = error;
                         return Ok(Some(Stopped::Terminal(task)));
                     }
-                    let mut settled = read(&task_id).await?;
+                    let mut settled = Box::pin(read(&task_id)).await?;
                     settled.call = std::mem::take(&mut task.call);
                     return Ok(Some(Stopped::Terminal(settled)));
                 }
@@ -354,7 +356,7 @@ async fn wait_until_stopped(
                         }
                         None => {
                             let call = std::mem::take(&mut task.call);
-                            task = read(&task_id).await?;
+                            task = Box::pin(read(&task_id)).await?;
                             task.call = call;
                         }
                     }
@@ -370,7 +372,7 @@ async fn wait_until_stopped(
                 Some(Delivery::Event(TaskEvent::Expired)) => return Err(task_not_found(&task_id)),
                 // Events may have been lost (the subscription dropped): read the task again.
                 Some(Delivery::Resync) => {
-                    task = watch(&task_id).await?;
+                    task = Box::pin(watch(&task_id)).await?;
                     if stops(&task) {
                         return Ok(Some(Stopped::of(task)));
                     }
@@ -380,7 +382,7 @@ async fn wait_until_stopped(
             },
             () = tokio::time::sleep_until(recheck) => {
                 recheck = Instant::now() + SAFETY_RECHECK;
-                task = watch(&task_id).await?;
+                task = Box::pin(watch(&task_id)).await?;
                 if stops(&task) {
                     return Ok(Some(Stopped::of(task)));
                 }
@@ -396,7 +398,7 @@ async fn wait_until_stopped(
                     }
                     WhenOverdue::Cancel => {
                         let message = "Cancelled: it took longer than the server waits for a synchronous call";
-                        state.store.cancel_task(&task_id, "", message).await?;
+                        Box::pin(state.store.cancel_task(&task_id, "", message)).await?;
                         return Err(RpcFailure::internal(format!(
                             "The request did not finish within {} s, as long as this server waits (CONVEYOR_SYNC_TIMEOUT_MS); its work was stopped",
                             deadline.as_secs_f64()
@@ -406,7 +408,7 @@ async fn wait_until_stopped(
                 // The work runs on: as the client's task, which it can fetch and cancel, never
                 // as a hidden one out of its reach.
                 let retention = super::index_retention_ms(state);
-                return match state.store.escalate_overdue(&task_id, &task.owner, retention).await? {
+                return match Box::pin(state.store.escalate_overdue(&task_id, &task.owner, retention)).await? {
                     Overdue::Escalated => {
                         tracing::info!(task = %task_id, waited = ?deadline, "a synchronous call outlived its wait; it is the client's task now");
                         task.mode = TaskMode::Task;
@@ -414,7 +416,7 @@ async fn wait_until_stopped(
                     }
                     // It settled just now: its outcome is the call's answer after all.
                     Overdue::Settled => {
-                        let mut settled = read(&task_id).await?;
+                        let mut settled = Box::pin(read(&task_id)).await?;
                         settled.call = std::mem::take(&mut task.call);
                         Ok(Some(Stopped::Terminal(settled)))
                     }

@@ -148,24 +148,26 @@ pub async fn handle(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, RpcF
     measured(request, reply)
 }
 
+// Every method but `tools/call` runs boxed: a request's future is as large as the largest method
+// it may run, and it is moved whole (a spawn, a box), so the rare ones stay off the hot path's size.
 async fn handle_2025(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, RpcFailure> {
     let result = match ctx.method.as_str() {
         "ping" => json!({}),
         "initialize" => initialize::initialize(&ctx.params),
-        "tools/list" => tools_list::tools_list(&state, &ctx).await?,
+        "tools/list" => Box::pin(tools_list::tools_list(&state, &ctx)).await?,
         "tools/call" => return tools_call::tools_call(state, ctx).await,
-        "tasks/get" => tasks_get::tasks_get(&state, &ctx).await?,
-        "tasks/cancel" => tasks_cancel::tasks_cancel(&state, &ctx).await?,
-        "tasks/result" => return tasks_result::tasks_result(state, ctx).await,
-        "tasks/list" => tasks_list::tasks_list(&state, &ctx).await?,
-        "prompts/list" => prompts::prompts_list(&state, &ctx).await?,
-        "prompts/get" => return prompts::prompts_get(state, ctx).await,
-        "resources/list" => resources::resources_list(&state, &ctx).await?,
-        "resources/templates/list" => resources::resource_templates_list(&state, &ctx).await?,
-        "resources/read" => return resources::resources_read(state, ctx).await,
+        "tasks/get" => Box::pin(tasks_get::tasks_get(&state, &ctx)).await?,
+        "tasks/cancel" => Box::pin(tasks_cancel::tasks_cancel(&state, &ctx)).await?,
+        "tasks/result" => return Box::pin(tasks_result::tasks_result(state, ctx)).await,
+        "tasks/list" => Box::pin(tasks_list::tasks_list(&state, &ctx)).await?,
+        "prompts/list" => Box::pin(prompts::prompts_list(&state, &ctx)).await?,
+        "prompts/get" => return Box::pin(prompts::prompts_get(state, ctx)).await,
+        "resources/list" => Box::pin(resources::resources_list(&state, &ctx)).await?,
+        "resources/templates/list" => Box::pin(resources::resource_templates_list(&state, &ctx)).await?,
+        "resources/read" => return Box::pin(resources::resources_read(state, ctx)).await,
         "resources/subscribe" | "resources/unsubscribe" => resources::resources_subscribe(&state, &ctx)?,
-        "completion/complete" => completion::complete(&state, &ctx).await?,
-        "logging/setLevel" => logging::set_level(&state, &ctx).await?,
+        "completion/complete" => Box::pin(completion::complete(&state, &ctx)).await?,
+        "logging/setLevel" => Box::pin(logging::set_level(&state, &ctx)).await?,
         method => return Err(RpcFailure::method_not_found(method)),
     };
     Ok(Reply::Result(result))
@@ -185,18 +187,18 @@ async fn handle_2026(state: Arc<AppState>, ctx: RequestCtx) -> Result<Reply, Rpc
     }
     let result = match method {
         "server/discover" => discover::discover(),
-        "tools/list" => tools_list::tools_list(&state, &ctx).await?,
+        "tools/list" => Box::pin(tools_list::tools_list(&state, &ctx)).await?,
         "tools/call" => return tools_call::tools_call(state, ctx).await,
-        "tasks/get" => tasks_get::tasks_get(&state, &ctx).await?,
-        "tasks/update" => tasks_update::tasks_update(&state, &ctx).await?,
-        "tasks/cancel" => tasks_cancel::tasks_cancel(&state, &ctx).await?,
-        "prompts/list" => prompts::prompts_list(&state, &ctx).await?,
-        "prompts/get" => return prompts::prompts_get(state, ctx).await,
-        "resources/list" => resources::resources_list(&state, &ctx).await?,
-        "resources/templates/list" => resources::resource_templates_list(&state, &ctx).await?,
-        "resources/read" => return resources::resources_read(state, ctx).await,
-        "completion/complete" => completion::complete(&state, &ctx).await?,
-        "subscriptions/listen" => return subscriptions::listen(state, ctx).await,
+        "tasks/get" => Box::pin(tasks_get::tasks_get(&state, &ctx)).await?,
+        "tasks/update" => Box::pin(tasks_update::tasks_update(&state, &ctx)).await?,
+        "tasks/cancel" => Box::pin(tasks_cancel::tasks_cancel(&state, &ctx)).await?,
+        "prompts/list" => Box::pin(prompts::prompts_list(&state, &ctx)).await?,
+        "prompts/get" => return Box::pin(prompts::prompts_get(state, ctx)).await,
+        "resources/list" => Box::pin(resources::resources_list(&state, &ctx)).await?,
+        "resources/templates/list" => Box::pin(resources::resource_templates_list(&state, &ctx)).await?,
+        "resources/read" => return Box::pin(resources::resources_read(state, ctx)).await,
+        "completion/complete" => Box::pin(completion::complete(&state, &ctx)).await?,
+        "subscriptions/listen" => return Box::pin(subscriptions::listen(state, ctx)).await,
         // initialize, ping, logging/setLevel, resources/subscribe, tasks/result, tasks/list and
         // the rest do not exist on this revision.
         method => return Err(RpcFailure::method_not_found(method)),

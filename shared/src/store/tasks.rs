@@ -710,12 +710,24 @@ impl Store {
         &self,
         new: &mut NewTask,
         limits: &Limits,
-        mut moving: impl FnMut(&mut NewTask, Shard),
+        moving: impl FnMut(&mut NewTask, Shard),
     ) -> Result<Created, StoreError> {
         if let Some(created_at) = self.create_lean(new, limits).await? {
             new.created_at_ms = created_at;
             return Ok(Created::Created);
         }
+        // Boxed: the full path's future is several times the lean one's, and a caller's future
+        // (a request's, moved whole when it is spawned) would otherwise be as large.
+        Box::pin(self.create_task_full(new, limits, moving)).await
+    }
+
+    /// [`Store::create_task_spread`] of a call that is not lean, or that its lean batch left.
+    async fn create_task_full(
+        &self,
+        new: &mut NewTask,
+        limits: &Limits,
+        mut moving: impl FnMut(&mut NewTask, Shard),
+    ) -> Result<Created, StoreError> {
         let home_id = new.task_id.clone();
         let give_up = tokio::time::Instant::now() + self.inner.options.outage_wait;
         loop {
