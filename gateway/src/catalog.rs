@@ -191,11 +191,15 @@ fn run_dag_tool() -> CatalogTool {
 pub struct ToolCatalog {
     store: Store,
     snapshot: RwLock<Arc<Snapshot>>,
+    /// Held by the one caller that re-reads the catalog: the requests that find it stale at the
+    /// same moment (all of those in flight, under load) share that read instead of each reading
+    /// and compiling every tool again.
+    reading: tokio::sync::Mutex<()>,
 }
 
 impl ToolCatalog {
     pub fn new(store: Store) -> Self {
-        Self { store, snapshot: RwLock::default() }
+        Self { store, snapshot: RwLock::default(), reading: tokio::sync::Mutex::new(()) }
     }
 
     fn read(&self) -> Arc<Snapshot> {
@@ -230,6 +234,24 @@ impl ToolCatalog {
         self.read().fetched.map(|t| t.elapsed())
     }
 
+    /// Re-reads the catalog once for every caller that asks meanwhile. One that finds a read under
+    /// way goes on with the snapshot it has when it may (`stale_will_do`), or waits for that read,
+    /// which it takes as its own when the read began after it asked.
+    async fn refresh_shared(&self, stale_will_do: bool) -> Result<(), StoreError> {
+        let asked = Instant::now();
+        if let Ok(_reading) = self.reading.try_lock() {
+            return self.refresh().await;
+        }
+        if stale_will_do {
+            return Ok(());
+        }
+        let _reading = self.reading.lock().await;
+        if self.read().fetched.is_some_and(|fetched| fetched >= asked) {
+            return Ok(());
+        }
+        self.refresh().await
+    }
+
     /// The tools a live worker offers (and `run_dag`), in registration order.
     pub async fn list(&self) -> Result<Vec<Arc<CatalogTool>>, StoreError> {
         self.offers(OfferKind::Tool).await
@@ -242,8 +264,10 @@ impl ToolCatalog {
 
     /// The current reading: every known tool, offered by a live worker or not, and their queues.
     pub async fn snapshot(&self) -> Result<Arc<Snapshot>, StoreError> {
-        if self.age().is_none_or(|age| age > FRESH_FOR) {
-            self.refresh().await?;
+        match self.age() {
+            None => self.refresh_shared(false).await?,
+            Some(age) if age > FRESH_FOR => self.refresh_shared(true).await?,
+            Some(_) => {}
         }
         Ok(self.read())
     }
@@ -255,7 +279,7 @@ impl ToolCatalog {
         if snapshot.get(name).is_some() || self.age().is_some_and(|age| age <= MISS_REFRESH) {
             return Ok(snapshot);
         }
-        self.refresh().await?;
+        self.refresh_shared(false).await?;
         Ok(self.read())
     }
 
@@ -267,7 +291,9 @@ impl ToolCatalog {
             return Ok(Some(tool.clone()));
         }
         if stale || self.age().is_none_or(|age| age > MISS_REFRESH) {
-            self.refresh().await?;
+            // A known tool from a stale reading will do while another caller reads again.
+            let known = self.read().get(name).is_some();
+            self.refresh_shared(stale && known).await?;
         }
         Ok(self.read().get(name).cloned())
     }

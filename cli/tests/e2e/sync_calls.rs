@@ -2,7 +2,8 @@
 //! outlives the gateway's wait (`--sync-timeout-ms`) goes on as a task the client can fetch and
 //! cancel, on both wires and with the official Python SDK; a 2025-11-25 `notifications/cancelled`
 //! cancels only the call it can be matched to; and a client that reads its SSE stream slowly gets
-//! its call's end as soon as it reads on.
+//! its call's end as soon as it reads on; calls that find the gateway's reading of the tool catalog
+//! stale together share one read of it.
 
 use std::time::Duration;
 
@@ -298,4 +299,47 @@ async fn a_slow_sse_reader_gets_the_end_of_its_call_as_soon_as_it_reads() {
     .await;
     assert_eq!(answered, Ok(true), "the end never came ({} bytes read)", read.len());
     assert!(read.len() > 1_000_000, "the stream's buffers held {} bytes: they did not fill", read.len());
+}
+
+/// `HGETALL`s Redis has run so far (the catalog's reads among them).
+fn hgetalls(redis: &RedisServer) -> u64 {
+    redis.command_stats().expect("commandstats").get("hgetall").copied().unwrap_or(0)
+}
+
+#[tokio::test]
+async fn calls_that_find_the_tool_catalog_stale_together_read_it_once() {
+    let redis = RedisServer::start().expect("redis");
+    let gateway = Conveyor::gateway(&redis.url(), &[]).expect("gateway");
+    let _worker = Conveyor::worker(&redis.url(), &["--fixtures"]).expect("worker");
+    let mcp = Mcp::new(gateway.mcp_url());
+    wait_for_tools(&mcp, &["greet"]).await;
+    let greet = |name: String| {
+        let mcp = mcp.clone();
+        async move {
+            let reply = mcp
+                .call_2025("tools/call", json!({"name": "greet", "arguments": {"name": name}}))
+                .await
+                .expect("tools/call");
+            assert_eq!(reply.result()["content"][0]["text"], format!("Hello, {name}!"), "{}", reply.raw);
+        }
+    };
+    // 32 connections to the gateway, open and idle, so that the 32 calls below arrive together.
+    futures::future::join_all((0..32).map(|i| greet(format!("w{i}")))).await;
+    // The gateway keeps its reading of the catalog for 2 s: past that, one call reads it again.
+    tokio::time::sleep(Duration::from_millis(2_200)).await;
+    let before = hgetalls(&redis);
+    greet("one".to_owned()).await;
+    let one_read = hgetalls(&redis) - before;
+    assert!(one_read >= 1, "a stale catalog is read again");
+
+    // Many calls that find it stale at once share one read (each would read and compile every
+    // tool's schema again otherwise).
+    tokio::time::sleep(Duration::from_millis(2_200)).await;
+    let before = hgetalls(&redis);
+    futures::future::join_all((0..32).map(|i| greet(format!("n{i}")))).await;
+    let reads = hgetalls(&redis) - before;
+    assert!(
+        reads <= one_read + 1,
+        "32 calls on a stale catalog ran {reads} HGETALLs; one call runs {one_read}"
+    );
 }
