@@ -34,7 +34,9 @@ pub(super) struct LeanCreate {
     bytes: usize,
     ttl_ms: u64,
     keys: Vec<String>,
-    entry: Vec<String>,
+    /// What its entry carries beyond the task id, owner and tool (`create_calls` builds it).
+    trace: String,
+    call: String,
     hash: Vec<String>,
     limits: [i64; 5],
 }
@@ -74,11 +76,11 @@ impl Batched for LeanCreate {
             args.push(call.task_id.clone());
             args.push(call.owner.clone());
             args.push(call.tool.clone());
+            args.push(call.trace.clone());
+            args.push(call.call.clone());
             args.push(call.bytes.to_string());
             args.push(call.ttl_ms.to_string());
             args.push(if call.keys.len() > 2 { "1" } else { "0" }.to_owned());
-            args.push(call.entry.len().to_string());
-            args.extend(call.entry.iter().cloned());
         }
         let script = &scripts::CREATE_CALLS;
         pipe.cmd("EVALSHA").arg(script.get_hash()).arg(keys.len()).arg(&keys).arg(&args);
@@ -258,21 +260,7 @@ impl Store {
             node("q"),
             q.to_string(),
         ]);
-        let entry = vec![
-            "task".to_owned(),
-            new.task_id.clone(),
-            "node".to_owned(),
-            ROOT_NODE.to_owned(),
-            "trace".to_owned(),
-            trace,
-            "owner".to_owned(),
-            new.owner.clone(),
-            "tool".to_owned(),
-            new.tool.clone(),
-            "call".to_owned(),
-            call.clone(),
-        ];
-        hash.extend(["call".to_owned(), call]);
+        hash.extend(["call".to_owned(), call.clone()]);
         let mut keys = vec![shard.task(&new.task_id), shard.queue(&queue)];
         keys.extend(new.call_key.iter().cloned());
         Some(LeanCreate {
@@ -282,7 +270,8 @@ impl Store {
             bytes,
             ttl_ms: new.ttl_ms,
             keys,
-            entry,
+            trace,
+            call,
             hash,
             limits: [share("kept"), share("live"), share("nodes"), share("queued"), share("perTool")],
         })
