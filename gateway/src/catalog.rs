@@ -239,8 +239,9 @@ impl ToolCatalog {
     /// which it takes as its own when the read began after it asked.
     async fn refresh_shared(&self, stale_will_do: bool) -> Result<(), StoreError> {
         let asked = Instant::now();
+        // The read runs boxed: a request's future, moved whole, would otherwise hold room for it.
         if let Ok(_reading) = self.reading.try_lock() {
-            return self.refresh().await;
+            return Box::pin(self.refresh()).await;
         }
         if stale_will_do {
             return Ok(());
@@ -249,7 +250,7 @@ impl ToolCatalog {
         if self.read().fetched.is_some_and(|fetched| fetched >= asked) {
             return Ok(());
         }
-        self.refresh().await
+        Box::pin(self.refresh()).await
     }
 
     /// The tools a live worker offers (and `run_dag`), in registration order.

@@ -67,17 +67,16 @@ impl Signer {
 
     /// The key; the first call of a gateway without a configured key reads it from Redis.
     pub async fn key(&self, store: &conveyor_shared::Store) -> Result<SigningKey, RpcFailure> {
-        if let Some(key) = &self.configured {
+        if let Some(key) = self.configured.as_ref().or_else(|| self.shared.get()) {
             return Ok(key.clone());
         }
-        let key = self
-            .shared
-            .get_or_try_init(|| async {
-                // 256 random bits, as hex.
-                let candidate = format!("{}{}", random_id(), random_id());
-                store.signing_secret(&candidate).await.map(|s| SigningKey(s.into_bytes().into()))
-            })
-            .await?;
+        // The first request's read, boxed: every request's future would otherwise hold room for it.
+        let key = Box::pin(self.shared.get_or_try_init(|| async {
+            // 256 random bits, as hex.
+            let candidate = format!("{}{}", random_id(), random_id());
+            store.signing_secret(&candidate).await.map(|s| SigningKey(s.into_bytes().into()))
+        }))
+        .await?;
         Ok(key.clone())
     }
 }

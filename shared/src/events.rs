@@ -302,6 +302,9 @@ impl EventHub {
     /// Starts the subscriber (once) and waits up to `timeout` until its subscriptions are live.
     /// Waiters registered while it is not live are told to resync when it is.
     pub async fn start(&self, timeout: Duration) -> bool {
+        if self.is_live() {
+            return true;
+        }
         let starter = self.start.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
         if let Some(starter) = starter {
             tokio::spawn(run(self.shared.clone(), starter));
@@ -309,6 +312,11 @@ impl EventHub {
         let mut ready = self.ready.clone();
         let live = tokio::time::timeout(timeout, ready.wait_for(|live| *live)).await;
         matches!(live, Ok(Ok(_)))
+    }
+
+    /// Whether the subscriber runs and is subscribed now.
+    pub fn is_live(&self) -> bool {
+        *self.ready.borrow()
     }
 
     /// Cancellations of any shard's tasks from now on. Every listener hears every notice, so the

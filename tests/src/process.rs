@@ -7,6 +7,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
+/// How long a process's log must stay unchanged before [`Conveyor::log_text`] reads it.
+const LOG_QUIET: Duration = Duration::from_millis(100);
+/// How long [`Conveyor::log_text`] waits at most for a growing log to settle.
+const LOG_SETTLE_MAX: Duration = Duration::from_secs(3);
+
 /// The shard a task id names (whatever the deployment's shard count).
 pub fn shard_of(task_id: &str) -> conveyor_shared::keys::Shard {
     conveyor_shared::keys::shard_of(task_id, conveyor_shared::keys::MAX_SHARDS)
@@ -723,7 +728,7 @@ impl Conveyor {
 
     /// Where the process's metrics listener (`--metrics-listen 127.0.0.1:0`) is, once it says.
     pub fn metrics_base(&self) -> Option<String> {
-        logged_address(&self.log_text(), "metrics at http://").map(|address| format!("http://{address}"))
+        logged_address(&self.log_now(), "metrics at http://").map(|address| format!("http://{address}"))
     }
 
     /// [`Conveyor::metrics_base`], waited for (a worker says it once it has connected to Redis).
@@ -740,14 +745,33 @@ impl Conveyor {
         }
     }
 
+    /// The process's log so far. A process writes its log lines from a thread of its own, a moment
+    /// after it logs them: the
+    /// text is read once it has stopped growing for [`LOG_QUIET`] (at most [`LOG_SETTLE_MAX`]), so
+    /// that a line logged before the step a test saw is in it.
     pub fn log_text(&self) -> String {
+        let read = || self.log_now();
+        let deadline = Instant::now() + LOG_SETTLE_MAX;
+        let mut text = read();
+        loop {
+            std::thread::sleep(LOG_QUIET);
+            let now = read();
+            if now.len() == text.len() || Instant::now() >= deadline {
+                return now;
+            }
+            text = now;
+        }
+    }
+
+    /// The process's log as written so far, for a helper that polls it until a line appears.
+    fn log_now(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// The consumer name a worker logged when it started (`worker started ...
     /// worker=worker-<32 hex digits>`), once it has.
     pub fn logged_worker_name(&self) -> Option<String> {
-        let log = self.log_text();
+        let log = self.log_now();
         let line = log.lines().find(|l| l.contains("worker started"))?;
         let at = line.find("worker-")?;
         let name: String = line[at..].chars().take("worker-".len() + 32).collect();

@@ -43,6 +43,6 @@ pub(super) async fn level_of_call(
             None | Some(Value::Null) => Ok(None),
             Some(level) => parse(level, &format!("_meta.{META_LOG_LEVEL}")).map(Some),
         },
-        Wire::V2025 => Ok(state.store.log_level(&scope(ctx)).await?),
+        Wire::V2025 => Ok(Box::pin(state.store.log_level(&scope(ctx))).await?),
     }
 }

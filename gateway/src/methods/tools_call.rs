@@ -139,7 +139,7 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
     if let Some(request_state) = &call.round.request_state {
         // A later round of a call that asked for input: it continues that call, whatever else.
         let held = super::hold_stream(&state, &ctx.caller)?;
-        let reply = rounds::continue_round(
+        let reply = Box::pin(rounds::continue_round(
             state.clone(),
             ctx.id.clone(),
             ctx.caller.clone(),
@@ -149,7 +149,7 @@ pub(super) async fn tools_call(state: Arc<AppState>, mut ctx: RequestCtx) -> Res
             ctx.accepts_sse,
             rounds::Overdue::Task { client_tasks },
             ctx.reply_budget.clone(),
-        )
+        ))
         .await;
         return super::holding(reply, held);
     }
@@ -254,7 +254,7 @@ async fn decide(
     // client synchronously, and turns the call into its task when it says so.
     let escalable = ctx.wire == Wire::V2026 && as_task && tool.input_before_task;
     let graph = if name == RUN_DAG {
-        Some(checked_graph(state, &ctx.caller, &roots, &call.arguments).await?)
+        Some(Box::pin(checked_graph(state, &ctx.caller, &roots, &call.arguments)).await?)
     } else {
         None
     };
@@ -354,7 +354,7 @@ async fn create(
             // A retried call: answer with the task the first one created; nothing runs twice.
             tracing::info!(task = %earlier, tool = %name, "idempotent retry: returning the earlier task");
             waiter = None;
-            earlier_task(state, &ctx.caller, &earlier).await?
+            Box::pin(earlier_task(state, &ctx.caller, &earlier)).await?
         }
         refused => return Err(refusal(refused)),
     };

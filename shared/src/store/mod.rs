@@ -251,6 +251,17 @@ impl Store {
 
     /// The process's event hub (inbox and cancel channels), subscribed on first use.
     pub async fn events(&self) -> Result<EventHub, StoreError> {
+        // Every call asks: once the hub listens, the answer is at hand, with no timer and no
+        // room in the caller's future for the first start, which runs boxed.
+        if let Some(hub) = self.inner.hub.get()
+            && hub.is_live()
+        {
+            return Ok(hub.clone());
+        }
+        Box::pin(self.start_events()).await
+    }
+
+    async fn start_events(&self) -> Result<EventHub, StoreError> {
         self.conn().await?;
         let hub = self
             .inner

@@ -738,7 +738,8 @@ impl Store {
                 super::lean::LeanCompleted::Adopt => {}
             }
         }
-        let Some(attempt) = self.adopted(attempt).await? else { return Ok(CompleteOutcome::Stale) };
+        // The full path runs boxed, so that a lean completion's future (one per call) stays small.
+        let Some(attempt) = Box::pin(self.adopted(attempt)).await? else { return Ok(CompleteOutcome::Stale) };
         let attempt = attempt.as_ref();
         let shard = attempt.shard;
         let mut keys = vec![shard.task(&attempt.task_id)];
@@ -753,7 +754,8 @@ impl Store {
             "cancelChannel": shard.cancel_channel(), "inlineMax": INLINE_MAX,
             "deadLetterCopyMax": super::dead_letters::DEAD_LETTER_COPY_MAX,
         });
-        let reply = self.complete_in_batch(shard, super::completions::Completion { keys, record }).await?;
+        let reply =
+            Box::pin(self.complete_in_batch(shard, super::completions::Completion { keys, record })).await?;
         let reply: CompleteReply = super::effects::recorded(reply)?;
         Ok(match reply {
             CompleteReply::Stale => CompleteOutcome::Stale,

@@ -180,20 +180,20 @@ impl NodeJob {
             // A node that finished before the stop reached it keeps its outcome below: finished
             // work is recorded, not run again by another worker.
             StopReason::Shutdown if interrupted => {
-                if cancelled_by_task(store, &attempt.task_id).await {
+                if Box::pin(cancelled_by_task(store, &attempt.task_id)).await {
                     self.settle(None, false).await
                 } else {
-                    self.hand_back().await
+                    Box::pin(self.hand_back()).await
                 }
             }
             StopReason::NotStopped | StopReason::Timeout | StopReason::Shutdown => match outcome {
-                ToolOutcome::Plan(plan) => match crate::dag::check_plan(store, &plan).await {
-                    Ok(()) => self.expand(&plan).await,
+                ToolOutcome::Plan(plan) => match Box::pin(crate::dag::check_plan(store, &plan)).await {
+                    Ok(()) => Box::pin(self.expand(&plan)).await,
                     Err(invalid) => self.settle(Some(invalid), false).await,
                 },
                 ToolOutcome::InputRequired(input) => match self.askable(&input) {
-                    Ok(()) => self.park(&input).await,
-                    Err(refused) => self.refuse(refused).await,
+                    Ok(()) => Box::pin(self.park(&input)).await,
+                    Err(refused) => Box::pin(self.refuse(refused)).await,
                 },
                 outcome => self.settle(Some(outcome), final_failure).await,
             },
@@ -208,12 +208,13 @@ impl NodeJob {
             return Ok(self.start.arguments().clone());
         }
         let limits = &self.worker.options.node_limits;
-        let resolved = crate::dag::resolve_arguments(
+        // Boxed: a graph's node reads its upstream values; a call's future holds no room for it.
+        let resolved = Box::pin(crate::dag::resolve_arguments(
             &self.worker.store,
             &self.start.attempt.task_id,
             self.start.arguments(),
             &limits.resolve(),
-        )
+        ))
         .await?;
         self.worker.registry.check_arguments(&self.start.tool, &resolved).map_err(|message| {
             ToolOutcome::Error(RpcError {
