@@ -54,12 +54,19 @@ pub struct MonitorCounts {
     pub pubsub_commands: u64,
     /// [`MonitorCounts::pubsub_commands`] per command name, uppercased.
     pub pubsub_by_command: BTreeMap<String, u64>,
+    /// Client `EVALSHA`s per script SHA1 (lowercase hex), to tell which scripts ran.
+    pub evalsha_by_script: BTreeMap<String, u64>,
 }
 
 impl MonitorCounts {
     /// How many times clients sent `command` (any case).
     pub fn client(&self, command: &str) -> u64 {
         self.by_command.get(&command.to_ascii_uppercase()).copied().unwrap_or(0)
+    }
+
+    /// How many times clients ran the script whose SHA1 is `sha` (`EVALSHA`).
+    pub fn evalsha(&self, sha: &str) -> u64 {
+        self.evalsha_by_script.get(&sha.to_ascii_lowercase()).copied().unwrap_or(0)
     }
 
     /// How many times scripts ran `command` (any case).
@@ -162,6 +169,7 @@ fn count(
     let mut script: HashMap<String, u64> = HashMap::new();
     let mut blocking: HashMap<String, u64> = HashMap::new();
     let mut pubsub: HashMap<String, u64> = HashMap::new();
+    let mut evalsha: HashMap<String, u64> = HashMap::new();
     let mut counts = MonitorCounts::default();
     let mut line = Vec::with_capacity(1024);
     let mut last_data = Instant::now();
@@ -194,6 +202,11 @@ fn count(
                 } else if source != own {
                     counts.client_commands += 1;
                     bump(&mut client, command);
+                    if command.eq_ignore_ascii_case("EVALSHA")
+                        && let Some(sha) = args.split('"').nth(1)
+                    {
+                        *evalsha.entry(sha.to_ascii_lowercase()).or_default() += 1;
+                    }
                     if is_blocking_read(command, args) {
                         counts.blocking_reads += 1;
                         bump(&mut blocking, command);
@@ -215,6 +228,7 @@ fn count(
     counts.script_by_command = script.into_iter().collect();
     counts.blocking_by_command = blocking.into_iter().collect();
     counts.pubsub_by_command = pubsub.into_iter().collect();
+    counts.evalsha_by_script = evalsha.into_iter().collect();
     Ok(counts)
 }
 
@@ -399,16 +413,26 @@ mod tests {
         let script = "redis.call('SET', KEYS[1], ARGV[1]) return redis.call('GET', KEYS[1])";
         let value: String = redis::cmd("EVAL").arg(script).arg(1).arg("k").arg("v").query(&mut conn)?;
         assert_eq!(value, "v");
+        let sha: String = redis::cmd("SCRIPT").arg("LOAD").arg(script).query(&mut conn)?;
+        let _: String = redis::cmd("EVALSHA").arg(&sha).arg(1).arg("k").arg("w").query(&mut conn)?;
         let counts = monitor.stop()?;
 
-        assert_eq!(counts.client_commands, 4, "{counts:?}");
+        assert_eq!(counts.client_commands, 6, "{counts:?}");
         assert_eq!(
             counts.by_command,
-            BTreeMap::from([("EVAL".into(), 1), ("GET".into(), 1), ("INCR".into(), 1), ("SET".into(), 1)])
+            BTreeMap::from([
+                ("EVAL".into(), 1),
+                ("EVALSHA".into(), 1),
+                ("GET".into(), 1),
+                ("INCR".into(), 1),
+                ("SCRIPT".into(), 1),
+                ("SET".into(), 1)
+            ])
         );
-        assert_eq!(counts.script_commands, 2, "{counts:?}");
-        assert_eq!((counts.script("set"), counts.script("get")), (1, 1));
-        assert_eq!(counts.client("evalsha"), 0);
+        assert_eq!(counts.script_commands, 4, "{counts:?}");
+        assert_eq!((counts.script("set"), counts.script("get")), (2, 2));
+        assert_eq!(counts.evalsha(&sha.to_ascii_uppercase()), 1, "{counts:?}");
+        assert_eq!(counts.evalsha_by_script.len(), 1, "{counts:?}");
         assert_eq!(counts.unparsed_lines, 0);
         Ok(())
     }

@@ -94,6 +94,45 @@ async fn a_lean_call_runs_from_its_delivery_and_settles_in_a_batch() {
 }
 
 #[tokio::test]
+async fn a_lean_entry_over_its_owners_share_waits_on_the_worker_without_a_start_script() {
+    let redis = RedisServer::start().expect("redis");
+    // Two slots, one of them a principal's share: most of what one principal sends at once is
+    // read while its share is taken.
+    let gateway = Conveyor::gateway(&redis.url(), &[]).expect("gateway");
+    let _worker =
+        Conveyor::worker(&redis.url(), &["--fixtures", "--concurrency", "2", "--principal-share", "0.5"])
+            .expect("worker");
+    let mcp = Mcp::new(gateway.mcp_url());
+    wait_for_tools(&mcp, &["greet"]).await;
+
+    let monitor = conveyor_tests::monitor::Monitor::start(&redis.url()).expect("monitor");
+    let calls = (0..30).map(|i| {
+        let mcp = mcp.clone();
+        async move { greet(&mcp, &format!("s{i}")).await }
+    });
+    let results = futures::future::join_all(calls).await;
+    let counts = monitor.stop().expect("monitor counts");
+    for (i, result) in results.iter().enumerate() {
+        assert_eq!(result["content"][0]["text"], format!("Hello, s{i}!"), "{result}");
+    }
+    // `start_nodes` runs only for an entry whose wait ran out (it is set aside, then started by
+    // the full path: attempt 1); one that found its owner's slot free in time ran lean (attempt
+    // 0), with no script at its start. Each set-aside entry takes at most two starts (set aside,
+    // started).
+    let full_path = task_ids(&redis)
+        .iter()
+        .filter(|id| task_hash(&redis, id).get("root:attempt").map(String::as_str) != Some("0"))
+        .count();
+    let starts = counts.evalsha(conveyor_shared::scripts::START_NODES.script.get_hash());
+    assert!(
+        starts <= 2 * full_path as u64,
+        "{starts} start_nodes scripts ran for {full_path} calls that left the lean path: {counts:?}"
+    );
+    assert_eq!(live_counts(&redis), Vec::<(String, i64)>::new(), "every count is back");
+    assert_eq!(redis.pending_entries(), 0);
+}
+
+#[tokio::test]
 async fn a_lean_entry_carries_its_call_and_a_worker_of_the_full_path_runs_it_all_the_same() {
     let redis = RedisServer::start().expect("redis");
     // A gateway alone: the entry waits in its stream to be looked at.

@@ -321,6 +321,17 @@ async fn dispatch(
             run_node(worker, start, permit, jobs, None);
             continue;
         }
+        // A lean entry whose owner has its share waits with the worker as `start_nodes` would
+        // have said ("capped": nothing changed), without the script: the entry names its owner.
+        // Only once its wait runs out does it go through `start_nodes`, to be set aside.
+        if let Some(owner) = lean_owner
+            && !set_aside.contains(&(item.stream.clone(), item.entry_id.clone()))
+            && worker.owners.room(owner, share) == 0
+        {
+            let owner = owner.to_owned();
+            dispatched.capped.push((item, owner));
+            continue;
+        }
         if item.task_id.is_empty() {
             if let Err(e) = worker.store.drop_entry(&item).await {
                 tracing::warn!(entry = %item.entry_id, error = %e, "could not drop an empty entry");
