@@ -133,6 +133,48 @@ async fn a_lean_entry_over_its_owners_share_waits_on_the_worker_without_a_start_
 }
 
 #[tokio::test]
+async fn a_lean_call_whose_worker_is_killed_is_taken_over_and_counts_the_lost_worker() {
+    let redis = RedisServer::start().expect("redis");
+    let gateway = Conveyor::gateway(&redis.url(), &[]).expect("gateway");
+    let lease = ["--fixtures", "--lease-ms", "1000"];
+    let mut first = Conveyor::worker(&redis.url(), &lease).expect("worker");
+    let mcp = Mcp::new(gateway.mcp_url());
+    wait_for_tools(&mcp, &["slow_compute"]).await;
+
+    // A synchronous call: it runs from its delivery, its node still `queued` while it runs.
+    let call = {
+        let mcp = mcp.clone();
+        tokio::spawn(async move {
+            mcp.call_2025(
+                "tools/call",
+                json!({"name": "slow_compute", "arguments": {"seconds": 2, "label": "kept"}}),
+            )
+            .await
+            .expect("tools/call")
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while redis.pending_entries() == 0 {
+        assert!(std::time::Instant::now() < deadline, "the call's entry was never delivered");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let id = task_ids(&redis).pop().expect("the call's task");
+    assert_eq!(task_hash(&redis, &id).get("root:attempt").map(String::as_str), Some("0"), "it ran lean");
+    first.signal("KILL");
+    assert!(first.wait_exit(Duration::from_secs(5)));
+
+    // Another worker takes it over once the lease runs out, by the full path, and the node counts
+    // the worker it lost (the lean entry carried the call: it was running, not waiting).
+    let _second = Conveyor::worker(&redis.url(), &lease).expect("second worker");
+    let reply = tokio::time::timeout(Duration::from_secs(30), call).await.expect("in time").expect("joined");
+    assert_eq!(reply.result()["content"][0]["text"], "computed kept", "{}", reply.raw);
+    let hash = task_hash(&redis, &id);
+    assert_eq!(hash.get("root:losses").map(String::as_str), Some("1"), "{hash:?}");
+    assert_eq!(hash.get("root:attempt").map(String::as_str), Some("1"), "{hash:?}");
+    assert_eq!(live_counts(&redis), Vec::<(String, i64)>::new(), "every count is back");
+}
+
+#[tokio::test]
 async fn a_lean_entry_carries_its_call_and_a_worker_of_the_full_path_runs_it_all_the_same() {
     let redis = RedisServer::start().expect("redis");
     // A gateway alone: the entry waits in its stream to be looked at.
@@ -164,11 +206,13 @@ async fn a_lean_entry_carries_its_call_and_a_worker_of_the_full_path_runs_it_all
         assert!(std::time::Instant::now() < deadline, "no entry of greet appeared");
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    for field in ["task", "node", "trace", "owner", "tool", "call"] {
+    for field in ["task", "node", "trace", "lean"] {
         assert!(entry.contains_key(field), "the entry carries {field}: {entry:?}");
     }
-    assert_eq!(entry["tool"], "greet");
-    assert!(entry["call"].contains("\"entry\""), "the call record travels in the entry: {entry:?}");
+    assert_eq!(entry.len(), 4, "the tool, owner and call travel in one field: {entry:?}");
+    // `<bytes>:<tool><bytes>:<owner><call record>`
+    assert!(entry["lean"].starts_with("5:greet9:anonymous{"), "{entry:?}");
+    assert!(entry["lean"].contains("\"entry\""), "the call record travels in the entry: {entry:?}");
 
     // A worker that starts every entry with start_nodes (as the previous version did) runs it too.
     let _full_worker =

@@ -15,11 +15,12 @@
 -- ARGV[1] number of calls   ARGV[2] the shard's cancel channel (wakes its maintenance)
 -- ARGV[3..6] this shard's shares of the limits: stored bytes per principal, live tasks per
 --   principal, nodes per principal, queued nodes (-1: none)   ARGV[7] queued nodes per tool
--- then for each call, in order: task id, owner, tool, traceparent (or empty), call record (JSON),
---   bytes (what it stores from the start), ttl (ms), has call key (1 | 0). Its entry is built
---   here from these (its node is the root, model.rs's ROOT_NODE), under field names that are this
---   script's constants (interned once, not passed with every call): what a worker of the previous
---   version reads (task, node, trace), and what a lean worker runs (owner, tool, call).
+-- then for each call, in order: task id, owner, tool, traceparent (or empty), the entry's `lean`
+--   field (its tool, owner and call record in one word, model.rs's LeanEntry::packed), bytes (what
+--   it stores from the start), ttl (ms), has call key (1 | 0). Its entry is built here from these
+--   (its node is the root, model.rs's ROOT_NODE), under field names that are this script's
+--   constants (interned once, not passed with every call): what a worker of the previous version
+--   reads (task, node, trace), and what a lean worker runs (lean).
 -- Each call is checked in order against the limits, counting the calls before it. A call that
 -- does not fit is not kept: its gateway creates it by the full path (create_task), which refuses
 -- it with the limit's figures or spreads it to another shard.
@@ -37,7 +38,7 @@ local load = KEYS[1]
 local calls = {}
 local a, k = 8, 3
 for i = 1, count do
-  local c = {id = ARGV[a], owner = ARGV[a + 1], tool = ARGV[a + 2], trace = ARGV[a + 3], call = ARGV[a + 4],
+  local c = {id = ARGV[a], owner = ARGV[a + 1], tool = ARGV[a + 2], trace = ARGV[a + 3], lean = ARGV[a + 4],
     bytes = tonumber(ARGV[a + 5]), ttl = tonumber(ARGV[a + 6])}
   c.task, c.stream = KEYS[k], KEYS[k + 1]
   k = k + 2
@@ -108,8 +109,7 @@ for i, c in ipairs(calls) do
   if outcome ~= 'created' then
     redis.call('DEL', c.task)
   else
-    local entry = redis.call('XADD', c.stream, '*', 'task', c.id, 'node', 'root', 'trace', c.trace, 'owner', c.owner,
-      'tool', c.tool, 'call', c.call)
+    local entry = redis.call('XADD', c.stream, '*', 'task', c.id, 'node', 'root', 'trace', c.trace, 'lean', c.lean)
     redis.call('HSET', c.task, 'createdAt', now_text, 'updatedAt', now_text, 'root:entry', entry)
     if c.callKey then
       remember_call(c.callKey, c.id, c.ttl)

@@ -22,14 +22,15 @@ if #pending == 0 then
 end
 local status = redis.call('HGET', KEYS[1], 'status')
 local n = node_state(KEYS[1], r.node)
--- A lean entry (it carries the call, ADR-0028) started its node when it was delivered: its node,
--- still queued, was running on the lost holder.
+-- A lean entry (it carries the call: its `lean` field, or `call` in the first lean entries,
+-- ADR-0028) started its node when it was delivered: its node, still queued, was running on the
+-- lost holder.
 local ran_lean = false
 local read = redis.call('XRANGE', KEYS[3], r.entry, r.entry)
 if read[1] then
   local fields = read[1][2]
   for i = 1, #fields, 2 do
-    if fields[i] == 'call' then
+    if fields[i] == 'lean' or fields[i] == 'call' then
       ran_lean = true
     end
   end

@@ -34,9 +34,10 @@ pub(super) struct LeanCreate {
     bytes: usize,
     ttl_ms: u64,
     keys: Vec<String>,
-    /// What its entry carries beyond the task id, owner and tool (`create_calls` builds it).
+    /// What its entry carries beyond the task id (`create_calls` builds it): the traceparent, and
+    /// its tool, owner and call record in one field.
     trace: String,
-    call: String,
+    lean: String,
     hash: Vec<String>,
     limits: [i64; 5],
 }
@@ -77,7 +78,7 @@ impl Batched for LeanCreate {
             args.push(call.owner.clone());
             args.push(call.tool.clone());
             args.push(call.trace.clone());
-            args.push(call.call.clone());
+            args.push(call.lean.clone());
             args.push(call.bytes.to_string());
             args.push(call.ttl_ms.to_string());
             args.push(if call.keys.len() > 2 { "1" } else { "0" }.to_owned());
@@ -260,7 +261,8 @@ impl Store {
             node("q"),
             q.to_string(),
         ]);
-        hash.extend(["call".to_owned(), call.clone()]);
+        let lean = crate::model::LeanEntry::packed(&new.tool, &new.owner, &call);
+        hash.extend(["call".to_owned(), call]);
         let mut keys = vec![shard.task(&new.task_id), shard.queue(&queue)];
         keys.extend(new.call_key.iter().cloned());
         Some(LeanCreate {
@@ -271,7 +273,7 @@ impl Store {
             ttl_ms: new.ttl_ms,
             keys,
             trace,
-            call,
+            lean,
             hash,
             limits: [share("kept"), share("live"), share("nodes"), share("queued"), share("perTool")],
         })
