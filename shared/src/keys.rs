@@ -82,10 +82,12 @@ impl Shard {
         format!("{}:expiring", self.tag())
     }
 
-    /// Sorted set of settled tasks whose stored bytes their owners still hold, scored by the time
-    /// their keys expire (creation plus TTL); members are `<taskId>\t<bytes>\t<owner>`, so that the
-    /// shard's maintenance gives the bytes back to `kept:<owner>` of the load hash without reading
-    /// the task, whose keys are gone by then.
+    /// Sorted set of the stored bytes that settled tasks' owners still hold, by when the tasks'
+    /// keys expire, in buckets of 100 ms: members are `<bucket>\t<owner>` (the expiry time in ms
+    /// divided by 100, rounded down), scored by the end of the bucket, and their bytes add up in
+    /// the load hash under `keptAt:<member>`, so that the shard's maintenance gives them back to
+    /// `kept:<owner>` without reading the tasks, whose keys are gone by then. (A previous version's
+    /// members, one per task, are `<taskId>\t<bytes>\t<owner>`; the maintenance reads both.)
     pub fn kept(self) -> String {
         format!("{}:kept", self.tag())
     }

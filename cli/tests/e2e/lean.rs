@@ -89,8 +89,28 @@ async fn a_lean_call_runs_from_its_delivery_and_settles_in_a_batch() {
     assert_eq!(live_counts(&redis), Vec::<(String, i64)>::new(), "every count is back");
     assert_eq!(redis.stream_entries(), 0, "every entry was acknowledged and deleted");
     assert_eq!(redis.pending_entries(), 0);
-    let kept: i64 = redis.load_totals().iter().filter(|(f, _)| f.starts_with("kept:")).map(|(_, v)| v).sum();
+    let totals = redis.load_totals();
+    let kept: i64 = totals.iter().filter(|(f, _)| f.starts_with("kept:")).map(|(_, v)| v).sum();
     assert!(kept > 0, "the tasks' bytes stay counted until their TTL runs out");
+    // They come back in buckets of 100 ms of expiry times per owner, not one index entry a task.
+    let mut conn = redis.connection().expect("redis connection");
+    let mut members = Vec::new();
+    for index in redis.keys("cv:{cv.*}:kept") {
+        let found: Vec<String> =
+            redis::cmd("ZRANGE").arg(&index).arg(0).arg(-1).query(&mut conn).expect("zrange");
+        members.extend(found);
+    }
+    assert!(
+        !members.is_empty() && members.len() < 40,
+        "{} index entries for 40 tasks: {members:?}",
+        members.len()
+    );
+    let bucketed: i64 = totals.iter().filter(|(f, _)| f.starts_with("keptAt:")).map(|(_, v)| v).sum();
+    assert_eq!(bucketed, kept, "the buckets hold every byte the owner keeps: {members:?}");
+    for member in &members {
+        let (bucket, owner) = member.split_once('\t').expect("<bucket>\t<owner>");
+        assert!(bucket.parse::<u64>().is_ok() && owner == "anonymous", "{member:?}");
+    }
 }
 
 #[tokio::test]

@@ -17,6 +17,7 @@
 --   full path, which fails it with an error that says so)
 local GROUP = 'workers'
 local SETTLED_GRACE_MS = 30000 -- prelude's
+local KEPT_BUCKET_MS = 100 -- prelude's (keep_until: the kept index's buckets)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- A number passed to a command, or joined into a string, is formatted with printf's `%.17g` (a
@@ -39,7 +40,7 @@ for i, field in ipairs(owner_fields) do
 end
 
 local outcomes = {}
-local acks, ended, kept, by_tool, events, channels = {}, {}, {}, {}, {}, {}
+local acks, ended, kept, buckets, by_tool, events, channels = {}, {}, {}, {}, {}, {}, {}
 local function ack(stream, entry)
   if not acks[stream] then
     acks[stream] = {}
@@ -79,7 +80,8 @@ for i = 1, count do
     end
   end
   if outcome == 'settled' then
-    local bytes = tostring((tonumber(f[7] or '0') or 0) + #result)
+    local total = (tonumber(f[7] or '0') or 0) + #result
+    local bytes = tostring(total)
     o.kept = o.kept + #result
     redis.call('HSET', task, 'root:status', 'completed', 'root:finishedAt', now_text, 'root:worker', worker, 'status',
       status, 'statusMessage', message, 'updatedAt', now_text, 'result', result, 'bytes', bytes)
@@ -88,10 +90,16 @@ for i = 1, count do
     if expires <= now or (waited and expires < now + SETTLED_GRACE_MS) then
       expires = now + SETTLED_GRACE_MS
     end
-    expires = tostring(expires)
     redis.call('PEXPIREAT', task, expires)
-    kept[#kept + 1] = expires
-    kept[#kept + 1] = id .. '\t' .. bytes .. '\t' .. owner
+    -- The bytes it keeps go back when its keys go: in its owner's bucket of the kept index.
+    local bucket = math.floor(expires / KEPT_BUCKET_MS)
+    local member = string.format('%d', bucket) .. '\t' .. owner
+    if not kept[member] then
+      kept[member] = 0
+      buckets[#buckets + 1] = (bucket + 1) * KEPT_BUCKET_MS
+      buckets[#buckets + 1] = member
+    end
+    kept[member] = kept[member] + total
     ack(stream, entry)
     ended[#ended + 1] = id
     o.ended = o.ended + 1
@@ -120,7 +128,10 @@ if #ended == 0 then
   return outcomes
 end
 redis.call('ZREM', expiring, unpack(ended))
-redis.call('ZADD', kept_index, unpack(kept))
+redis.call('ZADD', kept_index, unpack(buckets))
+for member, bytes in pairs(kept) do
+  redis.call('HINCRBY', load, 'keptAt:' .. member, bytes)
+end
 -- A per-owner or per-tool count that reaches zero leaves the load hash (prelude's count_down).
 local function count_down(field, by)
   if redis.call('HINCRBY', load, field, -by) == 0 then

@@ -23,13 +23,26 @@ local now = redis_now()
 local retries = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, r.max)
 local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, r.max)
 local freed = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, r.max)
-for _, member in ipairs(freed) do
-  local bytes, owner = string.match(member, '^[^\t]*\t(%d+)\t(.*)$')
-  if bytes then
-    give_back(KEYS[3], owner, tonumber(bytes))
-  end
-end
 if #freed > 0 then
+  -- A bucket of an owner's settled tasks (prelude's keep_until) gives back what its tasks kept.
+  local fields = {}
+  for i, member in ipairs(freed) do
+    fields[i] = 'keptAt:' .. member
+  end
+  local held = redis.call('HMGET', KEYS[3], unpack(fields))
+  for i, member in ipairs(freed) do
+    if held[i] then
+      local owner = string.match(member, '^[^\t]*\t(.*)$')
+      give_back(KEYS[3], owner, tonumber(held[i]) or 0)
+    else
+      -- One task's member, as a previous version wrote it: `<taskId>\t<bytes>\t<owner>`.
+      local bytes, owner = string.match(member, '^[^\t]*\t(%d+)\t(.*)$')
+      if bytes then
+        give_back(KEYS[3], owner, tonumber(bytes))
+      end
+    end
+  end
+  redis.call('HDEL', KEYS[3], unpack(fields))
   redis.call('ZREM', KEYS[4], unpack(freed))
 end
 local next_due = nil

@@ -279,6 +279,20 @@ end
 -- with the event, or a client that polled the task to its end, can still read it.
 local SETTLED_GRACE_MS = 30000
 
+-- The kept index (`keys.kept`) holds one member per owner and 100 ms of expiry times,
+-- `<bucket>\t<owner>` (the bucket: the expiry time in ms, divided by 100 and rounded down),
+-- scored by the end of its bucket; the bytes its settled tasks keep add up in the load hash, under
+-- `keptAt:<member>`. One member per task made the index as large as the tasks it counts (tens of
+-- bytes each, for a TTL), and each of them a sorted-set insert. complete_calls.lua keeps its own
+-- copy of these two lines.
+local KEPT_BUCKET_MS = 100
+local function keep_until(load, kept, expires, owner, bytes)
+  local bucket = math.floor(expires / KEPT_BUCKET_MS)
+  local member = string.format('%d', bucket) .. '\t' .. owner
+  redis.call('ZADD', kept, (bucket + 1) * KEPT_BUCKET_MS, member)
+  redis.call('HINCRBY', load, 'keptAt:' .. member, bytes)
+end
+
 -- A live task ends: its status never changes again, it leaves its owner's live and node counts
 -- and the expiry index, its keys expire when its TTL (counted from creation) runs out, or a grace
 -- after now when it settles later than that (or, with waiters, close to it), and its waiters hear
@@ -325,7 +339,7 @@ local function settle(keys, task_id, t, status, field, value, message, now, inli
   end
   redis.call('PEXPIREAT', keys.task, expires)
   if kept > 0 then
-    redis.call('ZADD', keys.kept, expires, task_id .. '\t' .. kept .. '\t' .. t.owner)
+    keep_until(keys.load, keys.kept, expires, t.owner, kept)
   end
   notify(keys.task, status_event(task_id, status, message, field, value, inline_max), t.waiters)
 end
