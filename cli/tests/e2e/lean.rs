@@ -40,6 +40,19 @@ fn live_counts(redis: &RedisServer) -> Vec<(String, i64)> {
     counts
 }
 
+/// How long Redis keeps a task's keys still, in ms (-2: gone, -1: for ever).
+fn kept_for_ms(redis: &RedisServer, task: &str) -> i64 {
+    let mut conn = redis.connection().expect("redis connection");
+    redis::cmd("PTTL").arg(task_key(task)).query(&mut conn).expect("pttl")
+}
+
+/// The hidden task of an answered synchronous call is kept a grace of 30 s after it settles, not
+/// for its TTL (an hour by default): nobody else can name it.
+fn assert_kept_for_the_grace(redis: &RedisServer, task: &str) {
+    let ms = kept_for_ms(redis, task);
+    assert!(ms > 0 && ms <= 30_000, "an answered call's task is kept {ms} ms more");
+}
+
 async fn greet(mcp: &Mcp, name: &str) -> Value {
     let reply = mcp
         .call_2025("tools/call", json!({"name": "greet", "arguments": {"name": name}}))
@@ -84,6 +97,7 @@ async fn a_lean_call_runs_from_its_delivery_and_settles_in_a_batch() {
         }
         let bytes: usize = hash["bytes"].parse().expect("bytes");
         assert_eq!(bytes, hash["call"].len() + hash["result"].len(), "what the task keeps is counted");
+        assert_kept_for_the_grace(&redis, id);
     }
     assert!(lean >= 20, "only {lean} of 40 calls ran from their delivery");
     assert_eq!(live_counts(&redis), Vec::<(String, i64)>::new(), "every count is back");
@@ -352,7 +366,25 @@ async fn with_lean_calls_off_a_call_takes_the_full_path() {
     let id = &task_ids(&redis)[0];
     let hash = task_hash(&redis, id);
     assert_eq!(hash.get("root:attempt").map(String::as_str), Some("1"), "started by start_nodes: {hash:?}");
+    assert_kept_for_the_grace(&redis, id);
     assert_eq!(live_counts(&redis), Vec::<(String, i64)>::new());
+
+    // A call that became the client's task (a task-augmented call here) keeps its TTL.
+    let created = mcp
+        .call_2025(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": 0, "label": "task"}, "task": {"ttl": 600_000}}),
+        )
+        .await
+        .expect("tools/call");
+    let task = created.result()["task"]["taskId"].as_str().expect("a task").to_owned();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while task_hash(&redis, &task).get("status").map(String::as_str) != Some("completed") {
+        assert!(std::time::Instant::now() < deadline, "the task did not complete");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let ms = kept_for_ms(&redis, &task);
+    assert!(ms > 500_000, "a client's task is kept for its TTL, {ms} ms more");
 }
 
 #[tokio::test]

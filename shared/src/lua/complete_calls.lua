@@ -62,7 +62,7 @@ for i = 1, count do
     ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8]
   local task, stream = KEYS[2 + 2 * i], KEYS[3 + 2 * i]
   local f = redis.call('HMGET', task, 'status', 'root:status', 'root:entry', 'waiters', 'createdAt', 'ttlMs',
-    'bytes', 'keptMax')
+    'bytes', 'keptMax', 'mode')
   local o = owners[owner]
   local outcome = 'settled'
   if not f[1] then
@@ -86,8 +86,11 @@ for i = 1, count do
     redis.call('HSET', task, 'root:status', 'completed', 'root:finishedAt', now_text, 'root:worker', worker, 'status',
       status, 'statusMessage', message, 'updatedAt', now_text, 'result', result, 'bytes', bytes)
     local waited = f[4] and f[4] ~= '' and f[4] ~= '[]'
+    -- prelude's settled_expiry: a synchronous call's hidden task goes a grace after it settles.
     local expires = tonumber(f[5]) + tonumber(f[6])
     if expires <= now or (waited and expires < now + SETTLED_GRACE_MS) then
+      expires = now + SETTLED_GRACE_MS
+    elseif f[9] == 'sync' and expires > now + SETTLED_GRACE_MS then
       expires = now + SETTLED_GRACE_MS
     end
     redis.call('PEXPIREAT', task, expires)

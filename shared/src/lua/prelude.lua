@@ -293,13 +293,30 @@ local function keep_until(load, kept, expires, owner, bytes)
   redis.call('HINCRBY', load, 'keptAt:' .. member, bytes)
 end
 
+-- When a settled task's keys expire: when its TTL (counted from creation) runs out, or a grace
+-- after now when it settles later than that (or, with waiters, close to it; ADR-0024). The hidden
+-- task of a synchronous call (mode `sync`: it never became the client's task) is kept no longer
+-- than the grace after it settles: its answer went to its caller, nobody else can name it, and a
+-- TTL's worth of answered calls would hold Redis's memory for nothing. complete_calls.lua keeps its
+-- own copy of this rule.
+local function settled_expiry(created_at, ttl_ms, waiters, mode, now)
+  local expires = tonumber(created_at) + tonumber(ttl_ms)
+  local waited = waiters and waiters ~= '' and waiters ~= '[]'
+  if expires <= now or (waited and expires < now + SETTLED_GRACE_MS) then
+    expires = now + SETTLED_GRACE_MS
+  elseif mode == 'sync' and expires > now + SETTLED_GRACE_MS then
+    expires = now + SETTLED_GRACE_MS
+  end
+  return expires
+end
+
 -- A live task ends: its status never changes again, it leaves its owner's live and node counts
 -- and the expiry index, its keys expire when its TTL (counted from creation) runs out, or a grace
 -- after now when it settles later than that (or, with waiters, close to it), and its waiters hear
 -- of it. What it stores (its `bytes`, and `value`) stays counted in its owner's
 -- `kept:<owner>` until then: the shard's kept index (`keys.kept`) tells the maintenance when to
 -- give it back. `t` holds the task's owner, createdAt, ttlMs, nodeCount, bytes, (when read)
--- waiters, and parkedRound (read by the scripts that may end a call parked in an input round); `extra` are more fields to write to the task's hash in the same command (the settling
+-- waiters and mode, and parkedRound (read by the scripts that may end a call parked in an input round); `extra` are more fields to write to the task's hash in the same command (the settling
 -- node's).
 local function settle(keys, task_id, t, status, field, value, message, now, inline_max, extra)
   local fields = extra or {}
@@ -332,11 +349,10 @@ local function settle(keys, task_id, t, status, field, value, message, now, inli
   if t.waiters == nil then
     t.waiters = redis.call('HGET', keys.task, 'waiters') or false
   end
-  local expires = tonumber(t.createdAt) + tonumber(t.ttlMs)
-  local waited = t.waiters and t.waiters ~= '' and t.waiters ~= '[]'
-  if expires <= now or (waited and expires < now + SETTLED_GRACE_MS) then
-    expires = now + SETTLED_GRACE_MS
+  if t.mode == nil then
+    t.mode = redis.call('HGET', keys.task, 'mode') or false
   end
+  local expires = settled_expiry(t.createdAt, t.ttlMs, t.waiters, t.mode, now)
   redis.call('PEXPIREAT', keys.task, expires)
   if kept > 0 then
     keep_until(keys.load, keys.kept, expires, t.owner, kept)
