@@ -206,7 +206,12 @@ impl Waiting {
         for (item, owner, since) in self.nodes.drain(..) {
             let due = since.elapsed() >= PREFETCH_FOR;
             let fits = {
-                let taken = taken.entry(owner.clone()).or_default();
+                // Looked up before it is inserted: an owner's name is copied once per call of
+                // this, not once per waiting node.
+                let taken = match taken.get_mut(owner.as_str()) {
+                    Some(taken) => taken,
+                    None => taken.entry(owner.clone()).or_default(),
+                };
                 let fits = *taken < room(&owner);
                 if fits {
                     *taken += 1;
@@ -310,9 +315,12 @@ async fn dispatch(
         // `start_nodes` with the rest.
         let lean_owner =
             item.lean.as_ref().filter(|_| worker.store.lean_calls()).map(|lean| lean.owner.as_str());
+        // Nearly always empty: no key is built for the look then.
+        let waited_out =
+            !set_aside.is_empty() && set_aside.contains(&(item.stream.clone(), item.entry_id.clone()));
         if let Some(owner) = lean_owner
             && !permits.is_empty()
-            && !set_aside.contains(&(item.stream.clone(), item.entry_id.clone()))
+            && !waited_out
             && worker.owners.room(owner, share) > 0
             && let Some(start) = conveyor_shared::store::lean::lean_start(&item, &worker.options.name)
             && let Some(permit) = permits.pop()
@@ -325,7 +333,7 @@ async fn dispatch(
         // have said ("capped": nothing changed), without the script: the entry names its owner.
         // Only once its wait runs out does it go through `start_nodes`, to be set aside.
         if let Some(owner) = lean_owner
-            && !set_aside.contains(&(item.stream.clone(), item.entry_id.clone()))
+            && !waited_out
             && worker.owners.room(owner, share) == 0
         {
             let owner = owner.to_owned();
