@@ -10,6 +10,13 @@ use super::*;
 /// before it goes back to its queue for another worker.
 const PREFETCH_FOR: Duration = Duration::from_millis(250);
 
+/// While nodes wait for their principals' slots and the worker has nodes in hand, how often it
+/// reads ahead for other principals' work with the slots their shares keep free. Reading ahead at
+/// every slot that frees cost one `XREADGROUP` per node under one principal's flood, each bringing
+/// more of that principal's nodes to wait; another principal's node is found this much later at
+/// most.
+const READ_AHEAD_EVERY: Duration = Duration::from_millis(5);
+
 /// One reader: takes free slots, reads a batch for them, starts it, runs what started.
 ///
 /// One `XREADGROUP` returns up to COUNT entries *per stream*, so a read across shards and queues
@@ -31,6 +38,7 @@ pub(super) async fn read_loop(
     let mut backoff = Backoff::default();
     let mut buffer: std::collections::VecDeque<(WorkItem, tokio::time::Instant)> = Default::default();
     let mut waiting = Waiting::default();
+    let mut read_ahead_at: Option<tokio::time::Instant> = None;
     loop {
         let first = tokio::select! {
             // Shutdown first: with a free slot also ready, an unbiased choice would read again
@@ -69,7 +77,14 @@ pub(super) async fn read_loop(
             if !buffer.is_empty() {
                 let take = (permits.len() - items.len()).min(buffer.len());
                 items.extend(buffer.drain(..take).map(|(item, _)| item));
-            } else if waiting.len() < worker.options.concurrency {
+            } else if waiting.len() < worker.options.concurrency
+                && (waiting.is_empty()
+                    || items.is_empty()
+                    || read_ahead_at.is_none_or(|at| at.elapsed() >= READ_AHEAD_EVERY))
+            {
+                if !waiting.is_empty() && !items.is_empty() {
+                    read_ahead_at = Some(tokio::time::Instant::now());
+                }
                 // With nodes in hand, read only what is there; while nodes wait, block no longer
                 // than their time.
                 let block = if !items.is_empty() {
