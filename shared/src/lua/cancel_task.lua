@@ -20,7 +20,7 @@ if r.deferEvents then
   defer_events()
 end
 local t = redis.call('HMGET', KEYS[1], 'status', 'owner', 'ttlMs', 'createdAt', 'tool', 'traceparent', 'nodeCount',
-  'cancelToken', 'bytes', 'parkedRound')
+  'cancelToken', 'bytes', 'parkedRound', 'mode')
 if not t[1] or (r.owner ~= '' and t[2] ~= r.owner) then
   return with_events(cjson.encode({outcome = 'missing'}))
 end
@@ -36,7 +36,7 @@ if r.parkedRound and not t[10] then
 end
 drop_queued(KEYS[1], KEYS[2], 'cancelled', {unpack(KEYS, 5)}, now)
 settle({task = KEYS[1], load = KEYS[2], expiring = KEYS[3], kept = KEYS[4]}, r.task,
-  {owner = t[2], createdAt = t[4], ttlMs = t[3], nodeCount = t[7], bytes = t[9], parkedRound = t[10]}, 'cancelled', nil, nil, r.message, now, 0,
+  {owner = t[2], createdAt = t[4], ttlMs = t[3], nodeCount = t[7], bytes = t[9], parkedRound = t[10], mode = t[11] or false}, 'cancelled', nil, nil, r.message, now, 0,
   {'cancelToken', r.token})
 redis.call('SPUBLISH', r.cancelChannel, r.task)
 return with_events(cjson.encode({outcome = 'cancelled', settled = 'cancelled', tool = t[5], task = r.task, trace = t[6]}))

@@ -50,7 +50,7 @@ local function complete(r)
   local keys = {task = KEYS[1], load = KEYS[2], expiring = KEYS[4], kept = SHARD_KEYS[5]}
   local node = r.node
   local n = node_state(KEYS[1], node, {'status', 'kind', 'ttlMs', 'nodeCount', 'owner', 'createdAt',
-    'traceparent', 'waiters', 'tool', nf(node, 'untried'), 'maxBytes', 'bytes', 'progressBase', 'keptMax'})
+    'traceparent', 'waiters', 'tool', nf(node, 'untried'), 'maxBytes', 'bytes', 'progressBase', 'keptMax', 'mode'})
   if n.status ~= 'running' or n.attempt ~= r.attempt then
     return cjson.encode({outcome = 'stale'})
   end
@@ -64,7 +64,7 @@ local function complete(r)
   end
   local t = n.task
   local task = {owner = t.owner or '', createdAt = t.createdAt, ttlMs = t.ttlMs, waiters = t.waiters,
-    nodeCount = t.nodeCount, bytes = t.bytes}
+    nodeCount = t.nodeCount, bytes = t.bytes, mode = t.mode or false}
   local live = is_live(t.status)
   local dag = t.kind == 'dag'
   local payload = r.payload

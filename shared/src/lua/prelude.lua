@@ -315,8 +315,8 @@ end
 -- after now when it settles later than that (or, with waiters, close to it), and its waiters hear
 -- of it. What it stores (its `bytes`, and `value`) stays counted in its owner's
 -- `kept:<owner>` until then: the shard's kept index (`keys.kept`) tells the maintenance when to
--- give it back. `t` holds the task's owner, createdAt, ttlMs, nodeCount, bytes, (when read)
--- waiters and mode, and parkedRound (read by the scripts that may end a call parked in an input round); `extra` are more fields to write to the task's hash in the same command (the settling
+-- give it back. `t` holds the task's owner, createdAt, ttlMs, nodeCount, bytes, mode, (when
+-- read) waiters, and parkedRound (read by the scripts that may end a call parked in an input round); `extra` are more fields to write to the task's hash in the same command (the settling
 -- node's).
 local function settle(keys, task_id, t, status, field, value, message, now, inline_max, extra)
   local fields = extra or {}
@@ -348,9 +348,6 @@ local function settle(keys, task_id, t, status, field, value, message, now, inli
   redis.call('ZREM', keys.expiring, task_id)
   if t.waiters == nil then
     t.waiters = redis.call('HGET', keys.task, 'waiters') or false
-  end
-  if t.mode == nil then
-    t.mode = redis.call('HGET', keys.task, 'mode') or false
   end
   local expires = settled_expiry(t.createdAt, t.ttlMs, t.waiters, t.mode, now)
   redis.call('PEXPIREAT', keys.task, expires)

@@ -16,7 +16,7 @@ if r.deferEvents then
 end
 ack(KEYS[4], r.entry)
 local t = redis.call('HMGET', KEYS[1], 'status', 'ttlMs', 'owner', 'createdAt', 'tool', 'traceparent', 'nodeCount',
-  'maxBytes', 'bytes', 'keptMax')
+  'maxBytes', 'bytes', 'keptMax', 'mode')
 if not is_live(t[1]) then
   return with_events(cjson.encode({outcome = 'dropped'}))
 end
@@ -46,7 +46,7 @@ if is_error and r.toolErrorFails then
   -- That revision's rule: a tool error fails the task (its result is still kept).
   status = 'failed'
 end
-local task = {owner = t[3] or '', createdAt = t[4], ttlMs = t[2], nodeCount = t[7], bytes = t[9]}
+local task = {owner = t[3] or '', createdAt = t[4], ttlMs = t[2], nodeCount = t[7], bytes = t[9], mode = t[11] or false}
 settle({task = KEYS[1], load = KEYS[2], expiring = KEYS[3], kept = KEYS[5]}, r.task, task, status, 'result', result,
   message, now, r.inlineMax)
 return with_events(cjson.encode({outcome = 'settled', settled = status, tool = t[5], task = r.task, trace = t[6]}))
