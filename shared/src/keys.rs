@@ -10,6 +10,18 @@
 
 use std::fmt;
 
+/// A member of the expiring and kept indexes ([`Shard::expiring`], [`Shard::kept`]), scored
+/// [`INDEX_PIN_SCORE`], past any time a task reaches, from their first insert on. It is longer than
+/// Redis's `zset-max-listpack-value` (64 bytes by default), so Redis keeps both as skip lists: a
+/// small sorted set is a listpack, and an insert into one scans every entry before it, parsing each
+/// score (an index's inserts are its latest times: 20,000 instructions of Redis's per call, ADR-0028).
+/// Whatever reads these indexes bounds its range below the pin's score (`prelude.lua` has both).
+pub const INDEX_PIN: &str =
+    "~ this member keeps the index a skip list: inserting into a listpack scans all of it";
+
+/// The score of [`INDEX_PIN`]: 10^14 ms, in the year 5138; a number Lua writes exactly (`%.14g`).
+pub const INDEX_PIN_SCORE: u64 = 100_000_000_000_000;
+
 /// Prefix of every key, so that Conveyor can share a Redis database with other software.
 pub const PREFIX: &str = "cv";
 
@@ -77,7 +89,8 @@ impl Shard {
         format!("{}:retries", self.tag())
     }
 
-    /// Sorted set of unsettled tasks (`<taskId>`), scored by the time their TTL runs out.
+    /// Sorted set of unsettled tasks (`<taskId>`), scored by the time their TTL runs out, and
+    /// [`INDEX_PIN`].
     pub fn expiring(self) -> String {
         format!("{}:expiring", self.tag())
     }
@@ -87,7 +100,8 @@ impl Shard {
     /// divided by 100, rounded down), scored by the end of the bucket, and their bytes add up in
     /// the load hash under `keptAt:<member>`, so that the shard's maintenance gives them back to
     /// `kept:<owner>` without reading the tasks, whose keys are gone by then. (A previous version's
-    /// members, one per task, are `<taskId>\t<bytes>\t<owner>`; the maintenance reads both.)
+    /// members, one per task, are `<taskId>\t<bytes>\t<owner>`; the maintenance reads both.) It
+    /// holds [`INDEX_PIN`] too.
     pub fn kept(self) -> String {
         format!("{}:kept", self.tag())
     }
@@ -277,6 +291,26 @@ mod tests {
         ] {
             assert!(key.starts_with("cv:{cv.3}:"), "{key} lacks the shard's hash tag");
         }
+    }
+
+    #[test]
+    fn every_script_pins_the_indexes_with_the_same_member() {
+        assert!(INDEX_PIN.len() > 64, "longer than Redis's default zset-max-listpack-value");
+        let pin = format!("local INDEX_PIN = '{INDEX_PIN}'");
+        let score = format!("local INDEX_PIN_SCORE = {INDEX_PIN_SCORE}");
+        for (name, text) in [
+            ("prelude", include_str!("lua/prelude.lua")),
+            ("create_calls", include_str!("lua/create_calls.lua")),
+            ("complete_calls", include_str!("lua/complete_calls.lua")),
+        ] {
+            assert!(text.contains(&pin) && text.contains(&score), "{name}.lua's copy of the pin differs");
+        }
+        // Lua writes a number joined into a range bound with `%.14g`: the score must stay exact.
+        let digits = INDEX_PIN_SCORE.to_string();
+        assert!(
+            digits.trim_end_matches('0').len() <= 14,
+            "{digits} has more significant digits than %.14g keeps"
+        );
     }
 
     #[test]

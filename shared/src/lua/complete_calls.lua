@@ -18,6 +18,9 @@
 local GROUP = 'workers'
 local SETTLED_GRACE_MS = 30000 -- prelude's
 local KEPT_BUCKET_MS = 100 -- prelude's (keep_until: the kept index's buckets)
+-- prelude's (the kept index stays a skip list)
+local INDEX_PIN = '~ this member keeps the index a skip list: inserting into a listpack scans all of it'
+local INDEX_PIN_SCORE = 100000000000000
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- A number passed to a command, or joined into a string, is formatted with printf's `%.17g` (a
@@ -131,6 +134,8 @@ if #ended == 0 then
   return outcomes
 end
 redis.call('ZREM', expiring, unpack(ended))
+buckets[#buckets + 1] = INDEX_PIN_SCORE
+buckets[#buckets + 1] = INDEX_PIN
 redis.call('ZADD', kept_index, unpack(buckets))
 for member, bytes in pairs(kept) do
   redis.call('HINCRBY', load, 'keptAt:' .. member, bytes)

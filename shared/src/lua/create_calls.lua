@@ -33,6 +33,9 @@ local channel = ARGV[2]
 local lim_kept, lim_live, lim_nodes, lim_queued, lim_tool =
   tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local load = KEYS[1]
+-- prelude's (the expiring index stays a skip list)
+local INDEX_PIN = '~ this member keeps the index a skip list: inserting into a listpack scans all of it'
+local INDEX_PIN_SCORE = 100000000000000
 
 -- Where each call's words start, and its keys.
 local calls = {}
@@ -154,6 +157,8 @@ redis.call('HINCRBY', load, 'queued', created)
 for tool, n in pairs(by_tool) do
   redis.call('HINCRBY', load, 'queued:' .. tool, n)
 end
+expiring[#expiring + 1] = INDEX_PIN_SCORE
+expiring[#expiring + 1] = INDEX_PIN
 redis.call('ZADD', KEYS[2], unpack(expiring))
 local planned = tonumber(read.wake)
 if not planned or due < planned then

@@ -190,7 +190,7 @@ else
     write_node(keys, streams, r.id, n, r.trace, nil, r.hold)
   end
 end
-redis.call('ZADD', KEYS[3], now + r.ttl, r.id)
+redis.call('ZADD', KEYS[3], now + r.ttl, r.id, INDEX_PIN_SCORE, INDEX_PIN)
 -- The shard's maintenance looks at its TTL, and, while the task lives, for entries of its that a
 -- worker left unrenewed, at least as often as the maintenance holder asked (maintain.lua).
 local due = now + r.ttl

@@ -51,7 +51,7 @@ if #retries == r.max or #expired == r.max or #freed == r.max then
   next_due = now
 else
   for _, key in ipairs({KEYS[1], KEYS[2], KEYS[4]}) do
-    local first = redis.call('ZRANGEBYSCORE', key, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    local first = redis.call('ZRANGEBYSCORE', key, '(' .. now, '(' .. INDEX_PIN_SCORE, 'WITHSCORES', 'LIMIT', 0, 1)
     if first[2] then
       local due = tonumber(first[2])
       if not next_due or due < next_due then
@@ -66,7 +66,7 @@ if set_aside > 0 and (not next_due or next_due > now + r.everyMs) then
   next_due = now + r.everyMs
 end
 local idle_every = r.idleEveryMs or 0
-local live = redis.call('ZCARD', KEYS[2]) > 0
+local live = redis.call('ZCOUNT', KEYS[2], '-inf', '(' .. INDEX_PIN_SCORE) > 0
 if live and idle_every > 0 and (not next_due or next_due > now + idle_every) then
   next_due = now + idle_every
 end

@@ -274,6 +274,16 @@ local function over_kept(node, size, held, max)
     data = {limit = 'stored_bytes_per_principal', max = max, held = held, size = size}})
 end
 
+-- The expiring and kept indexes (`keys.expiring`, `keys.kept`) each hold this member, scored past
+-- any time a task can reach, from their first insert on: it is longer than Redis's
+-- `zset-max-listpack-value` (64 bytes by default), so Redis keeps them as skip lists. A small
+-- sorted set is a listpack, and an insert into it scans every entry before it, parsing each score:
+-- with a batch's times, always the latest, appended past up to 128 entries, that was 20,000
+-- instructions of Redis's per call (ADR-0028). Readers bound their ranges below its score (keys.rs's
+-- INDEX_PIN, INDEX_PIN_SCORE); create_calls.lua and complete_calls.lua keep their own copies.
+local INDEX_PIN = '~ this member keeps the index a skip list: inserting into a listpack scans all of it'
+local INDEX_PIN_SCORE = 100000000000000
+
 -- How long a task that settles at or after its TTL is kept after it settles (and one with waiters
 -- that settles closer to its TTL than this), so that a waiter told of a result too large to travel
 -- with the event, or a client that polled the task to its end, can still read it.
@@ -289,7 +299,7 @@ local KEPT_BUCKET_MS = 100
 local function keep_until(load, kept, expires, owner, bytes)
   local bucket = math.floor(expires / KEPT_BUCKET_MS)
   local member = string.format('%d', bucket) .. '\t' .. owner
-  redis.call('ZADD', kept, (bucket + 1) * KEPT_BUCKET_MS, member)
+  redis.call('ZADD', kept, (bucket + 1) * KEPT_BUCKET_MS, member, INDEX_PIN_SCORE, INDEX_PIN)
   redis.call('HINCRBY', load, 'keptAt:' .. member, bytes)
 end
 

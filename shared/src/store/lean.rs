@@ -38,7 +38,9 @@ pub(super) struct LeanCreate {
     /// its tool, owner and call record in one field.
     trace: String,
     lean: String,
-    hash: Vec<String>,
+    /// The `HSET` of its task hash, built once, and how many bytes its fields and values hold.
+    hset: redis::Cmd,
+    hash_bytes: usize,
     limits: [i64; 5],
 }
 
@@ -54,7 +56,7 @@ impl Batched for LeanCreate {
     type Reply = LeanCreated;
 
     fn size(&self) -> usize {
-        self.hash.iter().map(String::len).sum::<usize>() * 2
+        self.hash_bytes * 2
     }
 
     fn queues(store: &Store) -> &Batches<Self> {
@@ -71,17 +73,22 @@ impl Batched for LeanCreate {
         // Each call's task hash goes as a plain HSET in front of the script, which completes or
         // deletes it (create_calls.lua says why).
         let mut pipe = redis::pipe();
-        for call in &calls {
-            pipe.cmd("HSET").arg(&call.keys[0]).arg(&call.hash).ignore();
-            keys.extend(call.keys.iter().cloned());
-            args.push(call.task_id.clone());
-            args.push(call.owner.clone());
-            args.push(call.tool.clone());
-            args.push(call.trace.clone());
-            args.push(call.lean.clone());
-            args.push(call.bytes.to_string());
-            args.push(call.ttl_ms.to_string());
-            args.push(if call.keys.len() > 2 { "1" } else { "0" }.to_owned());
+        keys.reserve(calls.len() * 2);
+        args.reserve(calls.len() * 8);
+        for call in calls {
+            let has_call_key = if call.keys.len() > 2 { "1" } else { "0" };
+            pipe.add_command(call.hset).ignore();
+            keys.extend(call.keys);
+            args.extend([
+                call.task_id,
+                call.owner,
+                call.tool,
+                call.trace,
+                call.lean,
+                call.bytes.to_string(),
+                call.ttl_ms.to_string(),
+                has_call_key.to_owned(),
+            ]);
         }
         let script = &scripts::CREATE_CALLS;
         pipe.cmd("EVALSHA").arg(script.get_hash()).arg(keys.len()).arg(&keys).arg(&args);
@@ -208,62 +215,64 @@ impl Store {
         if new.max_bytes > 0 && bytes as u64 > new.max_bytes {
             return None;
         }
+        let queue = queue_of(&new.tool, &new.queues);
         let mut queues = QueueList::new();
-        let queue = queue_of(&new.tool, &new.queues).to_owned();
-        let q = queues.index(&queue);
-        let shares = limits.for_shard(shard, self.shards());
-        let share = |name: &str| shares[name].as_i64().unwrap_or(-1);
+        let q = queues.index(queue);
+        let share = limits.shares(shard, self.shards());
         let trace = new.traceparent.clone().unwrap_or_default();
-        let waiters =
-            new.waiter.as_ref().map_or_else(|| "[]".to_owned(), |w| Value::from(vec![w.clone()]).to_string());
+        // An inbox's name is this gateway's, in letters, digits and `-`: written as JSON here
+        // without a JSON value built for it (a call's other fields are built the same way).
+        let waiters = match &new.waiter {
+            Some(w) => serde_json::to_string(&[w]).unwrap_or_else(|_| "[]".to_owned()),
+            None => "[]".to_owned(),
+        };
+        let queues_text = serde_json::to_string(&queues.0).unwrap_or_else(|_| "[]".to_owned());
         let plan_limits = format!(
             "{} {} {} {} {}",
             new.plan_limits.max_nodes,
             new.plan_limits.max_node_bytes,
-            share("nodes"),
-            share("queued"),
-            share("perTool")
+            share.nodes,
+            share.queued,
+            share.per_tool
         );
-        let mut hash: Vec<String> = [
-            ("status", "working"),
-            ("statusMessage", new.status_message.as_str()),
-            ("ttlMs", &new.ttl_ms.to_string()),
-            ("owner", &new.owner),
-            ("tool", &new.tool),
-            ("traceparent", &trace),
-            ("mode", new.mode.as_str()),
-            ("queues", &Value::from(queues.0.clone()).to_string()),
-            ("waiters", &waiters),
-            ("bytes", &bytes.to_string()),
-            ("planLimits", &plan_limits),
-        ]
-        .into_iter()
-        .flat_map(|(field, value)| [field.to_owned(), value.to_owned()])
-        .collect();
+        let lean = crate::model::LeanEntry::packed(&new.tool, &new.owner, &call);
+        let task_key = shard.task(&new.task_id);
+        let mut hset = redis::cmd("HSET");
+        hset.arg(&task_key);
+        let mut hash_bytes = 0;
+        let mut field = |name: &str, value: &str| {
+            hash_bytes += name.len() + value.len();
+            hset.arg(name).arg(value);
+        };
+        field("status", "working");
+        field("statusMessage", &new.status_message);
+        field("ttlMs", &new.ttl_ms.to_string());
+        field("owner", &new.owner);
+        field("tool", &new.tool);
+        field("traceparent", &trace);
+        field("mode", new.mode.as_str());
+        field("queues", &queues_text);
+        field("waiters", &waiters);
+        field("bytes", &bytes.to_string());
+        field("planLimits", &plan_limits);
         if new.max_bytes > 0 {
-            hash.extend(["maxBytes".to_owned(), new.max_bytes.to_string()]);
+            field("maxBytes", &new.max_bytes.to_string());
         }
-        if share("kept") >= 0 {
-            hash.extend(["keptMax".to_owned(), share("kept").to_string()]);
+        if share.kept >= 0 {
+            field("keptMax", &share.kept.to_string());
         }
         if new.input_rounds {
             // Read by park_node once the call, adopted, asks for input (create_task's `roundsMax`).
-            hash.extend(["roundsMax".to_owned(), limits.rounds_share(shard, self.shards()).to_string()]);
+            field("roundsMax", &limits.rounds_share(shard, self.shards()).to_string());
         }
-        let node = |field: &str| format!("{ROOT_NODE}:{field}");
-        hash.extend([
-            node("status"),
-            "queued".to_owned(),
-            node("attempt"),
-            "0".to_owned(),
-            node("tool"),
-            new.tool.clone(),
-            node("q"),
-            q.to_string(),
-        ]);
-        let lean = crate::model::LeanEntry::packed(&new.tool, &new.owner, &call);
-        hash.extend(["call".to_owned(), call]);
-        let mut keys = vec![shard.task(&new.task_id), shard.queue(&queue)];
+        // The root node's fields (model.rs's ROOT_NODE).
+        debug_assert_eq!(ROOT_NODE, "root");
+        field("root:status", "queued");
+        field("root:attempt", "0");
+        field("root:tool", &new.tool);
+        field("root:q", &q.to_string());
+        field("call", &call);
+        let mut keys = vec![task_key, shard.queue(queue)];
         keys.extend(new.call_key.iter().cloned());
         Some(LeanCreate {
             task_id: new.task_id.clone(),
@@ -274,8 +283,9 @@ impl Store {
             keys,
             trace,
             lean,
-            hash,
-            limits: [share("kept"), share("live"), share("nodes"), share("queued"), share("perTool")],
+            hset,
+            hash_bytes,
+            limits: [share.kept, share.live, share.nodes, share.queued, share.per_tool],
         })
     }
 

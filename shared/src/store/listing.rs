@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use super::Store;
 use crate::error::StoreError;
-use crate::keys::Shard;
+use crate::keys::{self, Shard};
 use crate::model::{TASK_STATUS_FIELDS, TaskMode, TaskStatusRecord};
 
 /// Which tasks a listing walks.
@@ -27,6 +27,14 @@ impl TaskIndex<'_> {
         match self {
             Self::Owner(owner) => shard.owner_tasks(owner),
             Self::Live => shard.expiring(),
+        }
+    }
+
+    /// The highest score a listing reads: below the expiring index's pin.
+    fn max_score(&self) -> String {
+        match self {
+            Self::Owner(_) => "+inf".to_owned(),
+            Self::Live => format!("({}", keys::INDEX_PIN_SCORE),
         }
     }
 
@@ -100,7 +108,7 @@ impl Store {
                 .query(|| {
                     redis::cmd("ZRANGE")
                         .arg(&key)
-                        .arg("+inf")
+                        .arg(index.max_score())
                         .arg("-inf")
                         .arg("BYSCORE")
                         .arg("REV")
@@ -204,7 +212,7 @@ impl Store {
                 redis::cmd("ZRANGE")
                     .arg(&key)
                     .arg(&min)
-                    .arg("+inf")
+                    .arg(index.max_score())
                     .arg("BYSCORE")
                     .arg("LIMIT")
                     .arg(0)

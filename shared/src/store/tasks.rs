@@ -153,10 +153,32 @@ pub struct Limits {
     pub max_parked_rounds_per_principal: u64,
 }
 
+/// One shard's share of each limit (-1: no limit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Shares {
+    pub queued: i64,
+    pub per_tool: i64,
+    pub live: i64,
+    pub nodes: i64,
+    pub kept: i64,
+}
+
 impl Limits {
     /// Shard `shard`'s share of each limit (-1: no limit): the limit divided by the shard count,
     /// the remainder going one each to the first shards.
     pub(super) fn for_shard(self, shard: Shard, shards: u16) -> Value {
+        let share = self.shares(shard, shards);
+        json!({
+            "queued": share.queued,
+            "perTool": share.per_tool,
+            "live": share.live,
+            "nodes": share.nodes,
+            "kept": share.kept,
+        })
+    }
+
+    /// [`Limits::for_shard`] as numbers.
+    pub(super) fn shares(self, shard: Shard, shards: u16) -> Shares {
         let shards = u64::from(shards.max(1));
         let k = u64::from(shard.0);
         let share = |limit: u64| -> i64 {
@@ -166,13 +188,13 @@ impl Limits {
             let share = limit / shards + u64::from(k < limit % shards);
             i64::try_from(share).unwrap_or(i64::MAX)
         };
-        json!({
-            "queued": share(self.max_queued),
-            "perTool": share(self.max_queued_per_tool),
-            "live": share(self.max_live_per_principal),
-            "nodes": share(self.max_nodes_per_principal),
-            "kept": share(self.max_stored_bytes_per_principal),
-        })
+        Shares {
+            queued: share(self.max_queued),
+            per_tool: share(self.max_queued_per_tool),
+            live: share(self.max_live_per_principal),
+            nodes: share(self.max_nodes_per_principal),
+            kept: share(self.max_stored_bytes_per_principal),
+        }
     }
 
     /// Shard `shard`'s share of the parked-rounds limit (-1: none): as [`Limits::for_shard`]

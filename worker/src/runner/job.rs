@@ -2,6 +2,7 @@
 //! its timeout, its stop reasons and the persisting of its outcome.
 
 use super::*;
+use futures::FutureExt;
 
 /// The span an attempt runs in. A process that exports spans makes the attempt's span of the
 /// task's trace; one that does not makes a plain span under a target the trace layer leaves alone,
@@ -246,34 +247,7 @@ impl NodeJob {
         match self.worker.registry.get(&self.start.tool) {
             Some(tool) => {
                 let stop = ctx.cancel.clone();
-                let mut running = tokio::spawn(tool.call(ctx));
-                let joined = tokio::select! {
-                    joined = &mut running => joined,
-                    () = stop.cancelled() => {
-                        // A tool told to stop (cancel, timeout, takeover, shutdown) has a grace
-                        // period to clean up (its child processes); one that ignores it is aborted,
-                        // so that it never runs beside its retry or outside the concurrency limit.
-                        match tokio::time::timeout(TOOL_STOP_GRACE, &mut running).await {
-                            Ok(joined) => joined,
-                            Err(_) => {
-                                running.abort();
-                                tracing::warn!(tool = %self.start.tool, grace_ms = TOOL_STOP_GRACE.as_millis() as u64, "the tool did not stop when told to; aborted it");
-                                return ToolOutcome::Error(RpcError {
-                                    code: -32800,
-                                    message: format!("tool `{}` did not stop when told to and was aborted", self.start.tool),
-                                    data: None,
-                                });
-                            }
-                        }
-                    }
-                };
-                joined.unwrap_or_else(|e| {
-                    ToolOutcome::Error(RpcError {
-                        code: -32603,
-                        message: format!("tool `{}` crashed: {e}", self.start.tool),
-                        data: None,
-                    })
-                })
+                run_tool(&self.start.tool, tool.call(ctx), &stop, TOOL_STOP_GRACE).await
             }
             None => ToolOutcome::Error(RpcError {
                 code: -32601,
@@ -472,6 +446,109 @@ impl NodeJob {
                 // The task ended meanwhile: record the node as cancelled so its entry is done with.
                 self.settle(None, false).await;
             }
+        }
+    }
+}
+
+/// Runs a tool's call in the attempt's own task (each node's is spawned already; a task more per
+/// call was a tenth of a worker's scheduling): a panic ends it as a tool error, and a tool told to
+/// stop (cancel, timeout, takeover, shutdown) has `grace` to clean up (its child processes). One
+/// that ignores it is dropped, so that it never runs beside its retry or outside the concurrency
+/// limit.
+async fn run_tool(
+    tool: &str,
+    call: impl std::future::Future<Output = ToolOutcome>,
+    stop: &CancellationToken,
+    grace: Duration,
+) -> ToolOutcome {
+    let running = std::panic::AssertUnwindSafe(call).catch_unwind();
+    tokio::pin!(running);
+    let joined = tokio::select! {
+        joined = &mut running => joined,
+        () = stop.cancelled() => match tokio::time::timeout(grace, &mut running).await {
+            Ok(joined) => joined,
+            Err(_) => {
+                tracing::warn!(tool = %tool, grace_ms = grace.as_millis() as u64, "the tool did not stop when told to; aborted it");
+                return ToolOutcome::Error(RpcError {
+                    code: -32800,
+                    message: format!("tool `{tool}` did not stop when told to and was aborted"),
+                    data: None,
+                });
+            }
+        },
+    };
+    joined.unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".to_owned());
+        ToolOutcome::Error(RpcError {
+            code: -32603,
+            message: format!("tool `{tool}` crashed: {what}"),
+            data: None,
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error_of(outcome: ToolOutcome) -> RpcError {
+        match outcome {
+            ToolOutcome::Error(e) => e,
+            other => panic!("not an error: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_tool_that_panics_ends_its_attempt_with_an_error_not_the_worker() {
+        let stop = CancellationToken::new();
+        let call = async {
+            let index: usize = "7".parse().unwrap_or(0);
+            let empty: Vec<u8> = Vec::new();
+            ToolOutcome::Result(serde_json::json!({"byte": empty[index]}))
+        };
+        let error = error_of(run_tool("crashy", call, &stop, Duration::from_secs(1)).await);
+        assert_eq!(error.code, -32603);
+        assert!(error.message.starts_with("tool `crashy` crashed: index out of bounds"), "{}", error.message);
+    }
+
+    #[tokio::test]
+    async fn a_tool_that_ignores_its_stop_is_dropped_after_the_grace() {
+        let stop = CancellationToken::new();
+        let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        struct Flag(Arc<std::sync::atomic::AtomicBool>);
+        impl Drop for Flag {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        let flag = Flag(dropped.clone());
+        let call = async move {
+            let _flag = flag;
+            std::future::pending::<()>().await;
+            ToolOutcome::Result(serde_json::json!({}))
+        };
+        stop.cancel();
+        let error = error_of(run_tool("stubborn", call, &stop, Duration::from_millis(50)).await);
+        assert_eq!(error.code, -32800, "{}", error.message);
+        assert!(dropped.load(Ordering::SeqCst), "the call's future is gone");
+    }
+
+    #[tokio::test]
+    async fn a_tool_that_stops_when_told_gives_its_own_outcome() {
+        let stop = CancellationToken::new();
+        let token = stop.clone();
+        let call = async move {
+            token.cancelled().await;
+            ToolOutcome::Result(serde_json::json!({"stopped": true}))
+        };
+        stop.cancel();
+        match run_tool("polite", call, &stop, Duration::from_secs(5)).await {
+            ToolOutcome::Result(v) => assert_eq!(v, serde_json::json!({"stopped": true})),
+            other => panic!("{other:?}"),
         }
     }
 }
