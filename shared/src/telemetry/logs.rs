@@ -70,14 +70,19 @@ where
 pub(super) const LINES_BUFFERED: usize = 16_384;
 
 /// The writer of standard error for [`layer`], and the guard that writes what is left when it
-/// is dropped.
+/// is dropped. Standard error is unbuffered: the writer thread gathers what is waiting into one
+/// write, and flushes as soon as no line waits (a line a second is written at once; a busy
+/// gateway's audit lines, one per call, went out in a system call each).
 pub(super) fn stderr_writer() -> (NonBlocking, WorkerGuard) {
     NonBlockingBuilder::default()
         .lossy(false)
         .buffered_lines_limit(LINES_BUFFERED)
         .thread_name("conveyor-log")
-        .finish(std::io::stderr())
+        .finish(std::io::BufWriter::with_capacity(LOG_WRITE_BYTES, std::io::stderr()))
 }
+
+/// The most the writer thread gathers into one write of standard error.
+const LOG_WRITE_BYTES: usize = 64 * 1024;
 
 /// Wraps a line format and adds the ids of the span the event was written in.
 struct WithTraceIds<F> {
