@@ -91,3 +91,60 @@ script!(RECORD_RUN, "record_run");
 script!(RELEASE_TASK, "release_task");
 script!(RESOLVE_CLAIM, "resolve_claim");
 script!(CONFIRM_SETTLED, "confirm_settled");
+
+/// Every script, so that a server can be given all of them at once (`SCRIPT LOAD`): a benchmark
+/// that counts a server's instructions per call loads them first, so that no script's compile
+/// lands in what it counts.
+pub fn every() -> Vec<&'static NamedScript> {
+    vec![
+        &CREATE_TASK,
+        &CREATE_CALLS,
+        &COMPLETE_CALLS,
+        &RATE_LIMIT,
+        &START_NODES,
+        &REPORT_PROGRESS,
+        &NOTIFY_WAITERS,
+        &COMPLETE_NODE,
+        &CANCEL_TASK,
+        &PARK_NODE,
+        &ESCALATE_TASK,
+        &ANSWER_INPUT,
+        &RELEASE_NODE,
+        &IDLE_ENTRIES,
+        &RECLAIM_NODE,
+        &PROMOTE_RETRY,
+        &EXPIRE_TASK,
+        &SETTLE_DAG,
+        &EXPAND_PLAN,
+        &MAINTAIN,
+        &WATCH_TASK,
+        &READ_TASK,
+        &RELEASE_HELD,
+        &HEARTBEAT,
+        &RELEASE_MAINTENANCE,
+        &FORGET_WORKER,
+        &LEAVE_CATALOG,
+        &RECORD_RUN,
+        &RELEASE_TASK,
+        &RESOLVE_CLAIM,
+        &CONFIRM_SETTLED,
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_script_file_is_listed() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/lua");
+        let helpers = ["prelude", "remember_call"];
+        let mut files: Vec<String> = std::fs::read_dir(dir)
+            .expect("lua/")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().trim_end_matches(".lua").to_owned())
+            .filter(|name| !helpers.contains(&name.as_str()))
+            .collect();
+        files.sort();
+        let mut listed: Vec<String> = super::every().iter().map(|s| s.name.to_owned()).collect();
+        listed.sort();
+        assert_eq!(listed, files);
+    }
+}

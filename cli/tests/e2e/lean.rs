@@ -88,12 +88,18 @@ async fn a_lean_call_runs_from_its_delivery_and_settles_in_a_batch() {
         // No start script ran: the node was never given an attempt or a start time. A call whose
         // owner had its share of a worker's slots when it was read waited, and was started by
         // `start_nodes` (attempt 1).
+        // A lean hash leaves attempt 0 out, and keeps what only an adopted call reads folded.
         match hash.get("root:attempt").map(String::as_str) {
-            Some("0") => {
+            None => {
                 assert!(!hash.contains_key("root:startedAt"), "{hash:?}");
+                assert!(hash.get("adopt").is_some_and(|a| a.starts_with("planLimits\t")), "{hash:?}");
+                assert!(!hash.contains_key("planLimits"), "{hash:?}");
                 lean += 1;
             }
-            attempt => assert_eq!(attempt, Some("1"), "{hash:?}"),
+            attempt => {
+                assert_eq!(attempt, Some("1"), "{hash:?}");
+                assert!(hash.contains_key("planLimits") && !hash.contains_key("adopt"), "{hash:?}");
+            }
         }
         let bytes: usize = hash["bytes"].parse().expect("bytes");
         assert_eq!(bytes, hash["call"].len() + hash["result"].len(), "what the task keeps is counted");
@@ -154,10 +160,8 @@ async fn a_lean_entry_over_its_owners_share_waits_on_the_worker_without_a_start_
     // the full path: attempt 1); one that found its owner's slot free in time ran lean (attempt
     // 0), with no script at its start. Each set-aside entry takes at most two starts (set aside,
     // started).
-    let full_path = task_ids(&redis)
-        .iter()
-        .filter(|id| task_hash(&redis, id).get("root:attempt").map(String::as_str) != Some("0"))
-        .count();
+    let full_path =
+        task_ids(&redis).iter().filter(|id| task_hash(&redis, id).contains_key("root:attempt")).count();
     let starts = counts.evalsha(conveyor_shared::scripts::START_NODES.script.get_hash());
     assert!(
         starts <= 2 * full_path as u64,
@@ -194,7 +198,7 @@ async fn a_lean_call_whose_worker_is_killed_is_taken_over_and_counts_the_lost_wo
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let id = task_ids(&redis).pop().expect("the call's task");
-    assert_eq!(task_hash(&redis, &id).get("root:attempt").map(String::as_str), Some("0"), "it ran lean");
+    assert_eq!(task_hash(&redis, &id).get("root:attempt"), None, "it ran lean (attempt 0)");
     first.signal("KILL");
     assert!(first.wait_exit(Duration::from_secs(5)));
 
@@ -280,6 +284,10 @@ async fn a_rare_path_adopts_a_lean_call_first() {
     let hash = task_hash(&redis, &progress.expect("the task"));
     assert_eq!(hash.get("root:attempt").map(String::as_str), Some("1"), "adopted: {hash:?}");
     assert_eq!(hash.get("root:status").map(String::as_str), Some("completed"), "{hash:?}");
+    // Adopted, it holds the fields create_task writes, unfolded.
+    assert!(!hash.contains_key("adopt"), "{hash:?}");
+    assert!(hash.get("planLimits").is_some_and(|l| l.split(' ').count() == 5), "{hash:?}");
+    assert!(hash.get("maxBytes").is_some_and(|b| b.parse::<u64>().is_ok()), "{hash:?}");
 
     // A tool error stays on the lean path; on 2025-11-25 it fails the call's task, result kept.
     let reply = mcp
@@ -291,7 +299,7 @@ async fn a_rare_path_adopts_a_lean_call_first() {
         task_ids(&redis).into_iter().find(|id| task_hash(&redis, id)["tool"] == "test_error_handling");
     let hash = task_hash(&redis, &failing.expect("the task"));
     assert_eq!(hash.get("status").map(String::as_str), Some("failed"), "{hash:?}");
-    assert_eq!(hash.get("root:attempt").map(String::as_str), Some("0"), "{hash:?}");
+    assert_eq!(hash.get("root:attempt"), None, "never adopted: {hash:?}");
 
     // A failure (a result over the node's output limit) is adopted, and settled by complete_node.
     let reply = mcp

@@ -528,11 +528,13 @@ fn every_node_ran_on_a_worker_of_its_tools_pool(pools: &Pools, tasks: &[(String,
         if !pool.contains(&worker) {
             wrong.push(format!("{task}: {tool} ran on {worker:?}"));
         }
-        // A lean call (docs/adr/0028) that ran once from its delivery keeps attempt 0.
-        let lean_once = hash.get("root:attempt").map(String::as_str) == Some("0")
+        // A lean call (docs/adr/0028) that ran once from its delivery keeps attempt 0, which its
+        // hash leaves out (the default).
+        let attempt = hash.get("root:attempt").map_or("0", String::as_str);
+        let lean_once = attempt == "0"
             && hash.get("mode").map(String::as_str) == Some("sync")
             && !hash.contains_key("root:startedAt");
-        if hash.get("root:attempt").map(String::as_str) != Some("1") && !lean_once {
+        if attempt != "1" && !lean_once {
             wrong.push(format!("{task}: {tool} attempt {:?}", hash.get("root:attempt")));
         }
     }
@@ -989,7 +991,8 @@ fn root_node_failures(
     failures: &mut Vec<String>,
 ) -> String {
     let hash = nodes_hash(cluster, task);
-    let attempt = hash.get("root:attempt").cloned().unwrap_or_default();
+    // Absent: attempt 0 (a lean call that ran from its delivery).
+    let attempt = hash.get("root:attempt").cloned().unwrap_or_else(|| "0".to_owned());
     if hash.get("root:status").map(String::as_str) != Some("completed") {
         failures.push(format!("{tag}: root:status {:?}", hash.get("root:status")));
     }

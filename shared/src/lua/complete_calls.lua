@@ -65,7 +65,7 @@ for i = 1, count do
     ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8]
   local task, stream = KEYS[2 + 2 * i], KEYS[3 + 2 * i]
   local f = redis.call('HMGET', task, 'status', 'root:status', 'root:entry', 'waiters', 'createdAt', 'ttlMs',
-    'bytes', 'keptMax', 'mode')
+    'bytes', 'keptMax')
   local o = owners[owner]
   local outcome = 'settled'
   if not f[1] then
@@ -84,19 +84,19 @@ for i = 1, count do
   end
   if outcome == 'settled' then
     local total = (tonumber(f[7] or '0') or 0) + #result
-    local bytes = tostring(total)
+    local bytes = string.format('%d', total)
     o.kept = o.kept + #result
     redis.call('HSET', task, 'root:status', 'completed', 'root:finishedAt', now_text, 'root:worker', worker, 'status',
       status, 'statusMessage', message, 'updatedAt', now_text, 'result', result, 'bytes', bytes)
     local waited = f[4] and f[4] ~= '' and f[4] ~= '[]'
-    -- prelude's settled_expiry: a synchronous call's hidden task goes a grace after it settles.
+    -- prelude's settled_expiry for a synchronous call (every lean call is one): its hidden task
+    -- goes a grace after it settles, sooner only when its TTL runs out first and nobody waits.
     local expires = tonumber(f[5]) + tonumber(f[6])
-    if expires <= now or (waited and expires < now + SETTLED_GRACE_MS) then
-      expires = now + SETTLED_GRACE_MS
-    elseif f[9] == 'sync' and expires > now + SETTLED_GRACE_MS then
+    if waited or expires <= now or expires > now + SETTLED_GRACE_MS then
       expires = now + SETTLED_GRACE_MS
     end
-    redis.call('PEXPIREAT', task, expires)
+    -- As text with `%d`: a number passed to a command is formatted with printf's `%.17g`.
+    redis.call('PEXPIREAT', task, string.format('%d', expires))
     -- The bytes it keeps go back when its keys go: in its owner's bucket of the kept index.
     local bucket = math.floor(expires / KEPT_BUCKET_MS)
     local member = string.format('%d', bucket) .. '\t' .. owner

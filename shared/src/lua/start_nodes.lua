@@ -41,7 +41,7 @@ local function start(i, item)
   local nodes, stream, held = KEYS[3 * i - 1], KEYS[3 * i], KEYS[3 * i + 1]
   local node = item.node
   local n = node_state(nodes, node, {'status', 'kind', 'call', 'nodesSettled', 'nodeCount', 'queues', 'createdAt',
-    'ttlMs', nf(node, 'answers'), nf(node, 'state'), 'owner'}, true)
+    'ttlMs', nf(node, 'answers'), nf(node, 'state'), 'owner', 'adopt'}, true)
   local t = n.task
   local owner = t.owner or ''
   local result
@@ -108,6 +108,15 @@ local function start(i, item)
       -- A node that was set aside is bound to the entry it starts from now.
       fields[#fields + 1] = nf(node, 'entry')
       fields[#fields + 1] = item.entry
+    end
+    if t.adopt then
+      -- A lean call adopted (ADR-0028): the fields its gateway folded into `adopt` (store/lean.rs)
+      -- take their own names, as create_task writes them.
+      for name, value in string.gmatch(t.adopt, '([^\t]+)\t([^\t]+)') do
+        fields[#fields + 1] = name
+        fields[#fields + 1] = value
+      end
+      redis.call('HDEL', nodes, 'adopt')
     end
     if t.kind == 'dag' then
       fields[#fields + 1] = 'updatedAt'

@@ -26,6 +26,10 @@ pub use crate::model::LeanEntry;
 use crate::model::{ROOT_NODE, TaskMode, WorkItem};
 use crate::scripts;
 
+/// The field of a lean task hash that holds, as `name<TAB>value` pairs, the fields its task takes
+/// when it is adopted (start_nodes.lua unfolds it).
+pub(crate) const ADOPT_FIELD: &str = "adopt";
+
 /// One call of a `create_calls` batch: its keys, the words of its entry and of its task hash.
 pub(super) struct LeanCreate {
     task_id: String,
@@ -254,21 +258,24 @@ impl Store {
         field("queues", &queues_text);
         field("waiters", &waiters);
         field("bytes", &bytes.to_string());
-        field("planLimits", &plan_limits);
-        if new.max_bytes > 0 {
-            field("maxBytes", &new.max_bytes.to_string());
-        }
         if share.kept >= 0 {
             field("keptMax", &share.kept.to_string());
         }
-        if new.input_rounds {
-            // Read by park_node once the call, adopted, asks for input (create_task's `roundsMax`).
-            field("roundsMax", &limits.rounds_share(shard, self.shards()).to_string());
+        // What only an adopted call reads (create_task's `planLimits`, `maxBytes`, `roundsMax`),
+        // in one field that start_nodes unfolds when it adopts the call: each field of this HSET
+        // costs Redis about as much as a command's argument twice over, and most calls are never
+        // adopted.
+        let mut adopt = format!("planLimits\t{plan_limits}");
+        if new.max_bytes > 0 {
+            adopt.push_str(&format!("\tmaxBytes\t{}", new.max_bytes));
         }
-        // The root node's fields (model.rs's ROOT_NODE).
+        if new.input_rounds {
+            adopt.push_str(&format!("\troundsMax\t{}", limits.rounds_share(shard, self.shards())));
+        }
+        field(ADOPT_FIELD, &adopt);
+        // The root node's fields (model.rs's ROOT_NODE), its attempt left at its default (0).
         debug_assert_eq!(ROOT_NODE, "root");
         field("root:status", "queued");
-        field("root:attempt", "0");
         field("root:tool", &new.tool);
         field("root:q", &q.to_string());
         field("call", &call);

@@ -226,6 +226,14 @@ async fn measure_instructions(options: &Options) -> anyhow::Result<()> {
         "Instructions redis-server executes per operation: valgrind --tool=callgrind, one server ({url})"
     );
 
+    // Every script of Conveyor's is loaded before anything is counted: the compile of one first
+    // used in a counted run (the maintenance's, say) is no cost of a call. BullMQ's first run
+    // below, not counted, does the same for its own.
+    let mut conn = redis::Client::open(url.as_str())?.get_connection()?;
+    for script in conveyor_shared::scripts::every() {
+        script.prepare_invoke().load(&mut conn)?;
+    }
+    drop(conn);
     let idle_window = Duration::from_secs(options.idle_seconds);
     redis.zero()?;
     tokio::time::sleep(idle_window).await;
@@ -1698,7 +1706,7 @@ fn print_ratios(figures: &Figures, options: &Options) {
             "sync greet calls/s, conveyor up ÷ consume",
             up_sync.map(SyncRun::per_sec),
             consume,
-            Goal::RatioAtLeast(0.5),
+            Goal::RatioAtLeast(1.0),
         ),
         row(
             "sync noop calls/s, one noop worker ÷ consume",
@@ -1722,7 +1730,7 @@ fn print_ratios(figures: &Figures, options: &Options) {
             "Redis CPU µs per call, conveyor up vs cycle",
             up_sync.map(|s| s.cost.redis_cpu_us),
             cycle_cpu,
-            Goal::RatioAtMost(1.0),
+            Goal::RatioAtMost(0.5),
         ),
         row(
             "Redis CPU µs per call, one noop worker vs cycle",
