@@ -447,3 +447,52 @@ async fn a_refused_call_or_a_flushed_script_leaves_no_stray_task_hash() {
     assert_eq!(redis.stream_entries(), 1, "one entry for the call after the flush");
     after.abort();
 }
+
+/// A call of `stubborn_sleep` for `seconds`, checked for its answer.
+async fn sleep_call(mcp: &Mcp, seconds: f64) {
+    let reply = mcp
+        .call_2025("tools/call", json!({"name": "stubborn_sleep", "arguments": {"seconds": seconds}}))
+        .await
+        .expect("tools/call");
+    assert!(
+        reply.result()["content"][0]["text"].as_str().is_some_and(|t| t.ends_with("other runs alive")),
+        "{}",
+        reply.raw
+    );
+}
+
+#[tokio::test]
+async fn settled_entries_leave_their_stream_around_an_older_one_still_running() {
+    let redis = RedisServer::start().expect("redis");
+    let up = Conveyor::up(&redis.url(), &["--fixtures"]).expect("conveyor up");
+    let mcp = Mcp::new(up.mcp_url());
+    wait_for_tools(&mcp, &["stubborn_sleep"]).await;
+
+    // Settled with nothing older running: their entries go with the stream's oldest nodes.
+    futures::future::join_all((0..20).map(|_| sleep_call(&mcp, 0.0))).await;
+    assert_eq!(redis.stream_entries(), 0, "every settled entry left its stream");
+
+    // One call runs for a while; the calls after it settle around it, and only its entry stays.
+    let long = {
+        let mcp = mcp.clone();
+        tokio::spawn(async move { sleep_call(&mcp, 3.0).await })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while redis.pending_entries() == 0 {
+        assert!(std::time::Instant::now() < deadline, "the long call's entry was never delivered");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for _ in 0..3 {
+        futures::future::join_all((0..10).map(|_| sleep_call(&mcp, 0.0))).await;
+    }
+    assert!(!long.is_finished(), "the long call still runs");
+    assert_eq!(redis.stream_entries(), 1, "only the running call's entry is left");
+    assert_eq!(redis.pending_entries(), 1);
+    long.await.expect("the long call");
+    assert_eq!(redis.stream_entries(), 0, "its entry left too");
+    assert_eq!(redis.pending_entries(), 0);
+    let lean =
+        task_ids(&redis).iter().filter(|id| !task_hash(&redis, id).contains_key("root:attempt")).count();
+    assert!(lean >= 25, "only {lean} of 51 calls settled from their delivery (complete_calls)");
+    assert_eq!(live_counts(&redis), Vec::<(String, i64)>::new(), "every count is back");
+}
