@@ -529,7 +529,8 @@ impl LeanEntry {
     /// The entry's `lean` field: `<bytes of the tool's name>:<tool><bytes of the owner>:<owner>`
     /// then the call record. One field instead of three: every field of an entry is one more
     /// argument of its `XADD`, one more value in each read's reply, and one more step for every
-    /// `XDEL` that walks past it.
+    /// `XDEL` that walks past it. create_calls.lua takes the call record's length (what the call
+    /// stores from the start) from this layout.
     pub fn packed(tool: &str, owner: &str, call: &str) -> String {
         format!("{}:{tool}{}:{owner}{call}", tool.len(), owner.len())
     }

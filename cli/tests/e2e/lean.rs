@@ -496,3 +496,35 @@ async fn settled_entries_leave_their_stream_around_an_older_one_still_running() 
     assert!(lean >= 25, "only {lean} of 51 calls settled from their delivery (complete_calls)");
     assert_eq!(live_counts(&redis), Vec::<(String, i64)>::new(), "every count is back");
 }
+
+#[tokio::test]
+async fn a_lean_result_past_its_owners_stored_byte_share_is_adopted_and_fails_naming_it() {
+    let redis = RedisServer::start().expect("redis");
+    // The smallest budget a deployment takes (each of 4 shards must hold the largest arguments).
+    let share = 4 * 1024 * 1024;
+    let up =
+        Conveyor::up(&redis.url(), &["--fixtures", "--max-stored-bytes-per-principal", &share.to_string()])
+            .expect("conveyor up");
+    let mcp = Mcp::new(up.mcp_url());
+    wait_for_tools(&mcp, &["greet", "big_output"]).await;
+    assert_eq!(greet(&mcp, "small").await["content"][0]["text"], "Hello, small!");
+
+    // create_calls states the share in the load hash, where complete_calls reads it.
+    let mut conn = redis.connection().expect("redis connection");
+    let stated: Option<u64> =
+        redis::cmd("HGET").arg("cv:{cv.0}:load").arg("keptMax").query(&mut conn).expect("hget");
+    assert_eq!(stated, Some(share), "one shard on a single server holds the whole share");
+
+    let reply = mcp
+        .call_2025("tools/call", json!({"name": "big_output", "arguments": {"bytes": share + share / 4}}))
+        .await
+        .expect("call");
+    assert!(reply.raw.contains("stored_bytes_per_principal"), "{}", &reply.raw[..reply.raw.len().min(600)]);
+    let failed = task_ids(&redis).into_iter().find(|id| task_hash(&redis, id)["tool"] == "big_output");
+    let hash = task_hash(&redis, &failed.expect("the task"));
+    assert_eq!(hash.get("root:attempt").map(String::as_str), Some("1"), "adopted: {hash:?}");
+    assert_eq!(hash.get("status").map(String::as_str), Some("failed"), "{hash:?}");
+    assert!(hash.get("keptMax").is_some_and(|m| m == &share.to_string()), "unfolded on adoption: {hash:?}");
+    assert!(!hash.contains_key("result"), "nothing past the share is kept: {hash:?}");
+    assert_eq!(live_counts(&redis), Vec::<(String, i64)>::new());
+}

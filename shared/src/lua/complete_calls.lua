@@ -37,9 +37,13 @@ for i = 1, count do
     owner_fields[#owner_fields + 1] = 'kept:' .. owner
   end
 end
+-- The shard's share of an owner's stored bytes, as its gateways admit lean calls under it
+-- (create_calls states it in the load hash; -1: none).
+owner_fields[#owner_fields + 1] = 'keptMax'
 local held = redis.call('HMGET', load, unpack(owner_fields))
-for i, field in ipairs(owner_fields) do
-  owners[string.sub(field, 6)].kept = tonumber(held[i] or '0') or 0
+local share = tonumber(held[#owner_fields] or '-1') or -1
+for i = 1, #owner_fields - 1 do
+  owners[string.sub(owner_fields[i], 6)].kept = tonumber(held[i] or '0') or 0
 end
 
 local outcomes = {}
@@ -65,7 +69,7 @@ for i = 1, count do
     ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8]
   local task, stream = KEYS[2 + 2 * i], KEYS[3 + 2 * i]
   local f = redis.call('HMGET', task, 'status', 'root:status', 'root:entry', 'waiters', 'createdAt', 'ttlMs',
-    'bytes', 'keptMax')
+    'bytes')
   local o = owners[owner]
   local outcome = 'settled'
   if not f[1] then
@@ -77,7 +81,6 @@ for i = 1, count do
     outcome = 'dropped'
     ack(stream, entry)
   else
-    local share = tonumber(f[8] or '-1') or -1
     if share >= 0 and o.kept + #result > share then
       outcome = 'adopt'
     end

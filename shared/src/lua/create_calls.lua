@@ -16,8 +16,9 @@
 -- ARGV[3..6] this shard's shares of the limits: stored bytes per principal, live tasks per
 --   principal, nodes per principal, queued nodes (-1: none)   ARGV[7] queued nodes per tool
 -- then for each call, in order: task id, owner, tool, traceparent (or empty), the entry's `lean`
---   field (its tool, owner and call record in one word, model.rs's LeanEntry::packed), bytes (what
---   it stores from the start), ttl (ms), has call key (1 | 0). Its entry is built here from these
+--   field (its tool, owner and call record in one word, model.rs's LeanEntry::packed), ttl (ms),
+--   has call key (1 | 0). What a call stores from the start is its call record, whose length is
+--   the `lean` field's less the lengths of its tool, its owner and their headers. Its entry is built here from these
 --   (its node is the root, model.rs's ROOT_NODE), under field names that are this script's
 --   constants (interned once, not passed with every call): what a worker of the previous version
 --   reads (task, node, trace), and what a lean worker runs (lean).
@@ -38,15 +39,25 @@ local INDEX_PIN = '~ this member keeps the index a skip list: inserting into a l
 local INDEX_PIN_SCORE = 100000000000000
 
 -- Where each call's words start, and its keys.
+-- How many decimal digits `n` takes (a length in a `lean` field's header).
+local function digits(n)
+  local d = 1
+  while n >= 10 do
+    n = math.floor(n / 10)
+    d = d + 1
+  end
+  return d
+end
 local calls = {}
 local a, k = 8, 3
 for i = 1, count do
   local c = {id = ARGV[a], owner = ARGV[a + 1], tool = ARGV[a + 2], trace = ARGV[a + 3], lean = ARGV[a + 4],
-    bytes = tonumber(ARGV[a + 5]), ttl = tonumber(ARGV[a + 6])}
+    ttl = tonumber(ARGV[a + 5])}
+  c.bytes = #c.lean - (digits(#c.tool) + #c.tool + digits(#c.owner) + #c.owner + 2)
   c.task, c.stream = KEYS[k], KEYS[k + 1]
   k = k + 2
-  local has_call_key = ARGV[a + 7] == '1'
-  a = a + 8
+  local has_call_key = ARGV[a + 6] == '1'
+  a = a + 7
   if has_call_key then
     c.callKey = KEYS[k]
     k = k + 1
@@ -55,7 +66,7 @@ for i = 1, count do
 end
 
 -- The load of every owner and tool of the batch, in one read.
-local fields = {'queued', 'wake', 'idleEvery'}
+local fields = {'queued', 'wake', 'idleEvery', 'keptMax'}
 local owners, tools = {}, {}
 for _, c in ipairs(calls) do
   if not owners[c.owner] then
@@ -86,6 +97,11 @@ for tool, q in pairs(tools) do
   q.queued = tonumber(read['queued:' .. tool] or '0') or 0
 end
 local idle_every = tonumber(read.idleEvery or '0') or 0
+-- The share of stored bytes a lean call is settled under (complete_calls reads it once a batch,
+-- not from each task): the one its gateway admits it under, stated once it changes.
+if read.keptMax ~= ARGV[3] then
+  redis.call('HSET', load, 'keptMax', ARGV[3])
+end
 
 local outcomes = {now}
 -- A number passed to a command is formatted with printf's `%.17g`: each expiry is formatted once

@@ -35,7 +35,6 @@ pub(super) struct LeanCreate {
     task_id: String,
     owner: String,
     tool: String,
-    bytes: usize,
     ttl_ms: u64,
     keys: Vec<String>,
     /// What its entry carries beyond the task id (`create_calls` builds it): the traceparent, and
@@ -78,7 +77,7 @@ impl Batched for LeanCreate {
         // deletes it (create_calls.lua says why).
         let mut pipe = redis::pipe();
         keys.reserve(calls.len() * 2);
-        args.reserve(calls.len() * 8);
+        args.reserve(calls.len() * 7);
         for call in calls {
             let has_call_key = if call.keys.len() > 2 { "1" } else { "0" };
             pipe.add_command(call.hset).ignore();
@@ -89,7 +88,6 @@ impl Batched for LeanCreate {
                 call.tool,
                 call.trace,
                 call.lean,
-                call.bytes.to_string(),
                 call.ttl_ms.to_string(),
                 has_call_key.to_owned(),
             ]);
@@ -258,14 +256,15 @@ impl Store {
         field("queues", &queues_text);
         field("waiters", &waiters);
         field("bytes", &bytes.to_string());
-        if share.kept >= 0 {
-            field("keptMax", &share.kept.to_string());
-        }
-        // What only an adopted call reads (create_task's `planLimits`, `maxBytes`, `roundsMax`),
-        // in one field that start_nodes unfolds when it adopts the call: each field of this HSET
-        // costs Redis about as much as a command's argument twice over, and most calls are never
-        // adopted.
+        // What only an adopted call reads (create_task's `planLimits`, `maxBytes`, `keptMax`,
+        // `roundsMax`), in one field that start_nodes unfolds when it adopts the call: each field
+        // of this HSET costs Redis about as much as a command's argument twice over, and most
+        // calls are never adopted. Until then complete_calls reads the shard's `keptMax` from the
+        // load hash, where create_calls states it.
         let mut adopt = format!("planLimits\t{plan_limits}");
+        if share.kept >= 0 {
+            adopt.push_str(&format!("\tkeptMax\t{}", share.kept));
+        }
         if new.max_bytes > 0 {
             adopt.push_str(&format!("\tmaxBytes\t{}", new.max_bytes));
         }
@@ -285,7 +284,6 @@ impl Store {
             task_id: new.task_id.clone(),
             owner: new.owner.clone(),
             tool: new.tool.clone(),
-            bytes,
             ttl_ms: new.ttl_ms,
             keys,
             trace,
