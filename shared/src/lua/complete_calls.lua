@@ -100,12 +100,22 @@ for i = 1, count do
     end
     -- As text with `%d`: a number passed to a command is formatted with printf's `%.17g`.
     redis.call('PEXPIREAT', task, string.format('%d', expires))
-    -- The bytes it keeps go back when its keys go: in its owner's bucket of the kept index.
+    -- The bytes it keeps go back when its keys go: in its owner's bucket of the kept index (the
+    -- calls of a batch mostly share one, whose member is named once).
     local bucket = math.floor(expires / KEPT_BUCKET_MS)
-    local member = string.format('%d', bucket) .. '\t' .. owner
+    local named = o.members
+    if not named then
+      named = {}
+      o.members = named
+    end
+    local member = named[bucket]
+    if not member then
+      member = string.format('%d', bucket) .. '\t' .. owner
+      named[bucket] = member
+    end
     if not kept[member] then
       kept[member] = 0
-      buckets[#buckets + 1] = (bucket + 1) * KEPT_BUCKET_MS
+      buckets[#buckets + 1] = string.format('%d', (bucket + 1) * KEPT_BUCKET_MS)
       buckets[#buckets + 1] = member
     end
     kept[member] = kept[member] + total
@@ -137,25 +147,25 @@ if #ended == 0 then
   return outcomes
 end
 redis.call('ZREM', expiring, unpack(ended))
-buckets[#buckets + 1] = INDEX_PIN_SCORE
+buckets[#buckets + 1] = string.format('%d', INDEX_PIN_SCORE)
 buckets[#buckets + 1] = INDEX_PIN
 redis.call('ZADD', kept_index, unpack(buckets))
 for member, bytes in pairs(kept) do
-  redis.call('HINCRBY', load, 'keptAt:' .. member, bytes)
+  redis.call('HINCRBY', load, 'keptAt:' .. member, string.format('%d', bytes))
 end
 -- A per-owner or per-tool count that reaches zero leaves the load hash (prelude's count_down).
 local function count_down(field, by)
-  if redis.call('HINCRBY', load, field, -by) == 0 then
+  if redis.call('HINCRBY', load, field, string.format('%d', -by)) == 0 then
     redis.call('HDEL', load, field)
   end
 end
 for owner, o in pairs(owners) do
   if o.ended > 0 then
     count_down('live:' .. owner, o.ended)
-    redis.call('HINCRBY', load, 'kept:' .. owner, o.bytes)
+    redis.call('HINCRBY', load, 'kept:' .. owner, string.format('%d', o.bytes))
   end
 end
-redis.call('HINCRBY', load, 'queued', -#ended)
+redis.call('HINCRBY', load, 'queued', string.format('%d', -#ended))
 for tool, n in pairs(by_tool) do
   count_down('queued:' .. tool, n)
 end

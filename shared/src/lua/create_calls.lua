@@ -37,8 +37,10 @@ local load = KEYS[1]
 -- prelude's (the expiring index stays a skip list)
 local INDEX_PIN = '~ this member keeps the index a skip list: inserting into a listpack scans all of it'
 local INDEX_PIN_SCORE = 100000000000000
+-- A number passed to a command is formatted with printf's `%.17g`; counts and times go as text
+-- made with `%d`.
+local INDEX_PIN_SCORE_TEXT = string.format('%d', INDEX_PIN_SCORE)
 
--- Where each call's words start, and its keys.
 -- How many decimal digits `n` takes (a length in a `lean` field's header).
 local function digits(n)
   local d = 1
@@ -48,36 +50,32 @@ local function digits(n)
   end
   return d
 end
-local calls = {}
-local a, k = 8, 3
-for i = 1, count do
-  local c = {id = ARGV[a], owner = ARGV[a + 1], tool = ARGV[a + 2], trace = ARGV[a + 3], lean = ARGV[a + 4],
-    ttl = tonumber(ARGV[a + 5])}
-  c.bytes = #c.lean - (digits(#c.tool) + #c.tool + digits(#c.owner) + #c.owner + 2)
-  c.task, c.stream = KEYS[k], KEYS[k + 1]
-  k = k + 2
-  local has_call_key = ARGV[a + 6] == '1'
-  a = a + 7
-  if has_call_key then
-    c.callKey = KEYS[k]
-    k = k + 1
-  end
-  calls[i] = c
-end
 
--- The load of every owner and tool of the batch, in one read.
+-- Where each call's words and keys start (its words are read from ARGV where they are: a table
+-- a call would cost more than the reads), and the load of every owner and tool of the batch, in
+-- one read.
+local word_at, key_at, has_call_key = {}, {}, {}
 local fields = {'queued', 'wake', 'idleEvery', 'keptMax'}
 local owners, tools = {}, {}
-for _, c in ipairs(calls) do
-  if not owners[c.owner] then
-    owners[c.owner] = {}
+local a, k = 8, 3
+for i = 1, count do
+  word_at[i], key_at[i] = a, k
+  local owner, tool = ARGV[a + 1], ARGV[a + 2]
+  has_call_key[i] = ARGV[a + 6] == '1'
+  a = a + 7
+  k = k + 2
+  if has_call_key[i] then
+    k = k + 1
+  end
+  if not owners[owner] then
+    owners[owner] = {}
     for _, f in ipairs({'live:', 'nodes:', 'kept:', 'full:'}) do
-      fields[#fields + 1] = f .. c.owner
+      fields[#fields + 1] = f .. owner
     end
   end
-  if lim_tool >= 0 and not tools[c.tool] then
-    tools[c.tool] = {}
-    fields[#fields + 1] = 'queued:' .. c.tool
+  if lim_tool >= 0 and not tools[tool] then
+    tools[tool] = {}
+    fields[#fields + 1] = 'queued:' .. tool
   end
 end
 local values = redis.call('HMGET', load, unpack(fields))
@@ -110,11 +108,22 @@ local expiry_texts = {}
 local created, by_tool, expiring = 0, {}, {}
 local due = nil
 local now_text = tostring(now)
-for i, c in ipairs(calls) do
-  local o = owners[c.owner]
-  local q = tools[c.tool]
+-- A TTL as a number, converted once per text.
+local ttl_numbers = {}
+for i = 1, count do
+  a, k = word_at[i], key_at[i]
+  local id, owner, tool, trace, lean, ttl_text = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5]
+  local task, stream = KEYS[k], KEYS[k + 1]
+  local ttl = ttl_numbers[ttl_text]
+  if not ttl then
+    ttl = tonumber(ttl_text)
+    ttl_numbers[ttl_text] = ttl
+  end
+  local bytes = #lean - (digits(#tool) + #tool + digits(#owner) + #owner + 2)
+  local o = owners[owner]
+  local q = tools[tool]
   local outcome = 'created'
-  if lim_kept >= 0 and (o.kept + c.bytes > lim_kept or o.full) then
+  if lim_kept >= 0 and (o.kept + bytes > lim_kept or o.full) then
     outcome = 'stored_bytes_per_principal'
   elseif lim_live >= 0 and o.live + 1 > lim_live then
     outcome = 'live_tasks_per_principal'
@@ -122,36 +131,36 @@ for i, c in ipairs(calls) do
     outcome = 'nodes_per_principal'
   elseif lim_queued >= 0 and queued + 1 > lim_queued then
     outcome = 'queued_nodes'
-  elseif q and string.sub(c.tool, 1, 1) ~= '$' and q.queued + 1 > lim_tool then
+  elseif q and string.sub(tool, 1, 1) ~= '$' and q.queued + 1 > lim_tool then
     outcome = 'queued_nodes_per_tool'
   end
   if outcome ~= 'created' then
-    redis.call('DEL', c.task)
+    redis.call('DEL', task)
   else
-    local entry = redis.call('XADD', c.stream, '*', 'task', c.id, 'node', 'root', 'trace', c.trace, 'lean', c.lean)
-    redis.call('HSET', c.task, 'createdAt', now_text, 'updatedAt', now_text, 'root:entry', entry)
-    if c.callKey then
-      remember_call(c.callKey, c.id, c.ttl)
+    local entry = redis.call('XADD', stream, '*', 'task', id, 'node', 'root', 'trace', trace, 'lean', lean)
+    redis.call('HSET', task, 'createdAt', now_text, 'updatedAt', now_text, 'root:entry', entry)
+    if has_call_key[i] then
+      remember_call(KEYS[k + 2], id, ttl)
     end
-    o.live, o.held, o.kept = o.live + 1, o.held + 1, o.kept + c.bytes
-    o.added, o.bytes = o.added + 1, o.bytes + c.bytes
+    o.live, o.held, o.kept = o.live + 1, o.held + 1, o.kept + bytes
+    o.added, o.bytes = o.added + 1, o.bytes + bytes
     queued = queued + 1
     if q then
       q.queued = q.queued + 1
     end
-    by_tool[c.tool] = (by_tool[c.tool] or 0) + 1
+    by_tool[tool] = (by_tool[tool] or 0) + 1
     created = created + 1
-    local at_text = expiry_texts[c.ttl]
+    local at_text = expiry_texts[ttl]
     if not at_text then
-      at_text = tostring(now + c.ttl)
-      expiry_texts[c.ttl] = at_text
+      at_text = string.format('%d', now + ttl)
+      expiry_texts[ttl] = at_text
     end
     expiring[#expiring + 1] = at_text
-    expiring[#expiring + 1] = c.id
+    expiring[#expiring + 1] = id
     -- The maintenance looks at the task at its TTL, and, while it lives, for entries a worker
     -- left unrenewed at least as often as the maintenance holder asked (create_task does the same).
-    local at = now + c.ttl
-    if idle_every > 0 and idle_every < c.ttl then
+    local at = now + ttl
+    if idle_every > 0 and idle_every < ttl then
       at = now + idle_every
     end
     if not due or at < due then
@@ -165,15 +174,15 @@ if created == 0 then
 end
 for owner, o in pairs(owners) do
   if o.added > 0 then
-    redis.call('HINCRBY', load, 'live:' .. owner, o.added)
-    redis.call('HINCRBY', load, 'kept:' .. owner, o.bytes)
+    redis.call('HINCRBY', load, 'live:' .. owner, string.format('%d', o.added))
+    redis.call('HINCRBY', load, 'kept:' .. owner, string.format('%d', o.bytes))
   end
 end
-redis.call('HINCRBY', load, 'queued', created)
+redis.call('HINCRBY', load, 'queued', string.format('%d', created))
 for tool, n in pairs(by_tool) do
-  redis.call('HINCRBY', load, 'queued:' .. tool, n)
+  redis.call('HINCRBY', load, 'queued:' .. tool, string.format('%d', n))
 end
-expiring[#expiring + 1] = INDEX_PIN_SCORE
+expiring[#expiring + 1] = INDEX_PIN_SCORE_TEXT
 expiring[#expiring + 1] = INDEX_PIN
 redis.call('ZADD', KEYS[2], unpack(expiring))
 local planned = tonumber(read.wake)
