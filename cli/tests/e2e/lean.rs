@@ -528,3 +528,51 @@ async fn a_lean_result_past_its_owners_stored_byte_share_is_adopted_and_fails_na
     assert!(!hash.contains_key("result"), "nothing past the share is kept: {hash:?}");
     assert_eq!(live_counts(&redis), Vec::<(String, i64)>::new());
 }
+
+#[tokio::test]
+async fn a_lean_task_nobody_waits_on_goes_when_its_ttl_runs_out_within_the_grace() {
+    let redis = RedisServer::start().expect("redis");
+    let up = Conveyor::up(&redis.url(), &["--fixtures"]).expect("conveyor up");
+    let mcp = Mcp::new(up.mcp_url());
+    wait_for_tools(&mcp, &["stubborn_sleep"]).await;
+
+    let call = {
+        let mcp = mcp.clone();
+        tokio::spawn(async move { sleep_call(&mcp, 1.5).await })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let task = loop {
+        if let Some(id) = task_ids(&redis).into_iter().next() {
+            break id;
+        }
+        assert!(std::time::Instant::now() < deadline, "the call's task never appeared");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    // While it runs, its waiter goes (as a gateway that died would leave it) and its TTL is made
+    // to run out 10 s after its creation: it settles with no grace beyond its TTL.
+    let mut conn = redis.connection().expect("redis connection");
+    let created: u64 =
+        redis::cmd("HGET").arg(task_key(&task)).arg("createdAt").query(&mut conn).expect("hget");
+    let _: () = redis::cmd("HSET")
+        .arg(task_key(&task))
+        .arg("waiters")
+        .arg("[]")
+        .arg("ttlMs")
+        .arg(10_000)
+        .query(&mut conn)
+        .expect("hset");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while task_hash(&redis, &task).get("status").map(String::as_str) != Some("completed") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the call never settled: {:?}",
+            task_hash(&redis, &task)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!task_hash(&redis, &task).contains_key("root:attempt"), "it settled from its delivery");
+    let expires_at: i64 =
+        redis::cmd("PEXPIRETIME").arg(task_key(&task)).query(&mut conn).expect("pexpiretime");
+    assert_eq!(expires_at, (created + 10_000) as i64, "kept to its TTL, not a grace past it");
+    drop(call);
+}

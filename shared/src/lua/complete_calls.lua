@@ -63,13 +63,31 @@ local function tell(channel, event)
   local list = events[channel]
   list[#list + 1] = event
 end
+-- Numbers read as text and times written as text, each converted once a batch (a conversion
+-- costs about as much as a command's argument).
+local numbers, texts, single_waiter = {}, {}, {}
+local function number_of(text)
+  local n = numbers[text]
+  if not n then
+    n = tonumber(text) or 0
+    numbers[text] = n
+  end
+  return n
+end
+local function text_of(n)
+  local text = texts[n]
+  if not text then
+    text = string.format('%d', n)
+    texts[n] = text
+  end
+  return text
+end
 for i = 1, count do
   local a = 2 + 9 * (i - 1)
   local id, entry, owner, tool, status, message, result, event, worker =
     ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8]
   local task, stream = KEYS[2 + 2 * i], KEYS[3 + 2 * i]
-  local f = redis.call('HMGET', task, 'status', 'root:status', 'root:entry', 'waiters', 'createdAt', 'ttlMs',
-    'bytes')
+  local f = redis.call('HMGET', task, 'status', 'root:status', 'root:entry', 'waiters', 'bytes')
   local o = owners[owner]
   local outcome = 'settled'
   if not f[1] then
@@ -86,20 +104,24 @@ for i = 1, count do
     end
   end
   if outcome == 'settled' then
-    local total = (tonumber(f[7] or '0') or 0) + #result
+    local total = number_of(f[5] or '0') + #result
     local bytes = string.format('%d', total)
     o.kept = o.kept + #result
     redis.call('HSET', task, 'root:status', 'completed', 'root:finishedAt', now_text, 'root:worker', worker, 'status',
       status, 'statusMessage', message, 'updatedAt', now_text, 'result', result, 'bytes', bytes)
     local waited = f[4] and f[4] ~= '' and f[4] ~= '[]'
     -- prelude's settled_expiry for a synchronous call (every lean call is one): its hidden task
-    -- goes a grace after it settles, sooner only when its TTL runs out first and nobody waits.
-    local expires = tonumber(f[5]) + tonumber(f[6])
-    if waited or expires <= now or expires > now + SETTLED_GRACE_MS then
-      expires = now + SETTLED_GRACE_MS
+    -- goes a grace after it settles, sooner only when its TTL runs out first and nobody waits
+    -- (then, and only then, its creation and TTL are read).
+    local expires = now + SETTLED_GRACE_MS
+    if not waited then
+      local t = redis.call('HMGET', task, 'createdAt', 'ttlMs')
+      local until_ttl = tonumber(t[1]) + tonumber(t[2])
+      if until_ttl > now and until_ttl < expires then
+        expires = until_ttl
+      end
     end
-    -- As text with `%d`: a number passed to a command is formatted with printf's `%.17g`.
-    redis.call('PEXPIREAT', task, string.format('%d', expires))
+    redis.call('PEXPIREAT', task, text_of(expires))
     -- The bytes it keeps go back when its keys go: in its owner's bucket of the kept index (the
     -- calls of a batch mostly share one, whose member is named once).
     local bucket = math.floor(expires / KEPT_BUCKET_MS)
@@ -125,8 +147,13 @@ for i = 1, count do
     o.bytes = o.bytes + #result
     by_tool[tool] = (by_tool[tool] or 0) + 1
     if waited then
-      -- One waiter (the call's gateway) is the usual case: its channel is read without a decode.
-      local single = string.match(f[4], '^%["([^",\\]*)"%]$')
+      -- One waiter (the call's gateway) is the usual case: its channel is read without a decode,
+      -- once a batch.
+      local single = single_waiter[f[4]]
+      if single == nil then
+        single = string.match(f[4], '^%["([^",\\]*)"%]$') or false
+        single_waiter[f[4]] = single
+      end
       if single then
         tell(single, event)
       else
