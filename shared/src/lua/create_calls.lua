@@ -18,10 +18,10 @@
 -- then for each call, in order: task id, owner, tool, traceparent (or empty), the entry's `lean`
 --   field (its tool, owner and call record in one word, model.rs's LeanEntry::packed), ttl (ms),
 --   has call key (1 | 0). What a call stores from the start is its call record, whose length is
---   the `lean` field's less the lengths of its tool, its owner and their headers. Its entry is built here from these
---   (its node is the root, model.rs's ROOT_NODE), under field names that are this script's
---   constants (interned once, not passed with every call): what a worker of the previous version
---   reads (task, node, trace), and what a lean worker runs (lean).
+--   the `lean` field's less the lengths of its tool, its owner and their headers. Its entry is
+--   built here from these (its node is the root, model.rs's ROOT_NODE), under field names that are
+--   this script's constants (interned once, not passed with every call): what a worker of the
+--   previous version reads (task, node, trace), and what a lean worker runs (lean).
 -- Each call is checked in order against the limits, counting the calls before it. A call that
 -- does not fit is not kept: its gateway creates it by the full path (create_task), which refuses
 -- it with the limit's figures or spreads it to another shard.
@@ -112,7 +112,8 @@ local now_text = tostring(now)
 local ttl_numbers = {}
 for i = 1, count do
   a, k = word_at[i], key_at[i]
-  local id, owner, tool, trace, lean, ttl_text = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5]
+  local id, owner, tool, trace, lean, ttl_text =
+    ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5]
   local task, stream = KEYS[k], KEYS[k + 1]
   local ttl = ttl_numbers[ttl_text]
   if not ttl then

@@ -28,7 +28,7 @@ use crate::scripts;
 
 /// The field of a lean task hash that holds, as `name<TAB>value` pairs, the fields its task takes
 /// when it is adopted (start_nodes.lua unfolds it).
-pub(crate) const ADOPT_FIELD: &str = "adopt";
+const ADOPT_FIELD: &str = "adopt";
 
 /// One call of a `create_calls` batch: its keys, the words of its entry and of its task hash.
 pub(super) struct LeanCreate {
